@@ -1,0 +1,67 @@
+"""``headwise plan``: per-layer heads for a scheme and budget, with widths and parameter count."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from headwise.params import count_params
+from headwise.plans import SCHEMES, plan_heads
+from headwise.spec import ModelSpec
+
+NAME = "plan"
+HELP = "turn a head scheme and a budget into per-layer head counts"
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--d-model", type=int, default=768)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--scheme", choices=SCHEMES, default="constant")
+    p.add_argument("--total-heads", type=int, help="the budget of heads over all layers")
+    p.add_argument("--ratio", type=float, default=2.0, help="geometric ratio per layer (linear: last/first)")
+    p.add_argument("--heads", type=_int_list, help="explicit per-layer counts, e.g. 96,48,24,12")
+    p.add_argument("--head-dim", type=int, help="fixed head width (decoupled from d_model / heads)")
+    p.add_argument("--vocab-size", type=int, default=50257)
+    p.add_argument("--max-seq-len", type=int, default=2048)
+    p.add_argument("--mlp-hidden", type=int, help="MLP width (default 4 x d_model)")
+    p.add_argument("--untied", action="store_true", help="untied output embedding")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    plan = plan_heads(args.scheme, args.layers, args.d_model, args.total_heads,
+                      ratio=args.ratio, heads=args.heads, head_dim=args.head_dim)
+    spec = ModelSpec.parse(dict(
+        vocab_size=args.vocab_size, d_model=args.d_model, n_layers=args.layers, max_seq_len=args.max_seq_len,
+        heads=plan.heads, head_dim=args.head_dim, mlp_hidden=args.mlp_hidden, tie_embeddings=not args.untied,
+    ), source="plan")
+    result = {
+        "scheme": plan.scheme,
+        "requested_total": plan.requested_total,
+        "heads": plan.heads,
+        "head_dims": spec.head_dims,
+        "attention_widths": [s.width for s in spec.layers()],
+        "total_heads": plan.total,
+        "exact": plan.exact,
+        "params": count_params(spec),
+        "notes": plan.notes,
+    }
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"scheme {plan.scheme}, d_model {args.d_model}, {args.layers} layers")
+    print(f"{'layer':>5} {'heads':>6} {'head_dim':>9} {'attn width':>11}")
+    for i, (h, hd, w) in enumerate(zip(result["heads"], result["head_dims"], result["attention_widths"])):
+        print(f"{i:>5} {h:>6} {hd:>9} {w:>11}")
+    print(f"total heads {plan.total}" + ("" if plan.exact else f" (requested {plan.requested_total})"))
+    print(f"parameters {result['params']:,}")
+    for note in plan.notes:
+        print(f"note: {note}")
+    return 0

@@ -1,0 +1,162 @@
+"""Typed configuration: pydantic models loaded from TOML, overridable with ``key=value``.
+
+Every config object in headwise derives from :class:`Config`. Validation errors become a
+single-line :class:`~headwise.errors.HeadwiseError` (with a "did you mean" for misspelt keys),
+so the CLI can report them without a traceback.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, TypeVar
+
+import tomli_w
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from headwise.errors import HeadwiseError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+C = TypeVar("C", bound="Config")
+
+
+class Config(BaseModel):
+    """Base for all config objects: strict about unknown keys, validated on assignment."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+
+    @classmethod
+    def parse(cls: type[C], data: dict[str, Any], source: str = "config") -> C:
+        """Validate ``data`` into this class, raising a one-line HeadwiseError on failure."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise HeadwiseError(describe_validation_error(cls, exc, source)) from None
+
+    @classmethod
+    def load(cls: type[C], path: str | Path, overrides: list[str] | None = None) -> C:
+        """Load from a TOML file, apply ``key=value`` overrides, validate."""
+        data = read_toml(path)
+        apply_overrides(data, overrides or [])
+        return cls.parse(data, source=str(path))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dict, None values dropped (TOML has no null), ready for TOML or JSON."""
+        return _drop_none(self.model_dump(mode="json"))
+
+    def save(self, path: str | Path) -> None:
+        """Write this config as TOML, atomically."""
+        atomic_write_text(Path(path), tomli_w.dumps(self.to_dict()))
+
+
+def _drop_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_none(v) for v in value]
+    return value
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """Read a TOML file; a missing or malformed file is a HeadwiseError."""
+    p = Path(path)
+    if not p.is_file():
+        raise HeadwiseError(f"config file {p} does not exist: pass the path of a .toml file")
+    try:
+        return tomllib.loads(p.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise HeadwiseError(f"{p} is not valid TOML: {exc}") from None
+
+
+def parse_value(text: str) -> Any:
+    """Parse an override's value as a TOML literal (numbers, booleans, lists, quoted strings);
+    anything that is not a TOML literal is taken as a bare string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> None:
+    """Apply ``section.key=value`` overrides to a nested dict, in place."""
+    for item in overrides:
+        if "=" not in item:
+            raise HeadwiseError(f"override {item!r} is not of the form key=value (e.g. optim.lr=3e-4)")
+        key, _, raw = item.partition("=")
+        parts = [p for p in key.strip().split(".") if p]
+        if not parts:
+            raise HeadwiseError(f"override {item!r} has an empty key")
+        node = data
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise HeadwiseError(f"override {item!r}: {part!r} is a value, not a section")
+            node = child
+        node[parts[-1]] = parse_value(raw.strip())
+
+
+def _fields_at(cls: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The field names of the model reached by following ``loc`` from ``cls``."""
+    model: Any = cls
+    for part in loc:
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return []
+        field = model.model_fields.get(part)
+        if field is None:
+            return []
+        model = field.annotation
+        # Optional[Model] / Model | None
+        args = getattr(model, "__args__", None)
+        if args:
+            model = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)), model)
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return list(model.model_fields)
+    return []
+
+
+def describe_validation_error(cls: type[BaseModel], exc: ValidationError, source: str) -> str:
+    """Turn the first pydantic error into one readable line."""
+    err = exc.errors()[0]
+    loc = tuple(err["loc"])
+    where = ".".join(str(p) for p in loc) or "(top level)"
+    if err["type"] == "extra_forbidden":
+        name = str(loc[-1])
+        known = _fields_at(cls, loc[:-1])
+        hint = difflib.get_close_matches(name, known, n=1)
+        suggestion = f"; did you mean {hint[0]!r}?" if hint else f"; valid keys: {', '.join(known)}"
+        return f"{source}: unknown key {where!r}{suggestion}"
+    msg = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    if err["type"] == "missing":
+        return f"{source}: missing required key {where!r}"
+    value = err.get("input")
+    shown = "" if isinstance(value, dict) else f" (got {value!r})"
+    return f"{source}: {where}: {msg}{shown}"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write a file so that a crash leaves either the old content or the new, never half."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write bytes to ``path`` via a temporary file, fsync and rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

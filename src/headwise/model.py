@@ -1,0 +1,236 @@
+"""The transformer: every layer with its own head count and head width.
+
+One file, nanoGPT style. With a uniform spec and GPT-Neo's options it is exactly Hugging Face's
+``GPTNeoForCausalLM`` (see :mod:`headwise.hf`); ``vocab_size=None`` gives the same blocks as a
+vector-in, vector-out encoder for synthetic tasks.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_model, save_model
+from torch import Tensor, nn
+
+from headwise.errors import HeadwiseError
+from headwise.spec import LayerShape, ModelSpec
+
+ACTIVATIONS = {
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu": F.gelu,
+    "relu": F.relu,
+}
+
+
+class UnitNorm(nn.Module):
+    """``scale * x / ||x||`` with one learnable scalar (Amsel et al.'s replacement for LayerNorm)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(()))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.scale * F.normalize(x, dim=-1)
+
+
+def make_norm(spec: ModelSpec) -> nn.Module:
+    if spec.norm == "unitnorm_post":
+        return UnitNorm()
+    return nn.LayerNorm(spec.d_model, eps=spec.layer_norm_eps)
+
+
+class LayerCache:
+    """Keys and values of one layer's past positions, for incremental decoding."""
+
+    def __init__(self) -> None:
+        self.k: Tensor | None = None
+        self.v: Tensor | None = None
+
+    def extend(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        if self.k is not None:
+            k, v = torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
+        self.k, self.v = k, v
+        return k, v
+
+
+class KVCache:
+    """Per-layer key/value caches plus the number of positions already processed."""
+
+    def __init__(self, n_layers: int) -> None:
+        self.layers = [LayerCache() for _ in range(n_layers)]
+        self.length = 0
+
+
+def attention_mask(past: int, t: int, window: int | None, device: torch.device) -> Tensor:
+    """Boolean mask (t x past+t): query ``past+i`` may see key ``j`` when j <= past+i and, for a
+    local layer, j > past+i-window (GPT-Neo's convention: the token itself included)."""
+    q = torch.arange(past, past + t, device=device)[:, None]
+    k = torch.arange(past + t, device=device)[None, :]
+    allowed = k <= q
+    if window is not None:
+        allowed &= k > q - window
+    return allowed
+
+
+class Attention(nn.Module):
+    """All heads of a layer in one fused qkv projection and one SDPA call."""
+
+    def __init__(self, spec: ModelSpec, shape: LayerShape) -> None:
+        super().__init__()
+        self.heads, self.head_dim, self.width = shape.heads, shape.head_dim, shape.width
+        self.qkv = nn.Linear(spec.d_model, 3 * self.width, bias=spec.qkv_bias)
+        self.out = nn.Linear(self.width, spec.d_model, bias=spec.out_bias)
+        self.causal = spec.causal
+        self.window = spec.window if shape.attention == "local" else None
+        self.scale = 1.0 if spec.score_scale == "none" else self.head_dim**-0.5
+        self.dropout = spec.dropout
+
+    def forward(self, x: Tensor, cache: LayerCache | None = None) -> Tensor:
+        b, t, _ = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        past = 0
+        if cache is not None:
+            past = 0 if cache.k is None else cache.k.shape[2]
+            k, v = cache.extend(k, v)
+        mask, is_causal = None, False
+        if self.causal:
+            # Only a local layer whose window is shorter than the keys needs a band mask; a
+            # single new query sees every key; a fresh sequence uses SDPA's own causal path.
+            if self.window is not None and past + t > self.window:
+                mask = attention_mask(past, t, self.window, x.device)
+            elif past == 0:
+                is_causal = t > 1
+            elif t > 1:
+                mask = attention_mask(past, t, None, x.device)
+        y = F.scaled_dot_product_attention(
+            q, k, v,
+            attn_mask=mask,
+            is_causal=is_causal,
+            dropout_p=self.dropout if self.training else 0.0,
+            scale=self.scale,
+        )
+        return self.out(y.transpose(1, 2).reshape(b, t, self.width))
+
+
+class MLP(nn.Module):
+    def __init__(self, spec: ModelSpec, shape: LayerShape) -> None:
+        super().__init__()
+        self.fc = nn.Linear(spec.d_model, shape.mlp_hidden, bias=spec.mlp_bias)
+        self.proj = nn.Linear(shape.mlp_hidden, spec.d_model, bias=spec.mlp_bias)
+        self.act = ACTIVATIONS[spec.activation]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.proj(self.act(self.fc(x)))
+
+
+class Block(nn.Module):
+    """Attention and MLP with residuals; pre-norm (GPT-Neo) or post-norm (Amsel et al.)."""
+
+    def __init__(self, spec: ModelSpec, shape: LayerShape) -> None:
+        super().__init__()
+        self.pre_norm = spec.norm == "layernorm_pre"
+        self.norm1 = make_norm(spec)
+        self.attn = Attention(spec, shape)
+        self.norm2 = make_norm(spec)
+        self.mlp = MLP(spec, shape)
+        self.drop = nn.Dropout(spec.dropout)
+
+    def forward(self, x: Tensor, cache: LayerCache | None = None) -> Tensor:
+        if self.pre_norm:
+            x = x + self.drop(self.attn(self.norm1(x), cache))
+            return x + self.drop(self.mlp(self.norm2(x)))
+        x = self.norm1(x + self.drop(self.attn(x, cache)))
+        return self.norm2(x + self.drop(self.mlp(x)))
+
+
+class Transformer(nn.Module):
+    """A decoder LM (token ids -> logits) or, with ``vocab_size=None``, a vector encoder."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        d = spec.d_model
+        self.tok_emb = nn.Embedding(spec.vocab_size, d) if spec.vocab_size else None
+        self.pos_emb = nn.Embedding(spec.max_seq_len, d) if spec.positions == "learned" else None
+        self.drop = nn.Dropout(spec.dropout)
+        self.blocks = nn.ModuleList(Block(spec, shape) for shape in spec.layers())
+        self.norm_f = nn.LayerNorm(d, eps=spec.layer_norm_eps) if spec.norm == "layernorm_pre" else nn.Identity()
+        self.lm_head = None
+        if spec.vocab_size:
+            self.lm_head = nn.Linear(d, spec.vocab_size, bias=False)
+            if spec.tie_embeddings:
+                self.lm_head.weight = self.tok_emb.weight
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        # GPT-Neo's initialisation: N(0, std) weights, zero biases, LayerNorm (1, 0).
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=self.spec.init_std)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    def forward(self, inputs: Tensor, cache: KVCache | None = None) -> Tensor:
+        """Logits [B, T, vocab] for token ids [B, T]; or vectors [B, N, d] for vectors [B, N, d]."""
+        x = self.tok_emb(inputs) if self.tok_emb is not None else inputs
+        t = x.shape[1]
+        past = cache.length if cache is not None else 0
+        if past + t > self.spec.max_seq_len:
+            raise HeadwiseError(
+                f"sequence of {past + t} positions is longer than the model's max_seq_len {self.spec.max_seq_len}"
+            )
+        if self.pos_emb is not None:
+            x = x + self.pos_emb(torch.arange(past, past + t, device=x.device))
+        x = self.drop(x)
+        for i, block in enumerate(self.blocks):
+            x = block(x, cache.layers[i] if cache is not None else None)
+        if cache is not None:
+            cache.length += t
+        x = self.norm_f(x)
+        return self.lm_head(x) if self.lm_head is not None else x
+
+    def new_cache(self) -> KVCache:
+        return KVCache(len(self.blocks))
+
+    def num_params(self) -> int:
+        """Trainable parameters, tied weights counted once."""
+        return sum(p.numel() for p in self.parameters())
+
+
+SPEC_FILE = "spec.json"
+WEIGHTS_FILE = "model.safetensors"
+
+
+def save_pretrained(model: Transformer, directory: str | Path) -> None:
+    """Write ``model.safetensors`` and ``spec.json`` into ``directory``."""
+    from headwise.config import atomic_write_text
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f".{WEIGHTS_FILE}.tmp"
+    save_model(model, str(tmp))
+    tmp.replace(directory / WEIGHTS_FILE)
+    atomic_write_text(directory / SPEC_FILE, json.dumps(model.spec.to_dict(), indent=2))
+
+
+def load_pretrained(directory: str | Path, map_location: str | torch.device = "cpu") -> Transformer:
+    """Build the model of ``spec.json`` and load ``model.safetensors``; they must agree."""
+    directory = Path(directory)
+    spec_path, weights_path = directory / SPEC_FILE, directory / WEIGHTS_FILE
+    for p in (spec_path, weights_path):
+        if not p.is_file():
+            raise HeadwiseError(f"{p} is missing: {directory} is not a saved headwise model")
+    spec = ModelSpec.parse(json.loads(spec_path.read_text()), source=str(spec_path))
+    model = Transformer(spec)
+    try:
+        load_model(model, str(weights_path), strict=True, device=str(map_location))
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()
+        detail = next((line.strip() for line in first[1:] if line.strip()), first[0] if first else "")
+        raise HeadwiseError(f"{weights_path} does not match {spec_path}: {detail}") from None
+    return model

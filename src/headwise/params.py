@@ -1,0 +1,75 @@
+"""Exact, analytic parameter counts of a :class:`~headwise.spec.ModelSpec`.
+
+``count_params(spec)`` equals ``sum(p.numel() for p in Transformer(spec).parameters())`` for every
+spec (a test checks this across the option space), so studies can match parameter budgets
+without building models.
+"""
+
+from __future__ import annotations
+
+from headwise.spec import LayerShape, ModelSpec
+
+
+def norm_params(spec: ModelSpec) -> int:
+    """Parameters of one normalisation layer: LayerNorm has weight and bias, unit-norm one scalar."""
+    return 2 * spec.d_model if spec.norm == "layernorm_pre" else 1
+
+
+def attention_params(spec: ModelSpec, shape: LayerShape) -> int:
+    """q, k, v (d_model -> width, fused) and the output projection (width -> d_model)."""
+    d, w = spec.d_model, shape.width
+    qkv = 3 * d * w + (3 * w if spec.qkv_bias else 0)
+    out = w * d + (d if spec.out_bias else 0)
+    return qkv + out
+
+
+def mlp_params(spec: ModelSpec, shape: LayerShape) -> int:
+    """Two linear maps d_model -> hidden -> d_model."""
+    d, h = spec.d_model, shape.mlp_hidden
+    bias = h + d if spec.mlp_bias else 0
+    return 2 * d * h + bias
+
+
+def block_params(spec: ModelSpec, i: int) -> int:
+    """All parameters of block ``i``: two norms, attention and MLP."""
+    shape = spec.layer(i)
+    return 2 * norm_params(spec) + attention_params(spec, shape) + mlp_params(spec, shape)
+
+
+def param_breakdown(spec: ModelSpec) -> dict[str, int]:
+    """Parameter count per component; the values sum to :func:`count_params`."""
+    d = spec.d_model
+    parts = {
+        "token_embedding": (spec.vocab_size or 0) * d,
+        "position_embedding": spec.max_seq_len * d if spec.positions == "learned" else 0,
+    }
+    for i in range(spec.n_layers):
+        parts[f"block_{i}"] = block_params(spec, i)
+    # Pre-norm models end with a final LayerNorm; post-norm blocks already end normalised.
+    parts["final_norm"] = 2 * d if spec.norm == "layernorm_pre" else 0
+    untied_head = spec.vocab_size is not None and not spec.tie_embeddings
+    parts["lm_head"] = spec.vocab_size * d if untied_head else 0
+    return parts
+
+
+def count_params(spec: ModelSpec) -> int:
+    """Total number of trainable parameters (tied weights counted once)."""
+    return sum(param_breakdown(spec).values())
+
+
+def non_embedding_params(spec: ModelSpec) -> int:
+    """Parameters outside the token and position embeddings (the N of 6N FLOPs per token)."""
+    parts = param_breakdown(spec)
+    return sum(v for k, v in parts.items() if k not in ("token_embedding", "position_embedding"))
+
+
+def flops_per_token(spec: ModelSpec, seq_len: int) -> int:
+    """Training FLOPs per token: 6N + 12 * sum over layers of (attention width x T).
+
+    N counts every matmul weight, the output head included (PaLM appendix B; nanoGPT's
+    ``estimate_mfu``); the second term is the attention score and value products, and
+    uses each layer's own attention width, so it is exact for heterogeneous layers.
+    """
+    n = count_params(spec) - (spec.max_seq_len * spec.d_model if spec.positions == "learned" else 0)
+    attn = sum(12 * s.width * seq_len for s in spec.layers())
+    return 6 * n + attn

@@ -1,0 +1,49 @@
+"""Named model presets, as data (litgpt style). ``spec_from_preset(name, **overrides)``."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from headwise.errors import HeadwiseError
+from headwise.spec import ModelSpec
+
+_GPT_NEO = dict(
+    vocab_size=50257, max_seq_len=2048, activation="gelu_new", window=256,
+    score_scale="none", norm="layernorm_pre", positions="learned", tie_embeddings=True,
+)
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # The blog's model: GPT-Neo, d_model 768, 4 layers (68,514,048 parameters for any tied plan).
+    "blog-gpt-neo": {**_GPT_NEO, "d_model": 768, "n_layers": 4, "heads": [12] * 4,
+                     "attention": ["global", "local"] * 2},
+    # roneneldan/TinyStories-33M's architecture.
+    "tinystories-33m": {**_GPT_NEO, "d_model": 768, "n_layers": 4, "heads": [16] * 4,
+                        "attention": ["global", "local"] * 2},
+    # Leaner Transformers, Table 2: GPT-2 style baseline and the shallow, many-headed model.
+    "gpt2-12x12": {**_GPT_NEO, "d_model": 768, "n_layers": 12, "heads": [12] * 12, "max_seq_len": 1024,
+                   "score_scale": "inv_sqrt"},
+    "leaner-4x16": {**_GPT_NEO, "d_model": 768, "n_layers": 4, "heads": [16] * 4, "max_seq_len": 1024,
+                    "score_scale": "inv_sqrt"},
+    # Amsel et al.'s nearest-neighbour encoder (d = 64, rank per head chosen separately).
+    "amsel-nn": {"vocab_size": None, "d_model": 64, "n_layers": 1, "heads": [1], "head_dim": 64,
+                 "max_seq_len": 256, "mlp_hidden": 2048, "activation": "relu", "causal": False,
+                 "score_scale": "inv_sqrt", "norm": "unitnorm_post", "positions": "none"},
+    # A small LM for CPU studies (pair with a trained bpe:N tokenizer).
+    "tiny-lm": {**_GPT_NEO, "vocab_size": 4096, "d_model": 128, "n_layers": 4, "heads": [4] * 4,
+                "max_seq_len": 256, "attention": None, "score_scale": "inv_sqrt"},
+}
+
+
+def preset_dict(name: str) -> dict[str, Any]:
+    """The spec fields of a named preset (a copy)."""
+    if name not in PRESETS:
+        hint = difflib.get_close_matches(name, PRESETS, n=1)
+        extra = f"; did you mean {hint[0]!r}?" if hint else ""
+        raise HeadwiseError(f"unknown model preset {name!r}{extra} (known: {', '.join(PRESETS)})")
+    return {k: (list(v) if isinstance(v, list) else v) for k, v in PRESETS[name].items()}
+
+
+def spec_from_preset(name: str, **overrides: Any) -> ModelSpec:
+    """A ModelSpec from a named preset with fields overridden."""
+    return ModelSpec.parse({**preset_dict(name), **overrides}, source=f"preset {name}")

@@ -1,0 +1,132 @@
+"""``ModelSpec``: the full description of a transformer whose layers may differ in heads and head width.
+
+A spec is pure data. Per-layer fields accept one value for every layer or a list with one value
+per layer; :meth:`ModelSpec.layer` resolves them for one layer. Validation names the layer, the
+value and what would be valid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from headwise.config import Config
+
+Activation = Literal["gelu_new", "gelu", "relu"]
+AttentionKind = Literal["global", "local"]
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """The resolved shape of one layer."""
+
+    heads: int
+    head_dim: int
+    mlp_hidden: int
+    attention: AttentionKind
+
+    @property
+    def width(self) -> int:
+        """Attention width: the size q, k and v project to (heads x head_dim)."""
+        return self.heads * self.head_dim
+
+
+class ModelSpec(Config):
+    """A transformer with per-layer head counts and head widths.
+
+    ``vocab_size=None`` makes a vector model (inputs and outputs are ``d_model``-vectors, no
+    embedding or output head), used for synthetic tasks such as nearest-neighbour search.
+    """
+
+    vocab_size: int | None = Field(default=50257, gt=0)
+    d_model: int = Field(gt=0)
+    n_layers: int = Field(gt=0)
+    max_seq_len: int = Field(default=2048, gt=0)
+    heads: list[int]
+    #: None: d_model / heads[i] (the standard tie); an int or a per-layer list: decoupled widths.
+    head_dim: int | list[int] | None = None
+    #: MLP hidden width, one for all layers or per layer; None: mlp_ratio * d_model.
+    mlp_hidden: int | list[int] | None = None
+    mlp_ratio: float = Field(default=4.0, gt=0)
+    activation: Activation = "gelu_new"
+    #: Per-layer attention layout; None: every layer global.
+    attention: list[AttentionKind] | None = None
+    window: int = Field(default=256, gt=0)
+    causal: bool = True
+    score_scale: Literal["none", "inv_sqrt"] = "none"
+    norm: Literal["layernorm_pre", "unitnorm_post"] = "layernorm_pre"
+    layer_norm_eps: float = Field(default=1e-5, gt=0)
+    positions: Literal["learned", "none"] = "learned"
+    tie_embeddings: bool = True
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    qkv_bias: bool = False
+    out_bias: bool = True
+    mlp_bias: bool = True
+    init_std: float = Field(default=0.02, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> "ModelSpec":
+        n = self.n_layers
+        for name in ("heads", "attention"):
+            value = getattr(self, name)
+            if value is not None and len(value) != n:
+                raise ValueError(f"{name} has {len(value)} entries but n_layers is {n}: give one per layer")
+        for name in ("head_dim", "mlp_hidden"):
+            value = getattr(self, name)
+            if isinstance(value, list) and len(value) != n:
+                raise ValueError(f"{name} has {len(value)} entries but n_layers is {n}: give one per layer")
+        if not self.causal and "local" in (self.attention or []):
+            raise ValueError("local attention layers need causal = true (the window is defined for decoders)")
+        for i, h in enumerate(self.heads):
+            if h < 1:
+                raise ValueError(f"layer {i}: heads = {h}; every layer needs at least 1 head")
+            if self.head_dim is None and self.d_model % h:
+                valid = ", ".join(str(v) for v in divisors(self.d_model))
+                raise ValueError(
+                    f"layer {i}: heads = {h} does not divide d_model {self.d_model}; "
+                    f"valid counts: {valid} (or set head_dim to decouple head width from d_model)"
+                )
+        for name in ("head_dim", "mlp_hidden"):
+            for i, v in enumerate(self._per_layer(getattr(self, name), -1)):
+                if v is not None and v != -1 and v < 1:
+                    raise ValueError(f"layer {i}: {name} = {v}; it must be a positive integer")
+        return self
+
+    def _per_layer(self, value, default):
+        if value is None:
+            return [default] * self.n_layers
+        if isinstance(value, list):
+            return list(value)
+        return [value] * self.n_layers
+
+    def layer(self, i: int) -> LayerShape:
+        """The resolved shape of layer ``i``."""
+        heads = self.heads[i]
+        head_dim = self._per_layer(self.head_dim, None)[i] or self.d_model // heads
+        mlp = self._per_layer(self.mlp_hidden, None)[i] or int(round(self.mlp_ratio * self.d_model))
+        attention = (self.attention or ["global"] * self.n_layers)[i]
+        return LayerShape(heads=heads, head_dim=head_dim, mlp_hidden=mlp, attention=attention)
+
+    def layers(self) -> list[LayerShape]:
+        """Resolved shapes of every layer."""
+        return [self.layer(i) for i in range(self.n_layers)]
+
+    @property
+    def total_heads(self) -> int:
+        return sum(self.heads)
+
+    @property
+    def head_dims(self) -> list[int]:
+        return [s.head_dim for s in self.layers()]
+
+    @property
+    def is_uniform(self) -> bool:
+        """True when every layer has the same head count and head width."""
+        return len(set(self.heads)) == 1 and len(set(self.head_dims)) == 1
+
+
+def divisors(n: int) -> list[int]:
+    """All positive divisors of ``n``, ascending."""
+    return [k for k in range(1, n + 1) if n % k == 0]

@@ -1,0 +1,1 @@
+"""Training tasks behind one interface: language modelling and the nearest-neighbour target."""
