@@ -122,8 +122,10 @@ def _fields_at(cls: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
 
 
 def describe_validation_error(cls: type[BaseModel], exc: ValidationError, source: str) -> str:
-    """Turn the first pydantic error into one readable line."""
-    err = exc.errors()[0]
+    """Turn the most useful pydantic error into one readable line (a misspelt key first, since
+    it usually also explains a "missing" one)."""
+    errors = exc.errors()
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = tuple(err["loc"])
     where = ".".join(str(p) for p in loc) or "(top level)"
     if err["type"] == "extra_forbidden":

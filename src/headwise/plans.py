@@ -15,6 +15,7 @@ plan with the nearest total is chosen (fewer heads on a tie) and the plan says s
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
@@ -50,7 +51,10 @@ def valid_counts(d_model: int, tied: bool, limit: int) -> list[int]:
 
 
 def _nearest(valid: Sequence[int], x: float) -> int:
-    return min(valid, key=lambda v: (abs(v - x), v))
+    """The valid count nearest to x (the smaller on a tie); ``valid`` is sorted."""
+    i = bisect.bisect_left(valid, x)
+    near = valid[max(i - 1, 0): i + 1]
+    return min(near, key=lambda v: (abs(v - x), v))
 
 
 def _shape(scheme: str, n_layers: int, ratio: float) -> list[float]:
@@ -116,9 +120,11 @@ def plan_heads(
         raise HeadwiseError(f"ratio = {ratio}; use a ratio >= 1 (the scheme sets the direction)")
     valid = valid_counts(d_model, tied, limit=total_heads)
     shape = _shape(scheme, n_layers, ratio)
-    # Every candidate plan is the shape scaled by some base count, each layer snapped to a
-    # valid count; the scale of the smallest layer runs over all valid counts.
-    candidates = {tuple(_nearest(valid, base * s) for s in shape) for base in valid}
+    # Every candidate plan is the shape scaled by a base size, each layer snapped to a valid
+    # count; the base runs in steps of 1/16 up to the largest valid count, which reaches every
+    # plan the snapping can produce for ratios used in practice.
+    bases = (k / 16 for k in range(16, 16 * valid[-1] + 1))
+    candidates = {tuple(_nearest(valid, base * s) for s in shape) for base in bases}
     best = min(candidates, key=lambda c: (abs(sum(c) - total_heads), sum(c)))
     plan = HeadPlan(scheme, list(best), total_heads)
     if not plan.exact:
