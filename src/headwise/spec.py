@@ -36,10 +36,12 @@ class LayerShape:
 class ModelSpec(Config):
     """A transformer with per-layer head counts and head widths.
 
-    ``vocab_size=None`` makes a vector model (inputs and outputs are ``d_model``-vectors, no
-    embedding or output head), used for synthetic tasks such as nearest-neighbour search.
+    ``inputs="vectors"`` (or ``vocab_size=None``) makes a vector model: inputs and outputs are
+    ``d_model``-vectors, with no embedding or output head, for synthetic tasks such as
+    nearest-neighbour search.
     """
 
+    inputs: Literal["tokens", "vectors"] = "tokens"
     vocab_size: int | None = Field(default=50257, gt=0)
     d_model: int = Field(gt=0)
     n_layers: int = Field(gt=0)
@@ -65,6 +67,18 @@ class ModelSpec(Config):
     out_bias: bool = True
     mlp_bias: bool = True
     init_std: float = Field(default=0.02, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _vector_inputs(cls, data):
+        # Either spelling selects a vector model; TOML cannot store None, so `inputs` is what
+        # a saved spec keeps.
+        if isinstance(data, dict):
+            if "vocab_size" in data and data["vocab_size"] is None:
+                data = {**data, "inputs": "vectors"}
+            if data.get("inputs") == "vectors":
+                data = {**data, "vocab_size": None}
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> "ModelSpec":
