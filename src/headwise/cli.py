@@ -22,7 +22,10 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     import headwise.commands as commands
 
+    from headwise import __version__
+
     parser = _Parser(prog="headwise", description="Study how a transformer's attention heads are allocated.")
+    parser.add_argument("--version", action="version", version=f"headwise {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"headwise.commands.{info.name}")
