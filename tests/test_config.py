@@ -47,3 +47,27 @@ def test_missing_and_malformed_files(tmp_path):
 def test_type_errors_name_the_key():
     with pytest.raises(HeadwiseError, match=r"d_model: .*got 'wide'"):
         ModelSpec.parse({"d_model": "wide", "n_layers": 1, "heads": [1]})
+
+
+def test_unknown_key_inside_a_tagged_union_suggests_from_the_right_member():
+    from typing import Annotated, Literal, Union
+
+    from pydantic import Field
+
+    from headwise.config import Config
+
+    class A(Config):
+        kind: Literal["a"] = "a"
+        block_size: int = 1
+
+    class B(Config):
+        kind: Literal["b"]
+        n_points: int = 1
+
+    class Run(Config):
+        task: Annotated[Union[A, B], Field(discriminator="kind")]
+
+    with pytest.raises(HeadwiseError, match=r"unknown key 'task.blok_size'; did you mean 'block_size'\?"):
+        Run.parse({"task": {"kind": "a", "blok_size": 3}})
+    with pytest.raises(HeadwiseError, match=r"unknown key 'task.n_pionts'; did you mean 'n_points'\?"):
+        Run.parse({"task": {"kind": "b", "n_pionts": 3}})

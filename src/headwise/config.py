@@ -102,23 +102,43 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> None:
         node[parts[-1]] = parse_value(raw.strip())
 
 
-def _fields_at(cls: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """The field names of the model reached by following ``loc`` from ``cls``."""
+def _model_in(annotation: Any, tag: Any = None) -> type[BaseModel] | None:
+    """The pydantic model inside an annotation (Optional, Annotated, or a union tagged ``tag``)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    members = []
+    for arg in getattr(annotation, "__args__", None) or ():
+        model = _model_in(arg)
+        if model is not None:
+            members.append(model)
+    for model in members:
+        kind = model.model_fields.get("kind")
+        if tag is not None and kind is not None and tag in getattr(kind.annotation, "__args__", ()):
+            return model
+    return members[0] if len(members) == 1 else None
+
+
+def _resolve_loc(cls: type[BaseModel], loc: tuple[Any, ...]) -> tuple[list[str], list[str]]:
+    """Follow an error location from ``cls``: the readable path (union tags and list indices
+    dropped) and the field names of the model the path ends in."""
     model: Any = cls
-    for part in loc:
-        if not (isinstance(model, type) and issubclass(model, BaseModel)):
-            return []
-        field = model.model_fields.get(part)
+    path: list[str] = []
+    i = 0
+    while i < len(loc):
+        part = loc[i]
+        field = model.model_fields.get(part) if isinstance(model, type) and issubclass(model, BaseModel) else None
         if field is None:
-            return []
-        model = field.annotation
-        # Optional[Model] / Model | None
-        args = getattr(model, "__args__", None)
-        if args:
-            model = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)), model)
-    if isinstance(model, type) and issubclass(model, BaseModel):
-        return list(model.model_fields)
-    return []
+            path.extend(str(p) for p in loc[i:] if not isinstance(p, int))
+            return path, []
+        path.append(str(part))
+        nxt = loc[i + 1] if i + 1 < len(loc) else None
+        inner = _model_in(field.annotation, tag=nxt)
+        # A tagged union puts the tag in the location: skip it.
+        if inner is not None and nxt is not None and "kind" in inner.model_fields and nxt not in inner.model_fields:
+            i += 1
+        model = inner
+        i += 1
+    return path, list(model.model_fields) if isinstance(model, type) and issubclass(model, BaseModel) else []
 
 
 def describe_validation_error(cls: type[BaseModel], exc: ValidationError, source: str) -> str:
@@ -127,10 +147,11 @@ def describe_validation_error(cls: type[BaseModel], exc: ValidationError, source
     errors = exc.errors()
     err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = tuple(err["loc"])
-    where = ".".join(str(p) for p in loc) or "(top level)"
+    path, _ = _resolve_loc(cls, loc)
+    where = ".".join(path) or "(top level)"
     if err["type"] == "extra_forbidden":
         name = str(loc[-1])
-        known = _fields_at(cls, loc[:-1])
+        _, known = _resolve_loc(cls, loc[:-1])
         hint = difflib.get_close_matches(name, known, n=1)
         suggestion = f"; did you mean {hint[0]!r}?" if hint else f"; valid keys: {', '.join(known)}"
         return f"{source}: unknown key {where!r}{suggestion}"

@@ -1,0 +1,140 @@
+"""``headwise data``: tokenize text into caches and inspect them.
+
+    headwise data prepare tinystories-train-sample.txt --tokenizer bpe:4096 --validation tinystories-valid-sample.txt
+    headwise data prepare --config run.toml          # the run's [task] table
+    headwise data info tinystories-train-sample.txt  # the plan and whether its cache is ready
+    headwise data info ~/.cache/headwise/<cache>     # a cache's contents, checked
+    headwise data list
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from headwise.config import read_toml
+from headwise.data.cache import META, CacheInvalid, TokenCache, cache_name, default_cache_dir, list_caches, prepare
+from headwise.data.plan import DataConfig, plan_data
+from headwise.errors import HeadwiseError
+from headwise.tasks.config import LMTaskConfig, parse_task_config
+
+NAME = "data"
+HELP = "prepare token caches from TinyStories (hub or local files) and inspect them"
+
+# DataConfig fields that have a command-line option of the same name
+_OPTIONS = ("format", "field", "split", "tokenizer", "subset", "subset_order", "validation", "seed", "cache_dir")
+
+
+def _data_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "source", nargs="?", help="file, folder or hub name (default: the config's, else roneneldan/TinyStories)"
+    )
+    p.add_argument("--config", metavar="TOML", help="take the data settings from this run config's [task] table")
+    p.add_argument("--format", choices=["auto", "stories", "stream", "jsonl", "parquet", "hub"], help="default: auto")
+    p.add_argument("--field", help="text field of jsonl/parquet/hub data (default: text, else story)")
+    p.add_argument("--split", help="hub split to train on (default: train)")
+    p.add_argument("--tokenizer", help="gpt-neo (default) or bpe:N")
+    p.add_argument("--subset", type=int, metavar="K", help="use only K training stories")
+    p.add_argument("--subset-order", choices=["first", "random"], help="the first K (default) or a seeded random K")
+    p.add_argument("--validation", help="auto, split:NAME, fraction:F, or a path / hub name")
+    p.add_argument("--seed", type=int, help="seed of the random subset and the hold-out (default 0)")
+    p.add_argument("--cache-dir", help=f"where caches live (default: $HEADWISE_CACHE or {default_cache_dir()})")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``prepare``, ``info`` and ``list`` sub-commands."""
+    sub = parser.add_subparsers(dest="data_command", required=True, metavar="ACTION")
+    p = sub.add_parser("prepare", help="tokenize a source into a cache (reused when already built)")
+    _data_options(p)
+    p.add_argument(
+        "--rebuild", action="store_true", help="build again even if a cache exists (also replaces a bad one)"
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p = sub.add_parser("info", help="show a cache folder (checked), or what a source would give")
+    _data_options(p)
+    p = sub.add_parser("list", help="list the caches in the cache folder")
+    p.add_argument("--cache-dir", help="default: $HEADWISE_CACHE or ~/.cache/headwise")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def data_config(args: argparse.Namespace) -> DataConfig:
+    """The data request of the command line: the config's ``[task]`` table (if any), then the options."""
+    values: dict[str, Any] = {}
+    if args.config:
+        table = read_toml(args.config).get("task", {})
+        task = parse_task_config(table, source=f"{args.config} [task]")
+        if not isinstance(task, LMTaskConfig):
+            raise HeadwiseError(f"the [task] of {args.config} is a {task.kind!r} task: it has no text to prepare")
+        values = task.data_fields()
+    if args.source is not None:
+        values["source"] = args.source
+    for name in _OPTIONS:
+        value = getattr(args, name)
+        if value is not None:
+            values[name] = value
+    return DataConfig.parse(values, source="headwise data")
+
+
+def _cache_summary(cache: TokenCache) -> dict[str, Any]:
+    meta = cache.meta
+    return {
+        "cache": str(cache.path),
+        "data": meta.get("description", ""),
+        "tokenizer": meta["tokenizer"]["spec"],
+        "vocab_size": cache.vocab_size,
+        "dtype": meta["dtype"],
+        "train_tokens": cache.num_tokens("train"),
+        "valid_tokens": cache.num_tokens("valid"),
+        "train_documents": meta["splits"]["train"]["documents"],
+        "valid_documents": meta["splits"]["valid"]["documents"],
+    }
+
+
+def _print(summary: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(summary, indent=2))
+        return
+    width = max(len(k) for k in summary)
+    for key, value in summary.items():
+        shown = f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else value
+        print(f"{key:<{width}}  {shown}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``headwise data ACTION``."""
+    if args.data_command == "list":
+        rows = []
+        for path in list_caches(args.cache_dir):
+            try:
+                rows.append({**_cache_summary(TokenCache.open(path, verify=False)), "ok": True})
+            except CacheInvalid as exc:
+                rows.append({"cache": str(path), "ok": False, "problem": str(exc)})
+        if args.json:
+            print(json.dumps(rows, indent=2))
+            return 0
+        for row in rows:
+            detail = f"{row['train_tokens']:,} train tokens, {row['tokenizer']}" if row["ok"] else row["problem"]
+            print(f"{row['cache']}  {detail}")
+        return 0
+    if args.data_command == "info" and args.source and (Path(args.source).expanduser() / META).is_file():
+        _print(_cache_summary(TokenCache.open(Path(args.source).expanduser())), args.json)
+        return 0
+    cfg = data_config(args)
+    if args.data_command == "prepare":
+        cache = prepare(cfg, rebuild=args.rebuild, progress=not args.quiet and not args.json)
+        _print(_cache_summary(cache), args.json)
+        return 0
+    plan = plan_data(cfg)
+    folder = Path(cfg.cache_dir or default_cache_dir()).expanduser() / cache_name(plan)
+    summary: dict[str, Any] = {"data": plan.describe(), "cache": str(folder), "ready": False}
+    if folder.exists():
+        try:
+            summary.update(_cache_summary(TokenCache.open(folder, plan.request())))
+            summary["ready"] = True
+        except CacheInvalid as exc:
+            summary["problem"] = str(exc)
+    _print(summary, args.json)
+    return 0

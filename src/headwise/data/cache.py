@@ -1,0 +1,350 @@
+"""Token caches: text tokenized once into flat token files, reused while the request is the same.
+
+A cache is a folder ``<cache_dir>/<source>-<tokenizer>-<key>/`` holding
+
+- ``train.bin``, ``valid.bin``: token ids, uint16 when the vocabulary fits, else uint32; every
+  document is followed by the end-of-text id
+- ``tokenizer.json``: the trained BPE (``bpe:N`` only), so runs and generation use exactly it
+- ``meta.json``: the request (source files with sizes and times, subset, validation, tokenizer),
+  the tokenizer's hash, token and document counts, each file's sha256 and the format version
+
+``key`` is a hash of the request: the same request finds the same folder, a different one builds
+a new folder beside it (a local file that changes size or time is a new request; a hub dataset is
+known by its name and split only). A cache is built in a hidden temporary folder and renamed into place when
+complete, so an interrupted prepare never leaves a folder that looks complete (hidden ``.tmp``
+folders are leftovers of interrupted prepares and may be deleted). Opening a cache checks the
+format, the request, the tokenizer's hash, the file sizes (truncation) and the sha256 of every
+file (corruption); a bad cache is refused with one line, or rebuilt when asked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from headwise.config import atomic_write_text
+from headwise.data.plan import DataConfig, DataPlan, plan_data
+from headwise.data.tokenizer import BPETokenizer, Tokenizer, gpt_neo_tokenizer, parse_tokenizer_spec
+from headwise.errors import HeadwiseError
+
+CACHE_FORMAT = 1
+META = "meta.json"
+TOKENIZER_FILE = "tokenizer.json"
+SPLITS = ("train", "valid")
+# Documents are encoded in groups of about this many characters (parallel inside a group).
+_GROUP_CHARS = 1 << 22
+_GROUP_DOCS = 8192
+
+
+def default_cache_dir() -> Path:
+    """``$HEADWISE_CACHE``, else ``~/.cache/headwise``."""
+    value = os.environ.get("HEADWISE_CACHE")
+    return Path(value).expanduser() if value else Path.home() / ".cache" / "headwise"
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """uint16 when every id fits, else uint32."""
+    return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
+
+
+def request_key(request: dict[str, Any]) -> str:
+    """A short stable hash of a request."""
+    canonical = json.dumps({"format": CACHE_FORMAT, **request}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def cache_name(plan: DataPlan) -> str:
+    """The folder name of a plan's cache: readable prefix plus the request's key."""
+    train = plan.train
+    base = Path(train.name).stem if train.kind != "hub" or Path(train.name).exists() else train.name.replace("/", "--")
+    if train.split and train.split != "train":
+        base += f"-{train.split}"
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", base).strip("-.")[:40] or "data"
+    return f"{slug}-{plan.tokenizer.replace(':', '')}-{request_key(plan.request())}"
+
+
+class CacheInvalid(HeadwiseError):
+    """A cache folder that must not be used (incomplete, truncated, corrupted or mismatched)."""
+
+
+@dataclass
+class TokenCache:
+    """An opened, checked token cache."""
+
+    path: Path
+    meta: dict[str, Any]
+    tokenizer: Tokenizer
+
+    @property
+    def vocab_size(self) -> int:
+        """Size of the tokenizer's vocabulary (the model's vocab_size)."""
+        return int(self.meta["tokenizer"]["vocab_size"])
+
+    @property
+    def dtype(self) -> np.dtype:
+        """dtype of the token files."""
+        return np.dtype(self.meta["dtype"])
+
+    def num_tokens(self, split: str) -> int:
+        """Tokens in ``split`` ("train" or "valid")."""
+        return int(self.meta["splits"][split]["tokens"])
+
+    def tokens(self, split: str) -> np.ndarray:
+        """The token ids of ``split`` as a read-only memory map (not loaded into memory)."""
+        info = self.meta["splits"][split]
+        return np.memmap(self.path / info["file"], dtype=self.dtype, mode="r", shape=(int(info["tokens"]),))
+
+    @classmethod
+    def open(cls, path: str | Path, request: dict[str, Any] | None = None, verify: bool = True) -> "TokenCache":
+        """Open a cache folder, checking its metadata, tokenizer and files (and, when given, that
+        it was built from ``request``); raises :class:`CacheInvalid` with the reason."""
+        path = Path(path)
+
+        def invalid(reason: str) -> CacheInvalid:
+            return CacheInvalid(f"token cache {path} is unusable: {reason}")
+
+        try:
+            meta = json.loads((path / META).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise invalid(f"{META} is missing (an interrupted build, or not a headwise cache)") from None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise invalid(f"{META} is not valid JSON") from None
+        if not isinstance(meta, dict) or meta.get("format") != CACHE_FORMAT:
+            found = meta.get("format") if isinstance(meta, dict) else None
+            raise invalid(f"format version {found!r}, this headwise reads {CACHE_FORMAT}")
+        try:
+            if request is not None and meta["request"] != request:
+                raise invalid("it was built from a different request (source files, subset, validation or tokenizer)")
+            tokenizer = _cache_tokenizer(path, meta)
+            if tokenizer.sha256 != meta["tokenizer"]["sha256"]:
+                raise invalid("its tokenizer differs from the one it was built with")
+            itemsize = np.dtype(meta["dtype"]).itemsize
+            for split in SPLITS:
+                info = meta["splits"][split]
+                file = path / info["file"]
+                if not file.is_file():
+                    raise invalid(f"{info['file']} is missing")
+                expected = int(info["tokens"]) * itemsize
+                if file.stat().st_size != expected:
+                    raise invalid(f"{info['file']} has {file.stat().st_size} bytes, expected {expected} (truncated?)")
+                if verify and _sha256_file(file) != info["sha256"]:
+                    raise invalid(f"{info['file']} does not match its recorded sha256 (corrupted)")
+        except CacheInvalid:
+            raise
+        except HeadwiseError as exc:  # e.g. its tokenizer file is missing or unreadable
+            raise invalid(str(exc)) from None
+        except (KeyError, TypeError, ValueError) as exc:
+            raise invalid(f"{META} lacks or garbles {exc}") from None
+        return cls(path=path, meta=meta, tokenizer=tokenizer)
+
+
+def _cache_tokenizer(path: Path, meta: dict[str, Any]) -> Tokenizer:
+    spec = meta["tokenizer"]["spec"]
+    n = parse_tokenizer_spec(spec)
+    if n is None:
+        return gpt_neo_tokenizer()
+    return BPETokenizer.load(path / TOKENIZER_FILE, n)
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def prepare(
+    cfg: DataConfig, cache_dir: str | Path | None = None, rebuild: bool = False, progress: bool = False
+) -> TokenCache:
+    """Tokenize the data of ``cfg`` into a cache, or reuse the cache of the same request.
+
+    ``cache_dir`` overrides ``cfg.cache_dir`` (default :func:`default_cache_dir`). A valid cache is
+    reused unless ``rebuild``; an unusable one is refused with its reason unless ``rebuild``.
+    Bad input fails with one line and leaves nothing behind: most of it is caught before anything
+    is written, the rest (a bad byte deep in a file) while building in the temporary folder.
+    """
+    plan = plan_data(cfg)
+    root = Path(cache_dir or cfg.cache_dir or default_cache_dir()).expanduser()
+    final = root / cache_name(plan)
+    request = plan.request()
+    if final.exists() and not rebuild:
+        try:
+            return TokenCache.open(final, request)
+        except CacheInvalid as exc:
+            raise CacheInvalid(f"{exc}; rebuild it (headwise data prepare --rebuild) or delete the folder") from None
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}.", suffix=".tmp"))
+    try:
+        _build(plan, request, tmp, progress)
+        _share(tmp)
+        _install(tmp, final, replace=rebuild)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return TokenCache.open(final, request)
+
+
+def _share(folder: Path) -> None:
+    """Give the build the permissions of an ordinary folder (temporary files are private)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    folder.chmod(0o777 & ~umask)
+    for f in folder.iterdir():
+        f.chmod(0o666 & ~umask)
+
+
+def _install(tmp: Path, final: Path, replace: bool) -> None:
+    """Move a complete build into place (atomic rename; an old cache is removed only after)."""
+    old = None
+    if replace and final.exists():
+        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        final.rename(old)
+    try:
+        tmp.rename(final)
+    except OSError:
+        if not final.exists():
+            raise
+        # Another process finished the same cache first: keep theirs (opened and checked next).
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+class _SplitWriter:
+    """Appends token ids to one split's file, counting and hashing as it goes."""
+
+    def __init__(self, path: Path, dtype: np.dtype) -> None:
+        self.file = open(path, "wb")
+        self.dtype = dtype
+        self.sha = hashlib.sha256()
+        self.tokens = 0
+        self.documents = 0
+
+    def write(self, ids: np.ndarray, documents: int) -> None:
+        data = ids.astype(self.dtype).tobytes()
+        self.file.write(data)
+        self.sha.update(data)
+        self.tokens += len(ids)
+        self.documents += documents
+
+    def close(self) -> None:
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+
+
+def _build(plan: DataPlan, request: dict[str, Any], tmp: Path, progress: bool) -> None:
+    n = parse_tokenizer_spec(plan.tokenizer)
+    with _Progress(progress, plan) as bar:
+        if n is None:
+            tokenizer: Tokenizer = gpt_neo_tokenizer()
+        else:
+            bar.status(f"training {plan.tokenizer} on the training stories")
+            tokenizer = BPETokenizer.train(plan.train_documents(), n)
+            tokenizer.save(tmp / TOKENIZER_FILE)
+        dtype = token_dtype(tokenizer.vocab_size)
+        writers = {split: _SplitWriter(tmp / f"{split}.bin", dtype) for split in SPLITS}
+        started = time.perf_counter()
+        try:
+            for role, texts in _groups(plan.documents()):
+                ids = tokenizer.encode_documents(texts)
+                writers[role].write(ids, len(texts))
+                bar.advance(role, len(texts), len(ids))
+        finally:
+            for w in writers.values():
+                w.close()
+    for split, what in (("train", "training"), ("valid", "validation")):
+        if writers[split].tokens == 0:
+            hint = "check the source"
+            if split == "valid":
+                hint = "raise the fraction (validation = 'fraction:0.2') or give a validation file"
+            raise HeadwiseError(f"the {what} set is empty ({plan.describe()}): {hint}")
+    meta = {
+        "format": CACHE_FORMAT,
+        "request": request,
+        "description": plan.describe(),
+        "tokenizer": tokenizer.describe(),
+        "dtype": dtype.name,
+        "splits": {
+            split: {"file": f"{split}.bin", "tokens": w.tokens, "documents": w.documents, "sha256": w.sha.hexdigest()}
+            for split, w in writers.items()
+        },
+        "seconds": round(time.perf_counter() - started, 3),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    # meta.json is written last: a folder without it is never taken for a complete cache.
+    atomic_write_text(tmp / META, json.dumps(meta, indent=2) + "\n")
+
+
+def _groups(documents: Iterator[tuple[str, str]]) -> Iterator[tuple[str, list[str]]]:
+    """Consecutive documents of one role, in groups big enough to encode in parallel."""
+    role, group, chars = None, [], 0
+    for r, text in documents:
+        if group and (r != role or chars >= _GROUP_CHARS or len(group) >= _GROUP_DOCS):
+            yield role, group
+            group, chars = [], 0
+        role = r
+        group.append(text)
+        chars += len(text)
+    if group:
+        yield role, group
+
+
+class _Progress:
+    """A rich progress display on stderr while a cache is built (silent when disabled)."""
+
+    def __init__(self, enabled: bool, plan: DataPlan) -> None:
+        self.enabled = enabled
+        self.total = plan.subset
+        self.tokens = 0
+
+    def __enter__(self) -> "_Progress":
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[tokens]}"),
+                TimeElapsedColumn(),
+                console=Console(file=sys.stderr),
+            )
+            self.progress.start()
+            self.task = self.progress.add_task("stories", total=self.total, tokens="")
+        return self
+
+    def status(self, text: str) -> None:
+        if self.enabled:
+            self.progress.update(self.task, description=text)
+
+    def advance(self, role: str, documents: int, tokens: int) -> None:
+        if self.enabled:
+            self.tokens += tokens
+            self.progress.update(
+                self.task, description=f"tokenizing ({role})", advance=documents if role == "train" else 0,
+                tokens=f"{self.tokens:,} tokens",
+            )
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.enabled:
+            self.progress.stop()
+
+
+def list_caches(root: str | Path | None = None) -> list[Path]:
+    """Cache folders under ``root`` (default :func:`default_cache_dir`), hidden temporaries excluded."""
+    root = Path(root or default_cache_dir()).expanduser()
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))

@@ -1,0 +1,97 @@
+"""Language modelling on a token cache: packed blocks in, next-token cross-entropy out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch.nn.functional as F
+from torch import Tensor
+
+from headwise.data.cache import TokenCache
+from headwise.data.packing import PackedStream, gather_blocks, num_blocks
+from headwise.data.tokenizer import Tokenizer
+from headwise.errors import HeadwiseError
+from headwise.tasks.base import Batch, BatchStream, Task
+
+
+class LMTask(Task):
+    """Next-token prediction: inputs and targets are int64 ``[B, block_size]`` token ids; the model
+    returns logits ``[B, block_size, vocab]``.
+
+    Evaluation uses ``eval_batches`` batches of ``eval_batch_size`` validation blocks spread evenly
+    over the validation tokens (fewer when the validation set is smaller; 0 means all of it).
+    """
+
+    io = "lm"
+
+    def __init__(
+        self, cache: TokenCache, block_size: int = 256, eval_batches: int = 8, eval_batch_size: int = 8
+    ) -> None:
+        if block_size < 1 or eval_batch_size < 1 or eval_batches < 0:
+            raise HeadwiseError(
+                f"block_size ({block_size}) and eval_batch_size ({eval_batch_size}) must be at least 1, "
+                f"eval_batches ({eval_batches}) at least 0"
+            )
+        self.cache = cache
+        self.block_size = block_size
+        for split, what in (("train", "training"), ("valid", "validation")):
+            if num_blocks(cache.num_tokens(split), block_size) == 0:
+                raise HeadwiseError(
+                    f"the {what} data of {cache.path} has {cache.num_tokens(split)} tokens, fewer than one "
+                    f"block of block_size + 1 = {block_size + 1}: lower block_size or add data"
+                )
+        self._eval = self._make_eval(eval_batches, eval_batch_size)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.cache.vocab_size
+
+    @property
+    def seq_len(self) -> int:
+        return self.block_size
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The tokenizer the cache was built with (for generation)."""
+        return self.cache.tokenizer
+
+    def train_stream(self, micro_batch: int, seed: int, rank: int = 0, world_size: int = 1) -> BatchStream:
+        return PackedStream(self.cache.tokens("train"), self.block_size, micro_batch, seed, rank, world_size)
+
+    def _make_eval(self, eval_batches: int, eval_batch_size: int) -> list[Batch]:
+        tokens = self.cache.tokens("valid")
+        available = num_blocks(len(tokens), self.block_size)
+        wanted = available if eval_batches == 0 else min(available, eval_batches * eval_batch_size)
+        # Evenly spaced blocks cover the whole validation set, not just its first stories.
+        blocks = np.linspace(0, available - 1, wanted).round().astype(np.int64)
+        return [
+            gather_blocks(tokens, blocks[i:i + eval_batch_size], self.block_size)
+            for i in range(0, wanted, eval_batch_size)
+        ]
+
+    def eval_batches(self) -> list[Batch]:
+        return list(self._eval)
+
+    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        """Mean cross-entropy of logits ``[B, T, V]`` against target ids ``[B, T]`` (in fp32)."""
+        return F.cross_entropy(outputs.reshape(-1, outputs.shape[-1]).float(), targets.reshape(-1))
+
+    def tokens_per_epoch(self) -> int:
+        return num_blocks(self.cache.num_tokens("train"), self.block_size) * self.block_size
+
+    def describe(self) -> dict[str, Any]:
+        meta = self.cache.meta
+        return {
+            "task": "lm",
+            "data": meta.get("description", ""),
+            "cache": str(self.cache.path),
+            "tokenizer": meta["tokenizer"]["spec"],
+            "vocab_size": self.vocab_size,
+            "block_size": self.block_size,
+            "train_tokens": self.cache.num_tokens("train"),
+            "valid_tokens": self.cache.num_tokens("valid"),
+            "train_documents": meta["splits"]["train"]["documents"],
+            "tokens_per_epoch": self.tokens_per_epoch(),
+            "eval_tokens": sum(b.targets.numel() for b in self._eval),
+        }
