@@ -84,22 +84,27 @@ def parse_value(text: str) -> Any:
         return text
 
 
+def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    """Set ``a.b.c`` in a nested dict, creating tables on the way."""
+    parts = [p for p in key.strip().split(".") if p]
+    if not parts:
+        raise HeadwiseError(f"empty key in {key}={value!r}")
+    node = data
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise HeadwiseError(f"key {key!r}: {part!r} is a value, not a section")
+        node = child
+    node[parts[-1]] = value
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> None:
     """Apply ``section.key=value`` overrides to a nested dict, in place."""
     for item in overrides:
         if "=" not in item:
             raise HeadwiseError(f"override {item!r} is not of the form key=value (e.g. optim.lr=3e-4)")
         key, _, raw = item.partition("=")
-        parts = [p for p in key.strip().split(".") if p]
-        if not parts:
-            raise HeadwiseError(f"override {item!r} has an empty key")
-        node = data
-        for part in parts[:-1]:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise HeadwiseError(f"override {item!r}: {part!r} is a value, not a section")
-            node = child
-        node[parts[-1]] = parse_value(raw.strip())
+        set_dotted(data, key, parse_value(raw.strip()))
 
 
 def _model_in(annotation: Any, tag: Any = None) -> type[BaseModel] | None:
