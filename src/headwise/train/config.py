@@ -1,0 +1,265 @@
+"""``RunConfig``: one training run as TOML tables, and its resolution against a task.
+
+Tables: ``[model]`` (an optional ``preset`` plus any :class:`~headwise.spec.ModelSpec` field,
+and an optional ``[model.plan]`` that sets ``heads``), ``[task]``, ``[optim]``, ``[schedule]``,
+``[train]``, ``[eval]``, ``[checkpoint]``, ``[analysis]``. What depends on the task (the
+vocabulary, the number of steps, gradient accumulation) is settled by :func:`resolve_spec`
+and :func:`batch_layout`; :func:`resolved_config` gives the config that reproduces a run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal, Optional
+
+from pydantic import Field, create_model, model_validator
+
+from headwise.config import Config
+from headwise.errors import HeadwiseError
+from headwise.plans import plan_heads
+from headwise.presets import preset_dict
+from headwise.spec import ModelSpec
+from headwise.tasks.base import Task
+from headwise.tasks.config import TaskConfig
+
+Scheme = Literal["constant", "ascending", "descending", "linear", "explicit"]  # headwise.plans.SCHEMES
+
+
+class PlanConfig(Config):
+    """``[model.plan]``: per-layer heads from a scheme and a budget (see :func:`headwise.plans.plan_heads`)."""
+
+    scheme: Scheme
+    total_heads: int | None = Field(default=None, gt=0)
+    ratio: float = Field(default=2.0, gt=0)
+    heads: list[int] | None = None
+
+
+# ``[model]`` accepts every ModelSpec field, each optional (a preset or the spec's default fills
+# it); the spec itself validates the merged values. Built from ModelSpec so the two never drift.
+ModelConfig = create_model(
+    "ModelConfig",
+    __base__=Config,
+    __doc__="``[model]``: an optional preset, any ModelSpec field overriding it, an optional plan.",
+    preset=(Optional[str], None),
+    plan=(Optional[PlanConfig], None),
+    **{name: (Optional[field.annotation], None) for name, field in ModelSpec.model_fields.items()},
+)
+
+
+class OptimConfig(Config):
+    """``[optim]``: AdamW. Weight decay applies to matrices only (see :func:`headwise.train.optim.build_optimizer`)."""
+
+    lr: float = Field(default=3e-4, gt=0)
+    betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = Field(default=0.1, ge=0)
+    eps: float = Field(default=1e-8, gt=0)
+
+
+class ScheduleConfig(Config):
+    """``[schedule]``: linear warm-up (steps or a fraction of the run), then cosine decay to ``min_lr``."""
+
+    warmup_steps: int | None = Field(default=None, ge=0)
+    warmup_frac: float | None = Field(default=None, ge=0, le=1)
+    #: None: a tenth of ``optim.lr`` (nanoGPT's and Chinchilla's choice); resolved in the saved config.
+    min_lr: float | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _one_warmup(self) -> "ScheduleConfig":
+        if self.warmup_steps is not None and self.warmup_frac is not None:
+            raise ValueError("give warmup_steps or warmup_frac, not both")
+        return self
+
+
+class TrainConfig(Config):
+    """``[train]``: batch, duration, precision, device and logging."""
+
+    micro_batch: int = Field(default=8, gt=0)
+    #: micro-batches per optimiser step on each process; or give tokens_per_step instead.
+    grad_accum: int | None = Field(default=None, gt=0)
+    tokens_per_step: int | None = Field(default=None, gt=0)
+    steps: int | None = Field(default=None, gt=0)
+    epochs: float | None = Field(default=None, gt=0)
+    tokens: int | None = Field(default=None, gt=0)
+    #: maximum global gradient norm; 0 turns clipping off.
+    grad_clip: float = Field(default=1.0, ge=0)
+    precision: Literal["fp32", "bf16"] = "fp32"
+    compile: bool = False
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    seed: int = 0
+    log_every: int = Field(default=10, gt=0)
+    #: peak FLOP/s of one device for the MFU estimate; None: a per-device default (see metrics.py).
+    peak_flops: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> "TrainConfig":
+        given = [k for k in ("steps", "epochs", "tokens") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "set exactly one of steps, epochs or tokens for the run's length"
+                + (f" (got {', '.join(given)})" if given else "")
+            )
+        if self.grad_accum is not None and self.tokens_per_step is not None:
+            raise ValueError("give grad_accum or tokens_per_step, not both")
+        return self
+
+
+class EvalConfig(Config):
+    """``[eval]``: evaluate on the task's fixed held-out batches every N steps (0: never) and at the end."""
+
+    every: int = Field(default=0, ge=0)
+    at_end: bool = True
+
+
+class CheckpointConfig(Config):
+    """``[checkpoint]``: save every N steps (0: only at the end and on a signal), keeping the last K."""
+
+    every: int = Field(default=0, ge=0)
+    keep: int = Field(default=2, ge=1)
+    at_end: bool = True
+
+
+class AnalysisConfig(Config):
+    """``[analysis]``: call ``headwise.analysis.conditioning.training_metrics`` every N steps (0: off)."""
+
+    every: int = Field(default=0, ge=0)
+
+
+class RunConfig(Config):
+    """Everything one training run needs; ``RunConfig.load(path, overrides)`` reads a TOML file."""
+
+    model: ModelConfig  # type: ignore[valid-type]
+    task: TaskConfig
+    optim: OptimConfig = OptimConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
+    train: TrainConfig
+    eval: EvalConfig = EvalConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    analysis: AnalysisConfig = AnalysisConfig()
+
+
+@dataclass(frozen=True)
+class PlanInfo:
+    """How ``[model.plan]`` was turned into heads (recorded in the summary)."""
+
+    scheme: str
+    requested_total: int | None
+    total: int
+    notes: list[str]
+
+
+def resolve_spec(model: Any, task: Task, source: str = "config") -> tuple[ModelSpec, PlanInfo | None]:
+    """The ModelSpec of ``[model]`` for ``task``.
+
+    A preset gives the starting fields and the table's own fields override them. An LM task
+    supplies ``vocab_size`` when the table does not set it (so a preset's vocabulary never
+    silently mismatches a trained tokenizer); a vector task has no vocabulary at all.
+    """
+    given = {k: getattr(model, k) for k in model.model_fields_set if k not in ("preset", "plan")}
+    fields: dict[str, Any] = preset_dict(model.preset) if model.preset else {}
+    fields.update(given)
+    where = f"{source} [model]"
+    if task.io == "vectors":
+        if given.get("vocab_size") is not None or given.get("inputs") == "tokens":
+            raise HeadwiseError(f"{where}: this task takes vectors, not tokens: remove vocab_size and inputs")
+        fields.update(inputs="vectors", vocab_size=None)
+    else:
+        if given.get("inputs") == "vectors":
+            raise HeadwiseError(f"{where}: inputs = 'vectors', but this task takes tokens: remove inputs")
+        fields["inputs"] = "tokens"
+        if given.get("vocab_size") is None:
+            fields["vocab_size"] = task.vocab_size
+        elif given["vocab_size"] < task.vocab_size:
+            raise HeadwiseError(
+                f"{where}: vocab_size {given['vocab_size']} is smaller than the tokenizer's {task.vocab_size} "
+                "tokens; omit vocab_size to use the tokenizer's"
+            )
+    info = None
+    if model.plan is not None:
+        if "heads" in given:
+            raise HeadwiseError(f"{where}: give heads or [model.plan], not both")
+        plan = model.plan
+        for key in ("n_layers", "d_model"):
+            if key not in fields:
+                raise HeadwiseError(f"{where}: [model.plan] needs {key} (set it or choose a preset)")
+        head_dim = fields.get("head_dim")
+        heads = plan_heads(plan.scheme, fields["n_layers"], fields["d_model"], plan.total_heads,
+                           ratio=plan.ratio, heads=plan.heads,
+                           head_dim=head_dim if isinstance(head_dim, int) else None)
+        fields["heads"] = heads.heads
+        info = PlanInfo(heads.scheme, heads.requested_total, heads.total, list(heads.notes))
+    spec = ModelSpec.parse(fields, source=where)
+    if spec.max_seq_len < task.seq_len:
+        raise HeadwiseError(
+            f"{where}: max_seq_len {spec.max_seq_len} is shorter than the task's sequences ({task.seq_len}); "
+            f"set model.max_seq_len >= {task.seq_len}"
+        )
+    return spec, info
+
+
+@dataclass(frozen=True)
+class BatchLayout:
+    """How one optimiser step is made of micro-batches, and how many steps the run takes."""
+
+    micro_batch: int
+    grad_accum: int
+    world_size: int
+    seq_len: int
+    steps: int
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens (or points, for vector tasks) in one optimiser step over all processes."""
+        return self.micro_batch * self.grad_accum * self.world_size * self.seq_len
+
+
+def batch_layout(train: TrainConfig, task: Task, world_size: int) -> BatchLayout:
+    """Gradient accumulation and the number of steps, or a HeadwiseError when they cannot work out."""
+    per_micro = train.micro_batch * task.seq_len * world_size
+    if train.tokens_per_step is not None:
+        if train.tokens_per_step % per_micro:
+            raise HeadwiseError(
+                f"train.tokens_per_step {train.tokens_per_step} is not a multiple of micro_batch x seq_len x processes "
+                f"= {train.micro_batch} x {task.seq_len} x {world_size} = {per_micro}; "
+                f"nearest valid: {max(1, round(train.tokens_per_step / per_micro)) * per_micro}"
+            )
+        grad_accum = train.tokens_per_step // per_micro
+    else:
+        grad_accum = train.grad_accum or 1
+    per_step = per_micro * grad_accum
+    if train.steps is not None:
+        steps = train.steps
+    elif train.tokens is not None:
+        steps = math.ceil(train.tokens / per_step)
+    else:
+        per_epoch = task.tokens_per_epoch()
+        if per_epoch is None:
+            raise HeadwiseError("train.epochs needs a task with a finite dataset; this task is endless: use train.steps")
+        if per_epoch < per_step:
+            raise HeadwiseError(
+                f"one optimiser step ({per_step} tokens) is larger than the training data ({per_epoch} tokens): "
+                "lower micro_batch or grad_accum"
+            )
+        steps = math.ceil(train.epochs * per_epoch / per_step)
+    return BatchLayout(train.micro_batch, grad_accum, world_size, task.seq_len, steps)
+
+
+def warmup_steps(schedule: ScheduleConfig, steps: int) -> int:
+    """Warm-up length in optimiser steps."""
+    if schedule.warmup_frac is not None:
+        return int(round(schedule.warmup_frac * steps))
+    return schedule.warmup_steps or 0
+
+
+def min_lr(cfg: RunConfig) -> float:
+    """The floor of the cosine decay."""
+    return cfg.schedule.min_lr if cfg.schedule.min_lr is not None else 0.1 * cfg.optim.lr
+
+
+def resolved_config(cfg: RunConfig, spec: ModelSpec) -> RunConfig:
+    """The config to save with a run: the model as a full spec (preset and plan applied) and
+    every default filled in, so that training it again reproduces the run."""
+    data = cfg.to_dict()
+    data["model"] = spec.to_dict()
+    data["schedule"]["min_lr"] = min_lr(cfg)
+    return RunConfig.parse(data, source="resolved config")

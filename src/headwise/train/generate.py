@@ -1,0 +1,175 @@
+"""Sampling from a trained (or untrained) model, with a KV cache.
+
+:func:`generate` feeds the prompt once and then one token per step through ``model.new_cache()``.
+Once the context would exceed ``max_seq_len`` it recomputes each step on the last
+``max_seq_len`` tokens without a cache (learned positions cannot slide), which is exactly what
+decoding without a cache does, so the two agree throughout.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from headwise.config import read_toml
+from headwise.data.tokenizer import BPETokenizer, Tokenizer, gpt_neo_tokenizer, parse_tokenizer_spec
+from headwise.errors import HeadwiseError
+from headwise.model import SPEC_FILE, Transformer, load_pretrained
+from headwise.spec import ModelSpec
+from headwise.train.checkpoint import latest_checkpoint
+from headwise.train.config import RunConfig
+from headwise.train.trainer import CONFIG_FILE, MODEL_DIR, TOKENIZER_FILE
+
+
+def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
+    """``logits`` [..., V] with everything outside the top ``k`` and outside the smallest set whose
+    probability reaches ``top_p`` (nucleus) set to -inf; the most likely token always stays."""
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        # A token is dropped when the tokens before it already reach top_p.
+        drop_sorted = probs.cumsum(dim=-1) - probs >= top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def next_token(logits: Tensor, temperature: float, top_k: int | None, top_p: float | None,
+               generator: torch.Generator | None) -> int:
+    """Pick from the last position's ``logits`` [V]: argmax when ``temperature`` is 0, else sample."""
+    if temperature == 0:
+        return int(torch.argmax(logits))
+    probs = torch.softmax(filter_logits(logits.float() / temperature, top_k, top_p), dim=-1)
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+@torch.no_grad()
+def generate(model: Transformer, prompt_ids: list[int], max_new_tokens: int, *, temperature: float = 1.0,
+             top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
+             use_cache: bool = True, stop_id: int | None = None) -> list[int]:
+    """New token ids continuing ``prompt_ids`` (at most ``max_new_tokens``; stops after ``stop_id``).
+
+    ``temperature`` 0 is greedy decoding; ``seed`` makes sampling reproducible. The model is put
+    in eval mode (no dropout) and left there.
+    """
+    if model.tok_emb is None:
+        raise HeadwiseError("this model takes vectors, not tokens: there is nothing to generate from a prompt")
+    if not prompt_ids:
+        raise HeadwiseError("the prompt is empty: give at least one token")
+    if temperature < 0 or (top_k is not None and top_k < 1) or (top_p is not None and not 0 < top_p <= 1):
+        raise HeadwiseError(f"need temperature >= 0, top_k >= 1 and 0 < top_p <= 1 "
+                            f"(got {temperature}, {top_k}, {top_p})")
+    model.eval()
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device)
+    if seed is None:
+        generator.seed()
+    else:
+        generator.manual_seed(seed)
+    limit = model.spec.max_seq_len
+    ids = list(prompt_ids)
+    cache = model.new_cache() if use_cache else None
+    pending = ids[-limit:]  # what the model has not seen yet
+    out: list[int] = []
+    for _ in range(max_new_tokens):
+        if cache is not None and cache.length + len(pending) > limit:
+            cache = None  # the window slides from here on: recompute, as without a cache
+        if cache is None:
+            pending = ids[-limit:]
+        x = torch.tensor([pending], dtype=torch.long, device=device)
+        logits = model(x, cache)[0, -1]
+        token = next_token(logits, temperature, top_k, top_p, generator)
+        ids.append(token)
+        out.append(token)
+        pending = [token]
+        if token == stop_id:
+            break
+    return out
+
+
+# ------------------------------------------------------------------------- runs
+
+
+def run_config(run_dir: Path) -> RunConfig:
+    """The resolved config saved in a run directory."""
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise HeadwiseError(f"{run_dir} is not a headwise run (no {CONFIG_FILE})")
+    return RunConfig.parse(read_toml(path), source=str(path))
+
+
+def load_run_model(run_dir: Path, checkpoint: Path | None = None, untrained: bool = False,
+                   seed: int | None = None) -> tuple[Transformer, str]:
+    """The model of a run and where it came from: ``checkpoint`` if given, else the final
+    weights (``model/``), else the latest checkpoint; ``untrained`` builds a freshly
+    initialised model of the run's spec instead (seeded by ``seed``, else the run's seed)."""
+    run_dir = Path(run_dir)
+    if untrained:
+        cfg = run_config(run_dir)
+        # A run's saved config holds its model as a full, resolved spec.
+        spec = ModelSpec.parse(cfg.model.to_dict(), source=f"{run_dir / CONFIG_FILE} [model]")
+        torch.manual_seed(cfg.train.seed if seed is None else seed)
+        return Transformer(spec), "untrained (fresh initialisation)"
+    if checkpoint is not None:
+        return load_pretrained(checkpoint), str(checkpoint)
+    if (run_dir / MODEL_DIR / SPEC_FILE).is_file():
+        return load_pretrained(run_dir / MODEL_DIR), str(run_dir / MODEL_DIR)
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is None:
+        raise HeadwiseError(f"{run_dir} has no final weights and no checkpoint yet: nothing to generate from "
+                            "(--untrained samples a fresh model of its spec)")
+    return load_pretrained(ckpt), str(ckpt)
+
+
+def run_tokenizer(run_dir: Path, cfg: RunConfig) -> Tokenizer:
+    """The tokenizer a language run trained with: GPT-Neo's, or the BPE saved in the run."""
+    if cfg.task.kind != "lm":
+        raise HeadwiseError(f"{run_dir} trained on the {cfg.task.kind!r} task, which has no tokenizer")
+    n = parse_tokenizer_spec(cfg.task.tokenizer)
+    if n is None:
+        return gpt_neo_tokenizer()
+    return BPETokenizer.load(Path(run_dir) / TOKENIZER_FILE, n)
+
+
+def generate_text(run_dir: str | Path, prompt: str, max_new_tokens: int = 200, *, temperature: float = 0.9,
+                  top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
+                  checkpoint: str | Path | None = None, untrained: bool = False) -> tuple[str, str]:
+    """Continue ``prompt`` with a run's model and tokenizer; returns (text, where the weights came from).
+    Generation stops at the end-of-text token."""
+    run_dir = Path(run_dir)
+    cfg = run_config(run_dir)
+    tokenizer = run_tokenizer(run_dir, cfg)
+    model, source = load_run_model(run_dir, Path(checkpoint) if checkpoint else None, untrained, seed)
+    new = generate(model, tokenizer.encode(prompt), max_new_tokens, temperature=temperature, top_k=top_k,
+                   top_p=top_p, seed=seed, stop_id=tokenizer.eot_id)
+    return tokenizer.decode(new), source
+
+
+@torch.no_grad()
+def vector_predictions(model: Transformer, inputs: Tensor, targets: Tensor) -> dict[str, Any]:
+    """What a vector model "generates" for the nearest-neighbour task: for each scored token, the
+    candidate point its output is closest to (largest inner product) against the target's.
+
+    The scored tokens are the last ``targets.shape[1]`` (as in the task's loss) and the candidates
+    are the inputs' points: all tokens, or the ones before the queries.
+    """
+    model.eval()
+    d = targets.shape[-1]
+    n_scored = targets.shape[1]
+    n_cand = inputs.shape[1] if n_scored == inputs.shape[1] else inputs.shape[1] - n_scored
+    points = inputs[:, :n_cand, :d].float()
+    pred = model(inputs)[:, -n_scored:, :d].float()
+    chosen = (pred @ points.transpose(1, 2)).argmax(-1)
+    truth = (targets.float() @ points.transpose(1, 2)).argmax(-1)
+    return {
+        "accuracy": (chosen == truth).float().mean().item(),
+        "loss": (pred - targets.float()).pow(2).sum(-1).mean().item(),
+        "chosen": chosen[0].tolist(),
+        "target": truth[0].tolist(),
+    }

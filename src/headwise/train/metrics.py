@@ -1,0 +1,164 @@
+"""What a run records and shows: ``metrics.jsonl``, TensorBoard events, a progress bar or plain
+log lines, peak memory, and the peak FLOP/s that MFU is measured against."""
+
+from __future__ import annotations
+
+import json
+import math
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+import torch
+
+from headwise.config import atomic_write_text
+
+METRICS_FILE = "metrics.jsonl"
+TB_DIR = "tb"
+
+# Peak dense FLOP/s per device for the MFU estimate, by precision. GPU figures are NVIDIA's
+# datasheet numbers without sparsity (H100/H200 SXM: 989 TFLOP/s bf16, 67 TFLOP/s fp32 without
+# TF32, which PyTorch leaves off for matmuls; H100 PCIe: 756 and 51; A100: 312 and 19.5), matched
+# by name in this order. The CPU figures are the matmul throughput measured on the project's
+# 2-core reference machine (/work/shared/notes/performance.md: fp32 ~90-100 GFLOP/s, bf16
+# ~270-390 GFLOP/s); on another CPU set train.peak_flops.
+GPU_PEAK_FLOPS = {
+    "H100 PCIe": {"bf16": 756e12, "fp32": 51e12},
+    "H100": {"bf16": 989e12, "fp32": 67e12},
+    "H200": {"bf16": 989e12, "fp32": 67e12},
+    "A100": {"bf16": 312e12, "fp32": 19.5e12},
+}
+CPU_PEAK_FLOPS = {"bf16": 390e9, "fp32": 100e9}
+
+
+def default_peak_flops(device: torch.device, precision: str) -> tuple[float | None, str]:
+    """Peak FLOP/s of one device and where the figure comes from (None when unknown)."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        for key, peaks in GPU_PEAK_FLOPS.items():
+            if key in name:
+                return peaks[precision], f"datasheet dense {precision} peak of {key}"
+        return None, f"no known peak for {name}: set train.peak_flops"
+    return CPU_PEAK_FLOPS[precision], f"measured {precision} matmul peak of the 2-core reference CPU"
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """CUDA: the most memory tensors held at once; CPU: the process's peak resident set size
+    (which includes the Python interpreter and libraries, not only tensors)."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    # ru_maxrss is in kilobytes on Linux (bytes on macOS).
+    scale = 1 if sys.platform == "darwin" else 1024
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * scale
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """The rows of a run's ``metrics.jsonl`` (a torn last line, from a kill mid-write, is skipped)."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+class MetricsLog:
+    """Appends one JSON object per logged step to ``metrics.jsonl`` and mirrors the numbers to
+    TensorBoard (when ``tensorboard`` is installed). On resume, rows after the checkpoint's
+    step are dropped, since the resumed run records those steps again."""
+
+    def __init__(self, run_dir: Path, resume_step: int | None = None) -> None:
+        self.path = Path(run_dir) / METRICS_FILE
+        if resume_step is not None:
+            kept = [r for r in read_metrics(run_dir) if r.get("step", 0) <= resume_step]
+            atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+        self._file: TextIO = open(self.path, "a", encoding="utf-8")
+        self.tb = None
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:  # tensorboard is an optional extra
+            return
+        # purge_step discards events a killed run wrote after its last checkpoint.
+        self.tb = SummaryWriter(str(Path(run_dir) / TB_DIR),
+                                purge_step=resume_step + 1 if resume_step is not None else None)
+
+    def write(self, row: dict[str, Any]) -> None:
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+        if self.tb is not None:
+            for key, value in row.items():
+                if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
+                    self.tb.add_scalar(key, value, row["step"])
+
+    def close(self) -> None:
+        self._file.close()
+        if self.tb is not None:
+            self.tb.close()
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    h, rest = divmod(seconds, 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}"
+
+
+class Progress:
+    """A live ``rich`` progress bar (loss, lr, tokens/s, ETA) on a terminal; plain log lines
+    otherwise. Only the main process shows anything."""
+
+    def __init__(self, total: int, start: int, enabled: bool) -> None:
+        self.total, self.start, self.enabled = total, start, enabled
+        self.t0 = time.perf_counter()
+        self.bar = None
+        if enabled and sys.stdout.isatty():
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress
+            from rich.progress import TextColumn, TimeRemainingColumn
+
+            self.bar = RichProgress(
+                TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("loss {task.fields[loss]}  lr {task.fields[lr]}  {task.fields[speed]} tok/s"),
+                TimeRemainingColumn(),
+            )
+            self.task = self.bar.add_task("train", total=total, completed=start, loss="-", lr="-", speed="-")
+            self.bar.start()
+
+    def advance(self, step: int) -> None:
+        """Move the bar to ``step`` (host-side only: no device synchronisation)."""
+        if self.bar is not None:
+            self.bar.update(self.task, completed=step)
+
+    def log(self, row: dict[str, Any]) -> None:
+        """Show a metrics row."""
+        if not self.enabled:
+            return
+        loss, lr, speed = f"{row['train_loss']:.4f}", f"{row['lr']:.2e}", f"{row['tokens_per_s']:,.0f}"
+        if self.bar is not None:
+            self.bar.update(self.task, completed=row["step"], loss=loss, lr=lr, speed=speed)
+            if "eval_loss" in row:
+                self.bar.console.print(f"step {row['step']}: eval loss {row['eval_loss']:.4f}")
+            return
+        done = row["step"] - self.start
+        eta = (time.perf_counter() - self.t0) / done * (self.total - row["step"]) if done else 0.0
+        line = f"step {row['step']}/{self.total} | loss {loss} | lr {lr} | {speed} tok/s | eta {_duration(eta)}"
+        if "eval_loss" in row:
+            line += f" | eval {row['eval_loss']:.4f}"
+        print(line, flush=True)
+
+    def message(self, text: str) -> None:
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.console.print(text)
+        else:
+            print(text, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None

@@ -1,0 +1,507 @@
+"""The training loop every task shares: one process or many under ``torchrun``.
+
+Each optimiser step runs ``grad_accum`` micro-batches (DDP synchronises gradients on the last),
+clips the global gradient norm, steps AdamW and the schedule. Losses stay on the device and are
+read only at log steps, so a step makes no host synchronisation of its own. A run can be killed
+at any moment and resumed exactly: checkpoints hold the model, optimiser, schedule, every random
+generator, each process's data position and the not-yet-logged loss sum.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import random
+import shutil
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_model
+from torch.nn.parallel import DistributedDataParallel
+
+from headwise.config import atomic_write_text, read_toml
+from headwise.errors import HeadwiseError, RunFailure
+from headwise.model import WEIGHTS_FILE, Transformer, save_pretrained
+from headwise.params import count_params, flops_per_token
+from headwise.tasks.base import Task
+from headwise.tasks.config import build_task
+from headwise.train.checkpoint import (
+    checkpoint_spec,
+    clean_uncommitted,
+    latest_checkpoint,
+    load_state,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+    spec_difference,
+)
+from headwise.train.config import RunConfig, batch_layout, min_lr, resolve_spec, resolved_config, warmup_steps
+from headwise.train.distributed import DistContext, init_distributed, resolve_device
+from headwise.train.metrics import MetricsLog, Progress, default_peak_flops, peak_memory_bytes
+from headwise.train.optim import build_optimizer, build_scheduler
+
+CONFIG_FILE = "config.toml"
+SUMMARY_FILE = "summary.json"
+MODEL_DIR = "model"
+TOKENIZER_FILE = "tokenizer.json"
+
+#: Settings a resumed run may change: how long it runs and what it records. Anything else
+#: would make the continued run a different run from the one its checkpoints come from.
+RESUMABLE_CHANGES = ("train.steps", "train.epochs", "train.tokens", "train.log_every", "train.compile",
+                     "train.device", "train.peak_flops", "eval.", "checkpoint.", "analysis.")
+
+# Sentinel for "no non-finite loss yet" in the on-device first-bad-step tracker.
+_NO_STEP = float("inf")
+
+
+def run_training(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False,
+                 task: Task | None = None) -> dict[str, Any]:
+    """Train ``cfg`` into ``out_dir`` and return the run's summary (also in ``summary.json``).
+
+    ``resume`` continues the run in ``out_dir`` from its latest checkpoint; ``overwrite``
+    replaces a run already there. ``task`` trains on a ready-made task instead of building
+    ``cfg.task`` (the config's task table is then only recorded). Under ``torchrun`` every
+    process calls this; rank 0 writes the files.
+
+    Raises HeadwiseError on bad input (nothing on disk changed) and RunFailure when the loss
+    becomes non-finite (``summary.json`` then says ``diverged``; the last good checkpoint stays).
+    A SIGINT or SIGTERM saves a checkpoint and returns with status ``interrupted``.
+    """
+    if resume and overwrite:
+        raise HeadwiseError("--resume and --overwrite contradict each other: choose one")
+    ctx = init_distributed(cfg.train.device)
+    try:
+        return Trainer(cfg, Path(out_dir), ctx, resume=resume, overwrite=overwrite, task=task).run()
+    finally:
+        ctx.close()
+
+
+def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def config_difference(saved: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Dotted keys whose values differ between two config dicts, excluding RESUMABLE_CHANGES."""
+    a, b = _flatten(saved), _flatten(new)
+    keys = sorted(set(a) | set(b))
+    return [k for k in keys if a.get(k) != b.get(k) and not any(
+        k == r or (r.endswith(".") and k.startswith(r)) for r in RESUMABLE_CHANGES)]
+
+
+class Trainer:
+    """One run: set up from a config (checking everything before touching the disk), then :meth:`run`."""
+
+    def __init__(self, cfg: RunConfig, out: Path, ctx: DistContext, *, resume: bool, overwrite: bool,
+                 task: Task | None) -> None:
+        self.ctx, self.out = ctx, out
+        self.device = resolve_device(cfg.train.device, ctx)
+        if task is None:
+            # Rank 0 builds (or reuses) the token cache first, so the others only open it.
+            if ctx.is_main:
+                task = build_task(cfg.task, progress=sys.stderr.isatty())
+            ctx.barrier()
+            if not ctx.is_main:
+                task = build_task(cfg.task)
+        self.task = task
+        self.spec, self.plan = resolve_spec(cfg.model, self.task)
+        self.layout = batch_layout(cfg.train, self.task, ctx.world_size)
+        self.cfg = resolved_config(cfg, self.spec)
+        self.eval_set = self.task.eval_batches()
+        if self.task.io == "vectors" and self.eval_set and self.eval_set[0].inputs.shape[-1] != self.spec.d_model:
+            raise HeadwiseError(
+                f"model.d_model {self.spec.d_model} differs from the task's vector size "
+                f"{self.eval_set[0].inputs.shape[-1]}: a vector model's width is the data's dimension"
+            )
+        if self.cfg.analysis.every:
+            from headwise.analysis.conditioning import training_metrics
+
+            self.analysis_fn = training_metrics
+        t = self.cfg.train
+        self.peak_flops, self.peak_source = (
+            (t.peak_flops, "train.peak_flops") if t.peak_flops else default_peak_flops(self.device, t.precision)
+        )
+        self.resume_from = self._check_run_dir(resume, overwrite)
+        # Every process has read the directory before rank 0 changes it.
+        ctx.barrier()
+        if ctx.is_main:
+            self._prepare_run_dir(overwrite)
+        ctx.barrier()
+
+    # ----------------------------------------------------------------- run directory
+
+    def _check_run_dir(self, resume: bool, overwrite: bool) -> Path | None:
+        """Refuse what cannot be done, before anything is written. Returns the checkpoint to resume."""
+        out, has_run = self.out, (self.out / CONFIG_FILE).is_file()
+        if resume:
+            if not has_run:
+                raise HeadwiseError(f"{out} holds no run to resume (no {CONFIG_FILE})")
+            ckpt = latest_checkpoint(out)
+            if ckpt is None:
+                raise HeadwiseError(f"{out} has no checkpoint to resume from: start the run again with --overwrite")
+            diff = spec_difference(checkpoint_spec(ckpt), self.spec)
+            if diff:
+                raise HeadwiseError(f"checkpoint {ckpt} holds a model of another spec ({diff}): it cannot be resumed "
+                                    "with this config")
+            changed = config_difference(read_toml(out / CONFIG_FILE), self.cfg.to_dict())
+            if changed:
+                raise HeadwiseError(
+                    f"the config differs from the run in {out} in {', '.join(changed[:3])}; a resumed run may "
+                    "change only its length and its logging, eval, checkpoint and analysis settings"
+                )
+            self.resume_state = load_state(ckpt)
+            if self.resume_state["world_size"] != self.ctx.world_size:
+                n = self.resume_state["world_size"]
+                raise HeadwiseError(f"checkpoint {ckpt} was written by {n} processes; resume it with the same number "
+                                    f"(torchrun --nproc_per_node={n})")
+            return ckpt
+        if out.exists() and not out.is_dir():
+            raise HeadwiseError(f"{out} is a file, not a run directory")
+        if out.is_dir() and any(out.iterdir()):
+            if not has_run:
+                raise HeadwiseError(f"{out} is not empty and holds no headwise run: choose another --out")
+            if not overwrite:
+                same = not config_difference(read_toml(out / CONFIG_FILE), self.cfg.to_dict())
+                what = "this run already" if same else "a different run"
+                raise HeadwiseError(f"{out} holds {what}: pass --resume to continue it or --overwrite to replace it")
+        return None
+
+    def _prepare_run_dir(self, overwrite: bool) -> None:
+        if overwrite and (self.out / CONFIG_FILE).is_file():
+            shutil.rmtree(self.out)
+        if self.resume_from is not None:
+            clean_uncommitted(self.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.cfg.save(self.out / CONFIG_FILE)
+        tokenizer = getattr(self.task, "tokenizer", None)
+        if tokenizer is not None and hasattr(tokenizer, "save"):  # a trained BPE: generation needs it
+            tokenizer.save(self.out / TOKENIZER_FILE)
+
+    # ----------------------------------------------------------------- set-up
+
+    def _build(self) -> None:
+        cfg, t, ctx = self.cfg, self.cfg.train, self.ctx
+        torch.manual_seed(t.seed)
+        np.random.seed(t.seed)
+        random.seed(t.seed)
+        self.model = Transformer(self.spec).to(self.device)
+        self.optimizer = build_optimizer(self.model, cfg, self.device)
+        self.scheduler = build_scheduler(self.optimizer, lr=cfg.optim.lr, min_lr=min_lr(cfg),
+                                         warmup=warmup_steps(cfg.schedule, self.layout.steps),
+                                         total=self.layout.steps)
+        self.stream = self.task.train_stream(t.micro_batch, seed=t.seed, rank=ctx.rank, world_size=ctx.world_size)
+        self.step, self.tokens = 0, 0
+        self.prior_train_time = self.prior_wall_time = 0.0
+        self.last_eval: float | None = None
+        self.last_saved = 0
+        # Device-side accumulators: the loss sum since the last log and the first non-finite step.
+        self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.first_bad = torch.full((), _NO_STEP, dtype=torch.float64, device=self.device)
+        self.unlogged = 0
+        if self.resume_from is not None:
+            self._restore(self.resume_from)
+        forward = torch.compile(self.model) if t.compile else self.model
+        if ctx.enabled:
+            forward = DistributedDataParallel(forward, device_ids=[self.device.index] if self.device.type == "cuda"
+                                              else None)
+        self.forward = forward
+        self.autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=t.precision == "bf16")
+
+    def _restore(self, ckpt: Path) -> None:
+        load_model(self.model, str(ckpt / WEIGHTS_FILE), strict=True, device=str(self.device))
+        state, self.resume_state = self.resume_state, None
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step, self.tokens, self.last_eval = state["step"], state["tokens"], state["last_eval_loss"]
+        self.last_saved = self.step
+        self.prior_train_time, self.prior_wall_time = state["train_time_s"], state["wall_time_s"]
+        mine = state["ranks"][self.ctx.rank]
+        self.stream.load_state_dict(mine["stream"])
+        self.loss_sum.copy_(mine["loss_sum"])
+        self.unlogged = mine["unlogged"]
+        # Last, so that nothing above draws from the restored generators.
+        set_rng_state(mine["rng"])
+
+    # ----------------------------------------------------------------- the loop
+
+    def run(self) -> dict[str, Any]:
+        self._build()
+        self.wall_t0 = time.perf_counter()
+        self.train_time = 0.0
+        self.status, self.error = "running", None
+        self.stop_signal: int | None = None
+        resume_step = self.step if self.resume_from is not None else None
+        self.metrics = MetricsLog(self.out, resume_step) if self.ctx.is_main else None
+        self.progress = Progress(self.layout.steps, self.step, enabled=self.ctx.is_main)
+        self._write_summary()
+        self._announce()
+        handlers = self._install_signal_handlers()
+        try:
+            self._loop()
+            self._finish()
+        except RunFailure as exc:
+            self.status, self.error = "diverged", str(exc)
+            raise
+        except KeyboardInterrupt:
+            self.status, self.error = "interrupted", "interrupted by a second signal before a checkpoint"
+            raise
+        except BaseException as exc:
+            self.status, self.error = "failed", f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            for sig, old in handlers.items():
+                signal.signal(sig, old)
+            self.progress.close()
+            if self.metrics is not None:
+                self.metrics.close()
+            self._write_summary()
+        return self.summary()
+
+    def _announce(self) -> None:
+        lay = self.layout
+        where = f"resuming at step {self.step}" if self.resume_from is not None else "starting"
+        self.progress.message(
+            f"{where}: {count_params(self.spec):,} parameters, heads {self.spec.heads}, {lay.steps} steps x "
+            f"{lay.tokens_per_step:,} tokens (micro-batch {lay.micro_batch} x accumulation {lay.grad_accum} x "
+            f"{lay.world_size} processes), {self.device.type} {self.cfg.train.precision}"
+        )
+        for note in self.plan.notes if self.plan else []:
+            self.progress.message(f"note: {note}")
+
+    def _install_signal_handlers(self) -> dict[int, Any]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+
+        def handler(signum: int, frame: Any) -> None:
+            if self.stop_signal is not None:  # a second signal: stop now, without saving
+                raise KeyboardInterrupt
+            self.stop_signal = signum
+
+        return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def _loop(self) -> None:
+        c, total = self.cfg, self.layout.steps
+        interval_t0 = time.perf_counter()
+        while self.step < total:
+            self.step += 1
+            step = self.step
+            due_eval = bool(c.eval.every) and step % c.eval.every == 0 or (step == total and c.eval.at_end)
+            due_analysis = bool(c.analysis.every) and step % c.analysis.every == 0
+            due_log = step % c.train.log_every == 0 or step == total or due_eval or due_analysis
+            due_ckpt = bool(c.checkpoint.every) and step % c.checkpoint.every == 0
+            lr = self.scheduler.get_last_lr()[0]
+            grad_norm = self._train_step(need_norm=due_log)
+            self.tokens += self.layout.tokens_per_step
+            self.progress.advance(step)
+            # Processes agree on stopping at log steps only: one stopping alone would leave the
+            # others waiting for it in the next collective.
+            stop = self.stop_signal is not None and not self.ctx.enabled
+            if due_log:
+                row, stop = self._log_row(lr, grad_norm, interval_t0)
+                if due_eval:
+                    self.last_eval = row["eval_loss"] = self._evaluate()
+                if due_analysis and self.ctx.is_main:
+                    row.update(self._analyse())
+                if self.metrics is not None:
+                    self.metrics.write(row)
+                self.progress.log(row)
+            elif stop:
+                self.train_time += time.perf_counter() - interval_t0
+            stop = stop and step < total  # a signal during the last step: just finish
+            if due_ckpt or stop:
+                self._save()
+            if stop:
+                self.status = "interrupted"
+                name = signal.Signals(self.stop_signal).name if self.stop_signal else "a signal"
+                self.progress.message(f"{name} at step {step}: checkpoint saved; continue with --resume")
+                return
+            if due_log or due_ckpt:
+                interval_t0 = time.perf_counter()
+
+    def _train_step(self, need_norm: bool) -> torch.Tensor | None:
+        t, accum = self.cfg.train, self.layout.grad_accum
+        step_loss = torch.zeros((), dtype=torch.float64, device=self.device)
+        for micro in range(accum):
+            batch = next(self.stream).to(self.device)
+            last = micro == accum - 1
+            sync = self.forward.no_sync() if self.ctx.enabled and not last else contextlib.nullcontext()
+            with sync:
+                with self.autocast:
+                    loss = self.task.loss(self.forward(batch.inputs), batch.targets)
+                (loss / accum).backward()
+            step_loss += loss.detach()
+        step_loss /= accum
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        grad_norm = None
+        if t.grad_clip > 0:
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, t.grad_clip)
+        elif need_norm:
+            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.loss_sum += step_loss
+        self.unlogged += 1
+        # Remember the first step whose loss is not finite without reading it back to the host.
+        self.first_bad = torch.where(torch.isfinite(step_loss), self.first_bad, self.first_bad.clamp(max=self.step))
+        return grad_norm
+
+    def _check_finite(self, bad: float | None = None) -> None:
+        """Raise RunFailure naming the first step whose loss was not finite; ``bad`` is that step
+        as already read back (else it is read here: one host sync)."""
+        if bad is None:
+            bad = self.ctx.all_reduce(self.first_bad.clone(), "min").item()
+        if bad != _NO_STEP:
+            ckpt = latest_checkpoint(self.out) if self.ctx.is_main else None
+            kept = f"the last good checkpoint is {ckpt}" if ckpt else "no checkpoint was saved before it"
+            raise RunFailure(f"the training loss became non-finite at step {int(bad)}; {kept}")
+
+    def _log_row(self, lr: float, grad_norm: torch.Tensor | None, since: float) -> tuple[dict[str, Any], bool]:
+        """The metrics row of this step (one host sync), and whether every process is to stop.
+        ``since`` is when the steps being logged began."""
+        self.ctx.all_reduce(self.loss_sum)
+        bad = self.ctx.all_reduce(self.first_bad.clone(), "min")
+        flag = torch.tensor(float(self.stop_signal is not None), dtype=torch.float64, device=self.device)
+        self.ctx.all_reduce(flag, "max")
+        norm = grad_norm if grad_norm is not None else torch.zeros((), device=self.device)
+        loss_sum, norm_value, stop_value, bad_value = torch.stack(
+            [self.loss_sum, norm.double(), flag, bad]).tolist()
+        # Timed after the sync, so that queued device work is counted.
+        seconds = time.perf_counter() - since
+        self._check_finite(bad_value)
+        train_loss = loss_sum / self.ctx.world_size / self.unlogged
+        self.loss_sum.zero_()
+        steps_done, self.unlogged = self.unlogged, 0
+        self.train_time += seconds
+        row = {
+            "step": self.step,
+            "tokens": self.tokens,
+            "epoch": round(self.stream.epoch, 6),
+            "train_loss": train_loss,
+            "lr": lr,
+            "grad_norm": norm_value if grad_norm is not None else None,
+            "tokens_per_s": steps_done * self.layout.tokens_per_step / max(seconds, 1e-9),
+            "elapsed_s": round(self.prior_wall_time + time.perf_counter() - self.wall_t0, 3),
+        }
+        return row, stop_value > 0
+
+    @torch.no_grad()
+    def _evaluate(self) -> float | None:
+        """Mean loss over the task's fixed held-out batches (shared out among the processes)."""
+        if not self.eval_set:
+            return None
+        self.model.eval()
+        total = torch.zeros(2, dtype=torch.float64, device=self.device)
+        for batch in self.eval_set[self.ctx.rank::self.ctx.world_size]:
+            b = batch.to(self.device)
+            with self.autocast:
+                loss = self.task.loss(self.model(b.inputs), b.targets)
+            total[0] += loss.double() * b.inputs.shape[0]
+            total[1] += b.inputs.shape[0]
+        self.model.train()
+        self.ctx.all_reduce(total)
+        return (total[0] / total[1]).item()
+
+    def _analyse(self) -> dict[str, float]:
+        return self.analysis_fn(self.model, self.eval_set[0].inputs.to(self.device))
+
+    def _save(self) -> None:
+        """Checkpoint the current step (all processes take part; rank 0 writes)."""
+        if self.last_saved == self.step:
+            return
+        self._check_finite()
+        mine = {
+            "rng": rng_state(),
+            "stream": self.stream.state_dict(),
+            "loss_sum": self.loss_sum.cpu(),
+            "unlogged": self.unlogged,
+        }
+        ranks = self.ctx.all_gather_object(mine)
+        if self.ctx.is_main:
+            state = {
+                "step": self.step,
+                "tokens": self.tokens,
+                "train_time_s": self.prior_train_time + self.train_time,
+                "wall_time_s": self.prior_wall_time + time.perf_counter() - self.wall_t0,
+                "last_eval_loss": self.last_eval,
+                "world_size": self.ctx.world_size,
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "ranks": ranks,
+            }
+            save_checkpoint(self.out, self.step, self.model, state, self.cfg.checkpoint.keep)
+            self._write_summary()
+        self.last_saved = self.step
+        self.ctx.barrier()
+
+    def _finish(self) -> None:
+        if self.status == "interrupted":
+            return
+        if self.cfg.checkpoint.at_end:
+            self._save()
+        else:
+            self._check_finite()
+        if self.ctx.is_main:
+            save_pretrained(self.model, self.out / MODEL_DIR)
+        self.status = "completed"
+        self.progress.message(
+            f"done: {self.step} steps, final eval loss "
+            + (f"{self.last_eval:.4f}" if self.last_eval is not None else "n/a")
+            + f"; run in {self.out}"
+        )
+
+    # ----------------------------------------------------------------- summary
+
+    def summary(self) -> dict[str, Any]:
+        """The run's summary as it stands."""
+        train_time = self.prior_train_time + getattr(self, "train_time", 0.0)
+        tokens_per_s = self.tokens / train_time if train_time > 0 else None
+        fpt = flops_per_token(self.spec, self.layout.seq_len)
+        mfu = None
+        if tokens_per_s and self.peak_flops:
+            mfu = fpt * tokens_per_s / (self.peak_flops * self.ctx.world_size)
+        return {
+            "status": self.status,
+            "final_eval_loss": self.last_eval if self.status == "completed" else None,
+            "last_eval_loss": self.last_eval,
+            "params": count_params(self.spec),
+            "heads": list(self.spec.heads),
+            "total_heads": self.spec.total_heads,
+            "head_dims": self.spec.head_dims,
+            "plan": None if self.plan is None else dataclasses.asdict(self.plan),
+            "wall_time_s": self.prior_wall_time + time.perf_counter() - self.wall_t0,
+            "train_time_s": train_time,
+            "tokens_per_s": tokens_per_s,
+            "peak_memory_bytes": peak_memory_bytes(self.device),
+            "mfu": mfu,
+            "flops_per_token": fpt,
+            "peak_flops": self.peak_flops,
+            "peak_flops_source": self.peak_source,
+            "steps": self.step,
+            "total_steps": self.layout.steps,
+            "tokens": self.tokens,
+            "tokens_per_step": self.layout.tokens_per_step,
+            "micro_batch": self.layout.micro_batch,
+            "grad_accum": self.layout.grad_accum,
+            "world_size": self.ctx.world_size,
+            "device": str(self.device),
+            "precision": self.cfg.train.precision,
+            "task": self.task.describe(),
+            "error": self.error,
+        }
+
+    def _write_summary(self) -> None:
+        if self.ctx.is_main:
+            atomic_write_text(self.out / SUMMARY_FILE, json.dumps(self.summary(), indent=2) + "\n")

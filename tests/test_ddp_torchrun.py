@@ -1,0 +1,58 @@
+"""Data parallelism: ``torchrun --nproc_per_node=2`` on CPU (gloo) follows the loss curve of one
+process with the same global batch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from headwise.errors import HeadwiseError
+from headwise.train import run_training
+from headwise.train.checkpoint import latest_checkpoint, load_state
+from headwise.train.metrics import read_metrics
+from test_train_synthetic import SyntheticLM, tiny_config
+
+TESTS = Path(__file__).resolve().parent
+RUN = dict(steps=6, ckpt_every=3, eval_every=3)
+
+SCRIPT = f"""
+import sys
+sys.path.insert(0, {str(TESTS)!r})
+from headwise.train import run_training
+from test_train_synthetic import SyntheticLM, tiny_config
+run_training(tiny_config(micro_batch=2, **{RUN!r}), sys.argv[1], task=SyntheticLM())
+"""
+
+
+def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
+    single = tmp_path / "single"
+    run_training(tiny_config(micro_batch=4, **RUN), single, task=SyntheticLM())
+
+    script, ddp = tmp_path / "ddp.py", tmp_path / "ddp"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script), str(ddp)],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    one, two = read_metrics(single), read_metrics(ddp)
+    assert [r["step"] for r in two] == [1, 2, 3, 4, 5, 6]  # rank 0 alone writes
+    assert [r["train_loss"] for r in two] == pytest.approx([r["train_loss"] for r in one], abs=1e-5)
+    assert [r["grad_norm"] for r in two] == pytest.approx([r["grad_norm"] for r in one], abs=1e-5)
+    evals = [(r["step"], r["eval_loss"]) for r in two if "eval_loss" in r]
+    assert evals == pytest.approx([(r["step"], r["eval_loss"]) for r in one if "eval_loss" in r], abs=1e-5)
+    summary = json.loads((ddp / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["tokens"] == 6 * 4 * 16 and summary["status"] == "completed"
+    # each process's data position is in the checkpoint
+    ranks = load_state(latest_checkpoint(ddp))["ranks"]
+    assert [r["stream"]["position"] for r in ranks] == [6, 6]
+    # a checkpoint of 2 processes resumes only with 2 (the data positions are per process)
+    with pytest.raises(HeadwiseError, match="written by 2 processes.*--nproc_per_node=2"):
+        run_training(tiny_config(micro_batch=2, **{**RUN, "steps": 8}), ddp, resume=True, task=SyntheticLM())

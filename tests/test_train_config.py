@@ -1,0 +1,155 @@
+"""RunConfig: parsing, resolution against a task, batch arithmetic, the schedule, decay groups."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from headwise.errors import HeadwiseError
+from headwise.model import Transformer
+from headwise.tasks.nearest import NearestNeighbourTask
+from headwise.train.config import (
+    RunConfig,
+    TrainConfig,
+    batch_layout,
+    resolve_spec,
+    resolved_config,
+    warmup_steps,
+)
+from headwise.train.optim import lr_at, param_groups
+from test_train_synthetic import SEQ, VOCAB, SyntheticLM, tiny_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _base(**tables):
+    data = tiny_config().to_dict()
+    for table, values in tables.items():
+        data.setdefault(table, {}).update(values)
+    return data
+
+
+@pytest.mark.parametrize("data, needle", [
+    ({"trian": {}}, "unknown key 'trian'; did you mean 'train'?"),
+    ({"train": {"stesp": 3}}, "unknown key 'train.stesp'; did you mean 'steps'?"),
+    ({"model": {"d_modle": 8}}, "unknown key 'model.d_modle'; did you mean 'd_model'?"),
+    ({"model": {"plan": {"shceme": "constant"}}}, "did you mean 'scheme'?"),
+    ({"optim": {"lr": "fast"}}, "optim.lr"),
+    ({"train": {"precision": "fp16"}}, "train.precision"),
+    ({"train": {"epochs": 1.0}}, "exactly one of steps, epochs or tokens for the run's length (got steps, epochs)"),
+    ({"train": {"grad_accum": 2, "tokens_per_step": 128}}, "grad_accum or tokens_per_step, not both"),
+    ({"schedule": {"warmup_frac": 0.1}}, "warmup_steps or warmup_frac, not both"),
+])
+def test_bad_configs_are_one_line_errors(data, needle):
+    base = _base()
+    for table, values in data.items():
+        if isinstance(base.get(table), dict):
+            base[table] = {**base[table], **values}
+        else:
+            base[table] = values
+    with pytest.raises(HeadwiseError) as err:
+        RunConfig.parse(base, source="run.toml")
+    message = str(err.value)
+    assert needle in message and "\n" not in message
+
+
+def test_run_needs_a_duration():
+    data = _base()
+    del data["train"]["steps"]
+    with pytest.raises(HeadwiseError, match="exactly one of steps, epochs or tokens"):
+        RunConfig.parse(data)
+
+
+class _FiniteTask(SyntheticLM):
+    def tokens_per_epoch(self) -> int:
+        return 10_000
+
+
+def test_batch_arithmetic():
+    task = _FiniteTask()
+    lay = batch_layout(TrainConfig(micro_batch=4, tokens_per_step=4 * SEQ * 2 * 3, steps=5), task, world_size=2)
+    assert (lay.grad_accum, lay.tokens_per_step, lay.steps) == (3, 384, 5)
+    assert batch_layout(TrainConfig(micro_batch=4, grad_accum=2, tokens=1000), task, 1).steps == math.ceil(1000 / 128)
+    assert batch_layout(TrainConfig(micro_batch=4, epochs=2.5), task, 1).steps == math.ceil(2.5 * 10_000 / 64)
+    with pytest.raises(HeadwiseError, match=r"not a multiple of micro_batch x seq_len x processes = 4 x 16 x 1 = 64; "
+                                            r"nearest valid: 128"):
+        batch_layout(TrainConfig(micro_batch=4, tokens_per_step=100, steps=5), task, 1)
+    with pytest.raises(HeadwiseError, match="larger than the training data"):
+        batch_layout(TrainConfig(micro_batch=1000, epochs=1), task, 1)
+    with pytest.raises(HeadwiseError, match="endless"):
+        batch_layout(TrainConfig(micro_batch=4, epochs=1), SyntheticLM(), 1)
+
+
+def test_resolve_spec_preset_overrides_plan_and_vocabulary():
+    cfg = RunConfig.parse(_base(model={"preset": "tiny-lm", "d_model": 64, "n_layers": 2, "max_seq_len": SEQ,
+                                       "plan": {"scheme": "descending", "total_heads": 6}}))
+    data = cfg.to_dict()
+    data["model"].pop("heads")
+    cfg = RunConfig.parse(data)
+    spec, plan = resolve_spec(cfg.model, SyntheticLM())
+    # tiny-lm's own vocabulary (4096) gives way to the task's tokenizer; its other fields stay
+    assert spec.vocab_size == VOCAB and spec.score_scale == "inv_sqrt" and spec.activation == "gelu_new"
+    assert spec.heads == [4, 2] and plan.total == plan.requested_total == 6
+    # the resolved config is the full spec: resolving it again gives the same model
+    again = resolved_config(cfg, spec)
+    assert "preset" not in again.to_dict()["model"]
+    assert resolve_spec(again.model, SyntheticLM())[0] == spec
+
+
+@pytest.mark.parametrize("model, needle", [
+    ({"vocab_size": VOCAB - 1}, "smaller than the tokenizer's 32 tokens"),
+    ({"max_seq_len": SEQ - 1}, "max_seq_len 15 is shorter than the task's sequences (16)"),
+    ({"plan": {"scheme": "constant", "total_heads": 4}}, "give heads or [model.plan], not both"),
+    ({"heads": [3, 2]}, "layer 0: heads = 3 does not divide d_model 32"),
+    ({"inputs": "vectors"}, "this task takes tokens"),
+])
+def test_resolve_spec_refuses(model, needle):
+    cfg = RunConfig.parse(_base(model=model))
+    with pytest.raises(HeadwiseError) as err:
+        resolve_spec(cfg.model, SyntheticLM())
+    assert needle in str(err.value)
+
+
+def test_vector_task_gets_a_vector_model():
+    task = NearestNeighbourTask(dim=8, n_points=4, eval_batches=1, eval_batch_size=2)
+    model = {"preset": "amsel-nn", "d_model": 8, "head_dim": 8, "max_seq_len": 4}
+    spec, _ = resolve_spec(RunConfig.parse({**_base(), "model": model}).model, task)
+    assert spec.vocab_size is None and spec.inputs == "vectors" and spec.norm == "unitnorm_post"
+    with pytest.raises(HeadwiseError, match="takes vectors"):
+        resolve_spec(RunConfig.parse({**_base(), "model": {**model, "vocab_size": 8}}).model, task)
+
+
+def test_schedule_closed_form():
+    lr, low, warm, total = 1.0, 0.1, 4, 14
+    assert [lr_at(s, lr=lr, min_lr=low, warmup=warm, total=total) for s in range(warm)] == [0.25, 0.5, 0.75, 1.0]
+    # cosine from lr at step `warm` to min_lr at the last step (total - 1); halfway is the mean
+    assert lr_at(warm, lr=lr, min_lr=low, warmup=warm, total=total) == pytest.approx(1.0)
+    assert lr_at(warm + 4.5, lr=lr, min_lr=low, warmup=warm, total=total) == pytest.approx(0.55)
+    assert lr_at(total - 1, lr=lr, min_lr=low, warmup=warm, total=total) == pytest.approx(0.1)
+    assert warmup_steps(RunConfig.parse(_base(schedule={"warmup_steps": None, "warmup_frac": 0.25})).schedule, 10) == 2
+
+
+def test_weight_decay_only_on_matrices_and_embeddings():
+    cfg = tiny_config()
+    spec, _ = resolve_spec(cfg.model, SyntheticLM())
+    model = Transformer(spec)
+    decay, no_decay = param_groups(model, 0.1)
+    names = {id(p): n for n, p in model.named_parameters()}
+    decayed = sorted(names[id(p)] for p in decay["params"])
+    assert "tok_emb.weight" in decayed and "pos_emb.weight" in decayed  # as nanoGPT does
+    assert all(n.endswith("weight") and "norm" not in n for n in decayed)
+    assert all(n.endswith("bias") or "norm" in n for n in (names[id(p)] for p in no_decay["params"]))
+    assert (decay["weight_decay"], no_decay["weight_decay"]) == (0.1, 0.0)
+    # the tied output head is the embedding, counted once
+    total = sum(p.numel() for g in (decay, no_decay) for p in g["params"])
+    assert total == model.num_params() and not any(p is model.lm_head.weight for p in no_decay["params"])
+    assert torch.equal(model.lm_head.weight, model.tok_emb.weight)
+
+
+@pytest.mark.parametrize("name", ["lm-tiny", "nearest-tiny"])
+def test_shipped_configs_parse(name):
+    cfg = RunConfig.load(REPO / "configs" / f"{name}.toml")
+    assert cfg.task.kind == name.split("-")[0]
