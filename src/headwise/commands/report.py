@@ -1,0 +1,26 @@
+"""``headwise report STUDY_DIR``: the study's report.md with figures (PNG) and their data (CSV)."""
+
+from __future__ import annotations
+
+import argparse
+
+NAME = "report"
+HELP = "write a study's report (report.md, PNG figures and the CSV behind each) from its run directories"
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("study_dir", metavar="STUDY_DIR", help="a directory written by headwise study")
+    p.add_argument("--at-heads", type=float, metavar="T",
+                   help="total heads at which fitted curves are compared (default: the study's, else the "
+                        "largest total every scheme reaches)")
+    p.add_argument("--no-samples", action="store_true", help="skip text samples from the models")
+    p.add_argument("--no-conditioning", action="store_true", help="skip the condition numbers of the final models")
+
+
+def run(args: argparse.Namespace) -> int:
+    from headwise.study.report import write_report
+
+    path = write_report(args.study_dir, at_heads=args.at_heads, samples=not args.no_samples,
+                        conditioning=not args.no_conditioning)
+    print(f"report: {path}")
+    return 0

@@ -1,0 +1,66 @@
+"""``headwise study``: run a whole study (built-in by name, or a study file), resumably, then report.
+
+    headwise study progression --preset quick
+    headwise study rank --preset tiny --jobs 2 --out studies_out/rank
+    headwise study my-study.toml --seeds 3 --backend ray --address auto
+    headwise study --list
+"""
+
+from __future__ import annotations
+
+import argparse
+
+NAME = "study"
+HELP = "run a study (many runs from one definition), resumably, locally or on Ray, and write its report"
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("study", nargs="?", metavar="NAME|FILE", help="a built-in study (see --list) or a study .toml file")
+    p.add_argument("--preset", help="the study's preset (built-in studies: paper, tiny, quick; default tiny)")
+    p.add_argument("--seeds", type=int, help="seeds per variant (default: the study's, or the number already run)")
+    p.add_argument("--out", metavar="DIR", help="study directory (default studies_out/NAME-PRESET)")
+    p.add_argument("--jobs", type=int, help="runs at a time (default: the study's, else 1 locally and as resources "
+                   "allow on Ray)")
+    p.add_argument("--threads", type=int, help="torch threads per run (default: the study's, else the cores divided "
+                   "among the jobs); with Ray, the CPUs each run requests (default 1)")
+    p.add_argument("--backend", choices=("local", "ray"), default="local",
+                   help="local: subprocesses on this machine; ray: one Ray task per run (a GPU each on CUDA)")
+    p.add_argument("--address", help="join this Ray cluster (e.g. auto or ray://host:10001) with --backend ray")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a key of the base run config, e.g. --set train.device=cuda (repeatable)")
+    p.add_argument("--dry-run", action="store_true", help="list the variants and their settings, run nothing")
+    p.add_argument("--no-report", action="store_true", help="do not write the report at the end")
+    p.add_argument("--list", action="store_true", help="list the built-in studies and their presets")
+
+
+def _list() -> int:
+    from importlib import resources
+
+    from headwise.config import read_toml
+    from headwise.study.spec import builtin_studies
+
+    for name, entry in sorted(builtin_studies().items()):
+        with resources.as_file(entry) as path:
+            raw = read_toml(path)
+        print(f"{name}: {' '.join(str(raw.get('description', '')).split())}")
+        for preset, body in raw.get("presets", {}).items():
+            print(f"  --preset {preset:<6} {body.get('summary', '')}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    from headwise.errors import HeadwiseError
+    from headwise.study import load_study
+    from headwise.study.runner import describe_plan, run_study
+
+    if args.list:
+        return _list()
+    if not args.study:
+        raise HeadwiseError("name a study (e.g. `headwise study progression --preset quick`) or pass --list")
+    study = load_study(args.study, preset=args.preset, seeds=args.seeds, overrides=args.overrides)
+    if args.dry_run:
+        print(describe_plan(study))
+        return 0
+    run_study(study, args.out, jobs=args.jobs, threads=args.threads, backend=args.backend, address=args.address,
+              seeds_given=args.seeds is not None, make_report=not args.no_report)
+    return 0

@@ -1,0 +1,40 @@
+"""Studies: many runs from one definition, run resumably (locally or on Ray), and their reports.
+
+    from headwise.study import load_study, run_study, write_report
+    study = load_study("progression", preset="tiny", seeds=1)
+    outcome = run_study(study, "studies_out/progression-tiny", jobs=2)
+    write_report(outcome.study_dir)
+
+Nothing heavy is imported with the package itself: every run starts through
+:mod:`headwise.study.worker`, which should not pay for plotting and statistics.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["load_study", "run_study", "write_report"]
+
+
+def load_study(name_or_path: str, preset: str | None = None, seeds: int | None = None,
+               overrides: list[str] | None = None) -> Any:
+    """A built-in study (by name) or a study file, with its preset merged and every variant's run
+    config checked (a :class:`headwise.study.spec.Study`); ``overrides`` (``key=value``) apply to
+    the base run config."""
+    from headwise.study.spec import load_study_file, resolve_study
+
+    raw, source = load_study_file(name_or_path)
+    return resolve_study(raw, source, preset=preset, seeds=seeds, overrides=overrides)
+
+
+def __getattr__(name: str) -> Any:
+    # run_study and write_report on first use (PEP 562)
+    if name == "run_study":
+        from headwise.study.runner import run_study
+
+        return run_study
+    if name == "write_report":
+        from headwise.study.report import write_report
+
+        return write_report
+    raise AttributeError(f"module 'headwise.study' has no attribute {name!r}")

@@ -1,0 +1,98 @@
+"""Where a study keeps things, and its saved definition (``study.toml``).
+
+    STUDY_DIR/
+      study.toml                   the resolved study (definition after the preset, seeds, variants)
+      results.csv                  one row per run, rewritten as runs finish
+      configs/VARIANT-seedK.toml   the input config of each run
+      runs/VARIANT/seedK/          each run's directory (written by ``headwise train``)
+      logs/VARIANT-seedK.log       each run's output
+      report/report.md             the report, its figures (PNG) and their data (CSV)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from headwise.config import atomic_write_text, read_toml
+from headwise.errors import HeadwiseError
+from headwise.study.spec import ReportSpec, Study
+
+STUDY_TOML = "study.toml"
+RESULTS_CSV = "results.csv"
+REPORT_DIR = "report"
+
+
+def run_dir(study_dir: Path, variant: str, seed: int) -> Path:
+    return Path(study_dir) / "runs" / variant / f"seed{seed}"
+
+
+def config_path(study_dir: Path, variant: str, seed: int) -> Path:
+    return Path(study_dir) / "configs" / f"{variant}-seed{seed}.toml"
+
+
+def log_path(study_dir: Path, variant: str, seed: int) -> Path:
+    return Path(study_dir) / "logs" / f"{variant}-seed{seed}.log"
+
+
+def lock_path(study_dir: Path, variant: str, seed: int) -> Path:
+    return Path(study_dir) / "locks" / f"{variant}-seed{seed}.lock"
+
+
+@dataclass
+class StudyRecord:
+    """A study as saved in its directory: enough to list its runs and lay out its report."""
+
+    path: Path
+    name: str
+    preset: str
+    preset_summary: str
+    source: str
+    seeds: int
+    fingerprint: str
+    definition: dict[str, Any]
+    variants: list[dict[str, Any]]
+
+    @property
+    def report(self) -> ReportSpec:
+        return ReportSpec.parse(self.definition.get("report", {}), source=str(self.path / STUDY_TOML))
+
+    @property
+    def description(self) -> str:
+        return str(self.definition.get("description", ""))
+
+    def runs(self) -> list[tuple[dict[str, Any], int]]:
+        """(variant entry, seed) for every run, in definition order."""
+        return [(v, s) for v in self.variants for s in range(self.seeds)]
+
+
+def save_study(study: Study, study_dir: Path, seeds: int) -> None:
+    """Write ``study.toml`` (atomically) recording ``seeds`` seeds per variant."""
+    data = study.to_dict()
+    data["seeds"] = seeds
+    atomic_write_text(Path(study_dir) / STUDY_TOML, tomli_w.dumps(data))
+
+
+def load_study_record(study_dir: str | Path) -> StudyRecord:
+    """Read a study directory's ``study.toml``; a directory without one is a HeadwiseError."""
+    path = Path(study_dir)
+    if not (path / STUDY_TOML).is_file():
+        raise HeadwiseError(f"{path} is not a study directory (no {STUDY_TOML}); run `headwise study` first")
+    data = read_toml(path / STUDY_TOML)
+    try:
+        return StudyRecord(
+            path=path,
+            name=str(data["name"]),
+            preset=str(data.get("preset", "")),
+            preset_summary=str(data.get("preset_summary", "")),
+            source=str(data.get("source", "")),
+            seeds=int(data["seeds"]),
+            fingerprint=str(data["fingerprint"]),
+            definition=dict(data["definition"]),
+            variants=list(data["variants"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise HeadwiseError(f"{path / STUDY_TOML} is damaged ({exc!r} missing or wrong); rerun the study") from None

@@ -1,0 +1,463 @@
+"""Run every run of a study, resumably: locally as subprocesses or as Ray tasks.
+
+Each run is ``python -m headwise train CONFIG --out RUN_DIR`` (through
+:mod:`headwise.study.worker`, which holds the run's lock and dies with the runner). Before
+starting, the state of every run directory decides what happens to it:
+
+- ``completed`` (and ``diverged``, a result of the experiment rather than a crash): skipped;
+- a run with checkpoints that did not complete (killed, interrupted, failed): ``--resume``;
+- a run directory without a checkpoint: started again with ``--overwrite``;
+- no run directory: started.
+
+One failing run never stops the others; ``results.csv`` is rewritten as each run ends.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import tomli_w
+
+from headwise.config import atomic_write_text
+from headwise.errors import HeadwiseError, RunFailure
+from headwise.study import layout
+from headwise.study.layout import StudyRecord, load_study_record, save_study
+from headwise.study.results import read_summary, update_results
+from headwise.study.spec import RunSpec, Study
+
+BACKENDS = ("local", "ray")
+#: Statuses a rerun leaves alone.
+FINAL = ("completed", "diverged")
+#: Seconds a run gets to checkpoint and exit after the study is interrupted.
+GRACE_S = 60.0
+
+
+@dataclass
+class RunJob:
+    """One run to execute, with its paths and how to start it."""
+
+    spec: RunSpec
+    run_dir: Path
+    config_path: Path
+    log_path: Path
+    lock_path: Path
+    #: "start", "resume" or "restart"
+    action: str
+
+    @property
+    def key(self) -> str:
+        return self.spec.key
+
+    def argv(self) -> list[str]:
+        """Arguments after ``python``: the worker, its lock, then the ``headwise train`` command."""
+        flag = {"start": [], "resume": ["--resume"], "restart": ["--overwrite"]}[self.action]
+        return ["-m", "headwise.study.worker", str(self.lock_path), "--",
+                "train", str(self.config_path), "--out", str(self.run_dir), *flag]
+
+
+@dataclass
+class StudyOutcome:
+    """What a study run ended with."""
+
+    study_dir: Path
+    rows: list[dict[str, Any]]
+    ran: list[str]
+    skipped: list[str]
+    failed: list[str]
+    report: Path | None = None
+
+
+def default_out_dir(study: Study) -> Path:
+    """``studies_out/NAME-PRESET`` under the current directory."""
+    suffix = f"-{study.preset}" if study.preset else ""
+    return Path("studies_out") / f"{study.name}{suffix}"
+
+
+def has_checkpoint(run: Path) -> bool:
+    """True when a run directory holds at least one saved checkpoint."""
+    ckpt = Path(run) / "checkpoints"
+    return ckpt.is_dir() and any(p.is_dir() for p in ckpt.iterdir())
+
+
+def plan_action(run: Path) -> str | None:
+    """What to do with one run directory: None (done), "start", "resume" or "restart"."""
+    run = Path(run)
+    if not run.exists() or not any(run.iterdir()):
+        return "start"
+    summary = read_summary(run) or {}
+    if summary.get("status") in FINAL:
+        return None
+    return "resume" if has_checkpoint(run) else "restart"
+
+
+class _DirLock:
+    """An exclusive, non-blocking lock on a study directory (one runner per study at a time)."""
+
+    def __init__(self, study_dir: Path) -> None:
+        self.path = study_dir / ".lock"
+        self.file: Any = None
+
+    def __enter__(self) -> "_DirLock":
+        self.file = open(self.path, "a+")  # noqa: SIM115 - closed in __exit__
+        try:
+            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.file.close()
+            raise HeadwiseError(f"another `headwise study` is running in {self.path.parent}; wait for it or stop it") from None
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.file.close()
+
+
+def prepare_study_dir(study: Study, study_dir: Path, seeds_given: bool) -> int:
+    """Check that ``study_dir`` is empty, new, or holds this same study; returns the number of
+    seeds to record (a rerun without --seeds keeps the recorded number). Writes nothing."""
+    if not study_dir.exists():
+        return study.seeds
+    if not study_dir.is_dir():
+        raise HeadwiseError(f"--out {study_dir} is a file, not a directory")
+    saved = study_dir / layout.STUDY_TOML
+    if not saved.is_file():
+        if any(p.name != ".lock" for p in study_dir.iterdir()):
+            raise HeadwiseError(f"--out {study_dir} is not empty and holds no study; choose another directory")
+        return study.seeds
+    record = load_study_record(study_dir)
+    if record.fingerprint != study.fingerprint():
+        what = f"study {record.name!r}" + (f" (preset {record.preset!r})" if record.preset else "")
+        raise HeadwiseError(
+            f"--out {study_dir} holds a different study ({what}, defined differently); "
+            "choose another --out, or rerun that study's own command"
+        )
+    if not seeds_given:
+        study.seeds = record.seeds
+    return max(record.seeds, study.seeds)
+
+
+def plan_jobs(study: Study, study_dir: Path) -> tuple[list[RunJob], list[str]]:
+    """Jobs for every run that is not finished, and the keys of the finished ones."""
+    jobs, done = [], []
+    for spec in study.runs():
+        rd = layout.run_dir(study_dir, spec.variant, spec.seed)
+        action = plan_action(rd)
+        if action is None:
+            done.append(spec.key)
+            continue
+        jobs.append(RunJob(
+            spec=spec, run_dir=rd, action=action,
+            config_path=layout.config_path(study_dir, spec.variant, spec.seed),
+            log_path=layout.log_path(study_dir, spec.variant, spec.seed),
+            lock_path=layout.lock_path(study_dir, spec.variant, spec.seed),
+        ))
+    return jobs, done
+
+
+def _write_inputs(jobs: list[RunJob]) -> None:
+    for job in jobs:
+        atomic_write_text(job.config_path, tomli_w.dumps(job.spec.config))
+        job.log_path.parent.mkdir(parents=True, exist_ok=True)
+        job.lock_path.parent.mkdir(parents=True, exist_ok=True)
+        job.run_dir.parent.mkdir(parents=True, exist_ok=True)
+
+
+def run_study(
+    study: Study,
+    out_dir: str | Path | None = None,
+    *,
+    jobs: int | None = None,
+    threads: int | None = None,
+    backend: str = "local",
+    address: str | None = None,
+    seeds_given: bool = True,
+    make_report: bool = True,
+    echo: Callable[[str], None] = print,
+) -> StudyOutcome:
+    """Run (or resume) every run of ``study`` into ``out_dir``, then write the report.
+
+    Raises HeadwiseError (nothing written) when ``out_dir`` holds something else, and
+    RunFailure after the report when some runs failed (rerunning retries them).
+    """
+    if backend not in BACKENDS:
+        raise HeadwiseError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    if jobs is not None and jobs < 1:
+        raise HeadwiseError(f"--jobs {jobs}: give at least 1")
+    if threads is not None and threads < 1:
+        raise HeadwiseError(f"--threads {threads}: give at least 1")
+    if address and backend != "ray":
+        raise HeadwiseError("--address joins a Ray cluster: use it with --backend ray")
+    jobs = jobs or study.config.runner.jobs
+    threads = threads or study.config.runner.threads
+    study_dir = Path(out_dir) if out_dir is not None else default_out_dir(study)
+    recorded_seeds = prepare_study_dir(study, study_dir, seeds_given)
+    study_dir.mkdir(parents=True, exist_ok=True)
+    study_dir = study_dir.resolve()
+    with _DirLock(study_dir):
+        save_study(study, study_dir, recorded_seeds)
+        record = load_study_record(study_dir)
+        todo, done = plan_jobs(study, study_dir)
+        _write_inputs(todo)
+        update_results(record)
+        where = f"{backend}" + (f" at {address}" if address else "")
+        echo(f"study {study.name}" + (f" (preset {study.preset})" if study.preset else "")
+             + f": {len(study.runs())} runs, {len(done)} already finished, {len(todo)} to run ({where}) -> {study_dir}")
+        if backend == "local":
+            _prepare_data(todo, echo)
+        failed: list[str] = []
+        if todo:
+            runner = _LocalBackend(jobs or 1, threads) if backend == "local" else _RayBackend(jobs, address, threads)
+            progress = _Progress(record, len(todo), echo)
+            runner.run(todo, progress)
+            failed = progress.failed
+        rows = update_results(record)
+    outcome = StudyOutcome(study_dir, rows, [j.key for j in todo], done, failed)
+    if make_report:
+        from headwise.study.report import write_report
+
+        outcome.report = write_report(study_dir, echo=echo)
+        echo(f"report: {outcome.report}")
+    if failed:
+        stopped = [r["variant"] + f"/seed{r['seed']}" for r in rows if r["status"] == "interrupted"]
+        what = f"{len(failed)} of {len(study.runs())} runs did not complete"
+        if stopped:
+            what += f" ({len(stopped)} interrupted: they resume from their checkpoints)"
+        raise RunFailure(
+            f"{what}: {', '.join(failed[:5])}{', ...' if len(failed) > 5 else ''}; see {study_dir / 'logs'}; "
+            "rerun the same command to finish them"
+        )
+    return outcome
+
+
+def _prepare_data(jobs: list[RunJob], echo: Callable[[str], None]) -> None:
+    """Tokenize each distinct language dataset once, before the runs start, so that parallel
+    runs share one token cache instead of each building it."""
+    from headwise.data.cache import prepare
+    from headwise.tasks.config import LMTaskConfig, parse_task_config
+
+    seen: set[str] = set()
+    for job in jobs:
+        task = job.spec.config.get("task", {})
+        key = repr(sorted(task.items()))
+        if key in seen or task.get("kind", "lm") != "lm":
+            continue
+        seen.add(key)
+        cfg = parse_task_config(task)
+        assert isinstance(cfg, LMTaskConfig)
+        echo(f"  preparing data: {cfg.source} ({cfg.tokenizer})")
+        try:
+            prepare(cfg)
+        except HeadwiseError as exc:  # the runs that need it fail with this in their logs; others go on
+            echo(f"  data not ready ({exc}); runs on it will fail")
+
+
+class _Progress:
+    """Keeps results.csv current and prints one line per finished run (thread-safe)."""
+
+    def __init__(self, record: StudyRecord, total: int, echo: Callable[[str], None]) -> None:
+        self.record, self.total, self.echo = record, total, echo
+        self.lock = threading.Lock()
+        self.in_flight: set[str] = set()
+        self.finished = 0
+        self.failed: list[str] = []
+
+    def started(self, job: RunJob) -> None:
+        with self.lock:
+            self.in_flight.add(job.key)
+            update_results(self.record, self.in_flight)
+            verb = {"start": "started", "resume": "resuming", "restart": "restarting"}[job.action]
+            self.echo(f"  {verb} {job.key}")
+
+    def done(self, job: RunJob, returncode: int | None, seconds: float) -> None:
+        with self.lock:
+            self.in_flight.discard(job.key)
+            self.finished += 1
+            summary = read_summary(job.run_dir) or {}
+            status = summary.get("status") or "failed"
+            if status == "running" or (status == "completed" and returncode != 0):
+                status = "failed"  # the process died without saying why
+            if status not in FINAL:
+                self.failed.append(job.key)
+            loss = summary.get("final_eval_loss")
+            detail = f", eval loss {loss:.4f}" if isinstance(loss, (int, float)) and status == "completed" else ""
+            if status not in FINAL:
+                detail = f" (exit {returncode}; log {job.log_path})"
+            update_results(self.record, self.in_flight)
+            self.echo(f"[{self.finished}/{self.total}] {job.key}: {status}{detail} in {seconds:.0f} s")
+
+
+def _child_env(threads: int | None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["HEADWISE_PARENT_PID"] = str(os.getpid())
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)  # torch's intra-op threads
+    return env
+
+
+def _open_log(job: RunJob) -> Any:
+    log = open(job.log_path, "ab")  # noqa: SIM115 - closed by the caller
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    log.write(f"\n==== {stamp} {job.action} {job.key}: python {' '.join(job.argv())}\n".encode())
+    log.flush()
+    return log
+
+
+def _stop(procs: list[subprocess.Popen], sig: int) -> None:
+    for p in procs:
+        if p.poll() is None:
+            try:
+                p.send_signal(sig)
+            except ProcessLookupError:
+                pass
+
+
+class _LocalBackend:
+    """Up to ``jobs`` runs at a time as subprocesses of this machine."""
+
+    def __init__(self, jobs: int, threads: int | None) -> None:
+        self.jobs = jobs
+        # N runs share the cores rather than each starting a thread per core (an OMP_NUM_THREADS
+        # already set by the user is left as it is)
+        default = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 and "OMP_NUM_THREADS" not in os.environ else None
+        self.threads = threads or default
+        self.procs: list[subprocess.Popen] = []
+        self.lock = threading.Lock()
+        self.stopping = False
+
+    def _one(self, job: RunJob, progress: _Progress) -> None:
+        if self.stopping:
+            return
+        progress.started(job)
+        t0 = time.monotonic()
+        rc: int | None = None
+        try:
+            with _open_log(job) as log:
+                proc = subprocess.Popen([sys.executable, *job.argv()], stdout=log, stderr=subprocess.STDOUT,
+                                        env=_child_env(self.threads))
+                with self.lock:
+                    self.procs.append(proc)
+                rc = proc.wait()
+        finally:
+            progress.done(job, rc, time.monotonic() - t0)
+
+    def run(self, jobs: list[RunJob], progress: _Progress) -> None:
+        old = signal.signal(signal.SIGTERM, _raise_interrupt) if threading.current_thread() is threading.main_thread() else None
+        pool = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="headwise-run")
+        try:
+            pending = {pool.submit(self._one, j, progress) for j in jobs}
+            while pending:
+                finished, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+                for f in finished:
+                    f.result()
+        except KeyboardInterrupt:
+            # Ctrl-C reached the runs too (same process group); SIGTERM only reached us.
+            self.stopping = True
+            with self.lock:
+                _stop(self.procs, signal.SIGTERM)
+                deadline = time.monotonic() + GRACE_S
+                for p in self.procs:
+                    try:
+                        p.wait(timeout=max(0.1, deadline - time.monotonic()))
+                    except subprocess.TimeoutExpired:
+                        p.kill()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+            if old is not None:
+                signal.signal(signal.SIGTERM, old)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def ray_train(argv: list[str], log_path: str, threads: int | None) -> int:
+    """The body of one Ray task: run the worker command on this node, logging to ``log_path``.
+
+    Needs headwise installed on every node and the study directory on a filesystem that every
+    node sees at the same path."""
+    env = dict(os.environ)
+    env["HEADWISE_PARENT_PID"] = str(os.getpid())
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen([sys.executable, *argv], stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            return proc.wait()
+        except BaseException:  # ray.cancel: let the run checkpoint and stop
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            raise
+
+
+class _RayBackend:
+    """Each run as a Ray task (one GPU when the run is on CUDA), on a local or remote cluster."""
+
+    def __init__(self, jobs: int | None, address: str | None, threads: int | None) -> None:
+        self.jobs, self.address, self.threads = jobs, address, threads
+
+    def run(self, jobs: list[RunJob], progress: _Progress) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise HeadwiseError("--backend ray needs Ray: pip install 'headwise[ray]'") from None
+        started_here = not ray.is_initialized()
+        if started_here:
+            try:
+                ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
+                         configure_logging=False)
+            except (ConnectionError, ValueError, RuntimeError) as exc:
+                raise HeadwiseError(f"cannot join Ray cluster {self.address or '(local)'}: {exc}") from None
+        cluster_gpus = ray.cluster_resources().get("GPU", 0)
+        task = ray.remote(ray_train)
+        refs: dict[Any, tuple[RunJob, float]] = {}
+        queue = list(jobs)
+        try:
+            while queue or refs:
+                while queue and (self.jobs is None or len(refs) < self.jobs):
+                    job = queue.pop(0)
+                    device = str(job.spec.config.get("train", {}).get("device", "auto"))
+                    gpu = device == "cuda" or (device == "auto" and cluster_gpus > 0)
+                    with _open_log(job):
+                        pass
+                    progress.started(job)
+                    cpus = self.threads or 1
+                    ref = task.options(num_cpus=cpus, num_gpus=1 if gpu else 0, max_retries=0).remote(
+                        job.argv(), str(job.log_path), cpus)
+                    refs[ref] = (job, time.monotonic())
+                ready, _ = ray.wait(list(refs), num_returns=1, timeout=1.0)
+                for ref in ready:
+                    job, t0 = refs.pop(ref)
+                    try:
+                        rc = ray.get(ref)
+                    except Exception:  # a lost node or a crashed worker is one failed run
+                        rc = None
+                    progress.done(job, rc, time.monotonic() - t0)
+        except KeyboardInterrupt:
+            for ref in refs:
+                ray.cancel(ref)
+            raise
+        finally:
+            if started_here:
+                ray.shutdown()
+
+
+def describe_plan(study: Study) -> str:
+    """A table of the study's variants (name and the keys each sets), for ``--dry-run``."""
+    lines = [f"study {study.name}" + (f" (preset {study.preset})" if study.preset else "")
+             + f": {len(study.variants)} variants x {study.seeds} seeds"]
+    for v in study.variants:
+        sets = ", ".join(f"{k}={v2}" for k, v2 in v.sets.items())
+        lines.append(f"  {v.name:<32} {sets}")
+    return "\n".join(lines)

@@ -1,0 +1,488 @@
+"""Study definitions: a base run config plus axes (or explicit variants), with named presets.
+
+A study file is TOML::
+
+    name = "progression"
+    description = "..."
+    default_preset = "tiny"          # used when --preset is not given
+    seeds = 1                         # seeds per variant (train.seed = 0, 1, ...)
+
+    [base]                            # a run config (the tables of ``headwise train``)
+    model.preset = "tiny-lm"
+    ...
+
+    [[axes]]                          # a cartesian product of axes; each value sets keys
+    name = "scheme"
+    key = "model.plan.scheme"
+    values = ["constant", "ascending", "descending"]
+
+    [[axes]]
+    name = "budget"
+    key = "model.plan.total_heads"
+    label = "h{value}"                # how a value appears in variant names
+    values = [45, 90, 180]
+
+    [[axes]]                          # values that set several keys carry their own label
+    name = "shape"
+    values = [{ label = "12x12", set = { "model.n_layers" = 12, "model.heads" = 12 } }]
+
+    [[grids]]                         # more products, unioned with the one above
+    axes = [...]
+
+    [[variants]]                      # or explicit variants
+    name = "baseline"
+    set = { "model.n_layers" = 12 }
+
+    [runner]                          # defaults for --jobs and --threads
+    jobs = 2
+    threads = 1
+
+    [report]                          # how ``headwise report`` lays the study out
+    kind = "heads"                    # heads | depth | rank
+    series = "scheme"
+    baseline = "constant"
+
+    [presets.tiny]                    # deep-merged over everything above (lists replaced)
+    summary = "one line about the preset"
+    ...
+    [presets.quick]
+    extends = "tiny"                  # merged over the tiny preset
+    ...
+
+Every variant gets a stable, readable name (its axis labels joined by ``-``) and, per seed, its
+own run directory. ``model.heads`` given as one integer means that count in every layer.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from itertools import product
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from headwise.config import Config, parse_value, read_toml
+from headwise.errors import HeadwiseError
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")
+
+
+class AxisValue(Config):
+    """One value of an axis that sets one or more keys, under an explicit label."""
+
+    label: str
+    set: dict[str, Any]
+
+    @field_validator("label")
+    @classmethod
+    def _label_ok(cls, v: str) -> str:
+        return _check_name(v, "axis label")
+
+
+class Axis(Config):
+    """One dimension of a grid: a key and its values, or values that each set several keys."""
+
+    name: str
+    #: the dotted run-config key every scalar value sets (e.g. ``model.plan.total_heads``)
+    key: str | None = None
+    values: list[Any] = Field(min_length=1)
+    #: format of a scalar value in variant names, e.g. ``"h{value}"``
+    label: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name_ok(cls, v: str) -> str:
+        return _check_name(v, "axis name")
+
+    @model_validator(mode="after")
+    def _check(self) -> "Axis":
+        if self.key is None and not all(isinstance(v, dict) for v in self.values):
+            raise ValueError(
+                f"axis {self.name!r}: scalar values need a `key` on the axis "
+                "(or give each value as { label = ..., set = { ... } })"
+            )
+        labels = [v.label for v in self.resolved_values()]
+        dup = {x for x in labels if labels.count(x) > 1}
+        if dup:
+            raise ValueError(f"axis {self.name!r}: labels {sorted(dup)} repeat; give each value its own label")
+        return self
+
+    def format_label(self, value: Any) -> str:
+        """The label of a scalar value in variant names."""
+        text = "x".join(map(str, value)) if isinstance(value, list) else str(value)
+        if self.label is not None:
+            try:
+                text = self.label.format(value=text)
+            except (KeyError, IndexError, ValueError):
+                raise ValueError(f"axis {self.name!r}: label {self.label!r} must use only {{value}}") from None
+        elif not isinstance(value, str):
+            text = f"{self.name}{text}"
+        return _sanitize(text)
+
+    def resolved_values(self) -> list[AxisValue]:
+        """Every value as an :class:`AxisValue` (label and the keys it sets)."""
+        out = []
+        for v in self.values:
+            if isinstance(v, dict):
+                out.append(AxisValue.parse(v, source=f"axis {self.name!r}"))
+            else:
+                out.append(AxisValue(label=self.format_label(v), set={self.key: v}))
+        return out
+
+
+class Grid(Config):
+    """A cartesian product of axes."""
+
+    axes: list[Axis] = Field(min_length=1)
+
+
+class ExplicitVariant(Config):
+    """A variant given by name and the keys it sets."""
+
+    name: str
+    set: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name_ok(cls, v: str) -> str:
+        return _check_name(v, "variant name")
+
+
+class ReportSpec(Config):
+    """How ``headwise report`` lays the study out."""
+
+    #: heads: loss vs total heads per series with fits (the blog);
+    #: depth: Leaner Transformers' Table 2 and loss vs heads per depth; rank: Amsel et al.'s figures
+    kind: Literal["heads", "depth", "rank"] = "heads"
+    #: the axis whose values form the series (e.g. ``scheme``)
+    series: str | None = None
+    #: the series value (heads) or variant name (depth) that the others are compared against
+    baseline: str | None = None
+    #: total heads at which fitted curves are compared (None: the largest total every series reaches)
+    at_heads: float | None = None
+    #: depth: the variants of the headline table (None: all), baseline first
+    table: list[str] | None = None
+    prompt: str = "Once upon a time there was"
+    temperature: float = Field(default=0.9, gt=0)
+    sample_tokens: int = Field(default=500, gt=0)
+
+
+class RunnerDefaults(Config):
+    """How many runs at a time and torch threads per run, unless ``--jobs`` / ``--threads`` say
+    otherwise (not part of the study's identity: they change how fast, not what is run)."""
+
+    jobs: int | None = Field(default=None, ge=1)
+    threads: int | None = Field(default=None, ge=1)
+
+
+class StudyConfig(Config):
+    """A study after its preset is merged in: base run config, variants, report layout."""
+
+    name: str
+    description: str = ""
+    seeds: int = Field(default=1, ge=1)
+    base: dict[str, Any]
+    axes: list[Axis] = Field(default_factory=list)
+    grids: list[Grid] = Field(default_factory=list)
+    variants: list[ExplicitVariant] = Field(default_factory=list)
+    report: ReportSpec = Field(default_factory=ReportSpec)
+    runner: RunnerDefaults = Field(default_factory=RunnerDefaults)
+
+    @model_validator(mode="after")
+    def _some_variants(self) -> "StudyConfig":
+        if not (self.axes or self.grids or self.variants):
+            raise ValueError("a study needs `axes`, `grids` or `variants`")
+        return self
+
+    def all_grids(self) -> list[Grid]:
+        return ([Grid(axes=self.axes)] if self.axes else []) + list(self.grids)
+
+
+@dataclass
+class Variant:
+    """One point of the study: a name, its axis labels, and the keys it sets on the base."""
+
+    name: str
+    labels: dict[str, str]
+    sets: dict[str, Any]
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunSpec:
+    """One run: a variant with one seed."""
+
+    variant: str
+    seed: int
+    labels: dict[str, str]
+    config: dict[str, Any]
+
+    @property
+    def key(self) -> str:
+        return f"{self.variant}/seed{self.seed}"
+
+
+@dataclass
+class Study:
+    """A resolved study: its config, where it came from, the preset and the number of seeds."""
+
+    config: StudyConfig
+    source: str
+    preset: str | None
+    seeds: int
+    variants: list[Variant]
+    preset_summary: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def runs(self) -> list[RunSpec]:
+        """Every (variant, seed), variants in definition order, seeds 0..seeds-1."""
+        out = []
+        for v in self.variants:
+            for s in range(self.seeds):
+                cfg = copy.deepcopy(v.config)
+                cfg.setdefault("train", {})["seed"] = s
+                out.append(RunSpec(v.name, s, dict(v.labels), cfg))
+        return out
+
+    def identity(self) -> dict[str, Any]:
+        """What makes two studies the same study (seeds excluded: they may be added later)."""
+        definition = self.config.to_dict()
+        definition.pop("runner", None)
+        return {"name": self.name, "preset": self.preset, "definition": definition}
+
+    def fingerprint(self) -> str:
+        blob = json.dumps(self.identity(), sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The saved form (``study.toml``): identity, seeds, and each variant's labels."""
+        return {
+            "name": self.name,
+            "source": self.source,
+            "preset": self.preset or "",
+            "preset_summary": self.preset_summary,
+            "seeds": self.seeds,
+            "fingerprint": self.fingerprint(),
+            "definition": self.config.to_dict(),
+            "variants": [{"name": v.name, "labels": v.labels} for v in self.variants],
+        }
+
+
+def _check_name(v: str, what: str) -> str:
+    if not _NAME_RE.match(v):
+        raise ValueError(f"{what} {v!r} must start with a letter or digit and use only letters, digits and ._+=-")
+    return v
+
+
+def _sanitize(text: str) -> str:
+    text = re.sub(r"[^A-Za-z0-9._+=-]+", "_", text).strip("_")
+    return text or "value"
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` merged into a copy of ``base``: tables merge recursively, everything else replaces."""
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    """Set ``a.b.c`` in a nested dict (creating tables), raising HeadwiseError on a clash."""
+    parts = [p for p in key.split(".") if p]
+    if not parts:
+        raise HeadwiseError(f"empty key in a study's `set`: {key!r}")
+    node = data
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise HeadwiseError(f"key {key!r}: {part!r} is a value, not a table")
+        node = child
+    node[parts[-1]] = copy.deepcopy(value)
+
+
+def builtin_studies() -> dict[str, Any]:
+    """Built-in study files by name (``headwise/studies/*.toml``)."""
+    root = resources.files("headwise") / "studies"
+    return {p.name[:-5]: p for p in root.iterdir() if p.name.endswith(".toml")}
+
+
+def _read_builtin(entry: Any, name: str) -> dict[str, Any]:
+    with resources.as_file(entry) as path:
+        return read_toml(path)
+
+
+def load_study_file(name_or_path: str) -> tuple[dict[str, Any], str]:
+    """The raw TOML of a built-in study (by name) or of a study file, and where it came from."""
+    builtins = builtin_studies()
+    if name_or_path in builtins:
+        return _read_builtin(builtins[name_or_path], name_or_path), f"builtin:{name_or_path}"
+    path = Path(name_or_path)
+    if path.is_file():
+        return read_toml(path), str(path.resolve())
+    if path.suffix == ".toml" or "/" in name_or_path:
+        raise HeadwiseError(f"study file {name_or_path} does not exist")
+    hint = difflib.get_close_matches(name_or_path, builtins, n=1)
+    extra = f"; did you mean {hint[0]!r}?" if hint else ""
+    raise HeadwiseError(
+        f"unknown study {name_or_path!r}{extra} (built-in studies: {', '.join(sorted(builtins))}; or pass a .toml file)"
+    )
+
+
+def resolve_study(
+    raw: dict[str, Any],
+    source: str,
+    preset: str | None = None,
+    seeds: int | None = None,
+    overrides: list[str] | None = None,
+) -> Study:
+    """Merge the preset into a raw study, apply ``key=value`` overrides to its base, and expand
+    and validate every variant's run config (naming the variant on a bad value)."""
+    raw = copy.deepcopy(raw)
+    presets = raw.pop("presets", {}) or {}
+    default = raw.pop("default_preset", None)
+    if not isinstance(presets, dict):
+        raise HeadwiseError(f"{source}: `presets` must be a table of named presets")
+    if preset is None:
+        preset = default
+    if preset is not None:
+        if preset not in presets:
+            known = ", ".join(sorted(presets)) or "none"
+            hint = difflib.get_close_matches(preset, presets, n=1)
+            extra = f"; did you mean {hint[0]!r}?" if hint else ""
+            raise HeadwiseError(f"study {raw.get('name', source)!r} has no preset {preset!r}{extra} (presets: {known})")
+        chain = _preset_chain(presets, preset, raw.get("name", source))
+        summary = str(presets[preset].get("summary", ""))  # one line about the preset, for listings
+        for name in chain:
+            over = {k: v for k, v in presets[name].items() if k not in ("summary", "extends")}
+            raw = deep_merge(raw, over)
+    else:
+        summary = ""
+    raw.setdefault("base", {})
+    for item in overrides or []:
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise HeadwiseError(f"override {item!r} is not of the form key=value (e.g. train.steps=200)")
+        set_dotted(raw["base"], key.strip(), parse_value(value.strip()))
+    config = StudyConfig.parse(raw, source=source)
+    n_seeds = seeds if seeds is not None else config.seeds
+    if n_seeds < 1:
+        raise HeadwiseError(f"--seeds {n_seeds}: a study needs at least one seed")
+    variants = expand_variants(config)
+    for v in variants:
+        v.config = build_run_config(config.base, v)
+    return Study(config=config, source=source, preset=preset, seeds=n_seeds, variants=variants,
+                 preset_summary=summary)
+
+
+def _preset_chain(presets: dict[str, Any], name: str, study: str) -> list[str]:
+    """The presets to merge, base first: a preset may ``extends = "other"`` another preset."""
+    chain: list[str] = []
+    while name is not None:
+        if name in chain:
+            raise HeadwiseError(f"study {study!r}: presets extend each other in a loop ({' -> '.join(chain + [name])})")
+        if name not in presets or not isinstance(presets[name], dict):
+            raise HeadwiseError(f"study {study!r}: preset {chain[-1]!r} extends unknown preset {name!r}")
+        chain.append(name)
+        name = presets[name].get("extends")
+    return chain[::-1]
+
+
+def expand_variants(config: StudyConfig) -> list[Variant]:
+    """Every variant of the study, in definition order; names that repeat must set the same keys."""
+    seen: dict[str, Variant] = {}
+    for grid in config.all_grids():
+        values = [[(a.name, v) for v in a.resolved_values()] for a in grid.axes]
+        for combo in product(*values):
+            labels = {axis: v.label for axis, v in combo}
+            sets: dict[str, Any] = {}
+            for _, v in combo:
+                sets.update(v.set)
+            _add(seen, Variant("-".join(labels.values()), labels, sets))
+    for ev in config.variants:
+        _add(seen, Variant(ev.name, {"variant": ev.name}, dict(ev.set)))
+    return list(seen.values())
+
+
+def _add(seen: dict[str, Variant], v: Variant) -> None:
+    old = seen.get(v.name)
+    if old is None:
+        seen[v.name] = v
+    elif old.sets != v.sets:
+        raise HeadwiseError(f"variant name {v.name!r} is produced twice with different settings; relabel an axis value")
+
+
+def build_run_config(base: dict[str, Any], variant: Variant) -> dict[str, Any]:
+    """The run config of a variant: the base with its keys set, validated as a RunConfig."""
+    cfg = copy.deepcopy(base)
+    for key, value in variant.sets.items():
+        try:
+            set_dotted(cfg, key, value)
+        except HeadwiseError as exc:
+            raise HeadwiseError(f"variant {variant.name!r}: {exc}") from None
+    _broadcast_heads(cfg)
+    try:
+        validate_run_config(cfg)
+    except HeadwiseError as exc:
+        raise HeadwiseError(f"variant {variant.name!r}: {exc}") from None
+    return cfg
+
+
+def _broadcast_heads(cfg: dict[str, Any]) -> None:
+    """``model.heads = 8`` in a study means 8 heads in every layer."""
+    model = cfg.get("model")
+    if not isinstance(model, dict) or not isinstance(model.get("heads"), int) or isinstance(model.get("heads"), bool):
+        return
+    n_layers = model.get("n_layers")
+    if n_layers is None and isinstance(model.get("preset"), str):
+        from headwise.presets import preset_dict
+
+        n_layers = preset_dict(model["preset"]).get("n_layers")
+    if isinstance(n_layers, int) and n_layers > 0:
+        model["heads"] = [model["heads"]] * n_layers
+
+
+class _TaskShape:
+    """What :func:`headwise.train.config.resolve_spec` reads of a task (kind, vocabulary, sequence
+    length), taken from the task config alone so that validation prepares no data."""
+
+    def __init__(self, task: Any) -> None:
+        from headwise.data.tokenizer import GPT_NEO_VOCAB, parse_tokenizer_spec
+
+        if task.kind == "nearest":
+            queries = (task.n_queries or task.n_points) if task.variant == "query-nearest" else 0
+            self.io, self.vocab_size = "vectors", None
+            self.seq_len = task.n_points + queries
+            self.input_dim = task.dim + (1 if task.variant == "query-nearest" else 0)
+        else:
+            self.io, self.input_dim = "lm", None
+            self.vocab_size = parse_tokenizer_spec(task.tokenizer) or GPT_NEO_VOCAB
+            self.seq_len = task.block_size
+
+
+def validate_run_config(cfg: dict[str, Any]) -> None:
+    """Check a run config as ``headwise train`` would before it starts: the tables, the model the
+    preset and plan resolve to, its context against the task, a vector model's width."""
+    from headwise.train.config import RunConfig, resolve_spec
+
+    run = RunConfig.parse(cfg, source="run config")
+    shape = _TaskShape(run.task)
+    spec, _ = resolve_spec(run.model, shape, source="run config")  # type: ignore[arg-type]
+    if shape.input_dim is not None and spec.d_model != shape.input_dim:
+        raise HeadwiseError(
+            f"model.d_model {spec.d_model} differs from the task's vector size {shape.input_dim}: "
+            "a vector model's width is the data's dimension"
+        )

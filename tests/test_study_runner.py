@@ -1,0 +1,185 @@
+"""The study runner: resumable, one failing run never stops the others, results.csv, refusals,
+a killed study finishes on rerun without redoing finished runs, and the Ray backend."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import tomli_w
+
+from headwise.cli import main
+from headwise.errors import HeadwiseError, RunFailure
+from headwise.study import load_study, run_study
+from headwise.study.layout import load_study_record
+from headwise.study.results import read_summary
+
+BASE = {
+    "model": {"preset": "amsel-nn", "d_model": 8, "heads": 1, "head_dim": 8, "mlp_hidden": 16, "max_seq_len": 16},
+    "task": {"kind": "nearest", "dim": 8, "n_points": 4, "eval_batches": 1, "eval_batch_size": 32},
+    "optim": {"lr": 0.01, "weight_decay": 0.0},
+    "train": {"micro_batch": 16, "steps": 20, "device": "cpu", "log_every": 10},
+    "eval": {"every": 10},
+    "checkpoint": {"every": 10, "keep": 1},
+}
+
+
+def write_study(path: Path, variants: list[dict], name: str = "mini", base: dict = BASE) -> Path:
+    path.write_text(tomli_w.dumps({"name": name, "base": base, "variants": variants}))
+    return path
+
+
+def quiet(_line: str) -> None:
+    pass
+
+
+def test_study_runs_records_failures_and_reruns_resumably(tmp_path):
+    src = write_study(tmp_path / "mini.toml", [
+        {"name": "one-head", "set": {}},
+        # passes validation (the tokenizer spec is fine) but the run fails: the data is missing
+        {"name": "broken", "set": {"task": {"kind": "lm", "source": str(tmp_path / "missing.txt"),
+                                            "tokenizer": "bpe:300", "block_size": 8},
+                                   "model.preset": "tiny-lm", "model.d_model": 8, "model.head_dim": 8,
+                                   "model.mlp_hidden": 16}},
+        {"name": "two-heads", "set": {"model.heads": 2, "model.head_dim": 4}},
+    ])
+    out = tmp_path / "study"
+    lines: list[str] = []
+    with pytest.raises(RunFailure, match=r"1 of 3 runs did not complete: broken/seed0"):
+        run_study(load_study(str(src)), out, make_report=False, echo=lines.append)
+    assert any("[3/3]" in line for line in lines)  # the failure did not stop the run after it
+    record = load_study_record(out)
+    assert record.name == "mini" and record.seeds == 1
+    rows = {r["variant"]: r for r in _read_csv(out / "results.csv")}
+    assert rows["broken"]["status"] == "failed" and rows["one-head"]["status"] == "completed"
+    assert "missing.txt" in rows["broken"]["error"]  # why it failed, from its log
+    for name in ("one-head", "two-heads"):
+        summary = read_summary(out / "runs" / name / "seed0")
+        row = rows[name]
+        assert float(row["final_eval_loss"]) == pytest.approx(summary["final_eval_loss"], rel=1e-5)
+        assert int(row["params"]) == summary["params"] and int(row["total_heads"]) == summary["total_heads"]
+        assert row["heads"] == " ".join(map(str, summary["heads"]))
+    assert rows["two-heads"]["heads"] == "2" and rows["two-heads"]["head_dims"] == "4"
+    assert (out / "configs" / "one-head-seed0.toml").is_file() and (out / "study.toml").is_file()
+    finished = (out / "runs" / "one-head" / "seed0" / "summary.json").stat().st_mtime_ns
+
+    # rerun: completed runs are skipped, the failed one is tried again (and fails again)
+    lines.clear()
+    with pytest.raises(RunFailure):
+        run_study(load_study(str(src)), out, make_report=False, echo=lines.append)
+    assert "2 already finished, 1 to run" in lines[0]
+    assert (out / "runs" / "one-head" / "seed0" / "summary.json").stat().st_mtime_ns == finished
+    assert (out / "logs" / "broken-seed0.log").read_text().count("====") == 2
+
+
+def _read_csv(path: Path) -> list[dict]:
+    import csv
+
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_output_dir_of_another_study_is_refused(tmp_path, capsys):
+    a = write_study(tmp_path / "a.toml", [{"name": "x", "set": {}}], name="a")
+    b = write_study(tmp_path / "b.toml", [{"name": "x", "set": {"optim.lr": 0.02}}], name="a")
+    out = tmp_path / "study"
+    study_a = load_study(str(a))
+    run_study(study_a, out, make_report=False, echo=quiet)
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    assert main(["study", str(b), "--out", str(out), "--no-report"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds a different study" in err
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == before
+    # a rerun of the same study finds nothing to do; more seeds run only the new ones
+    again = run_study(load_study(str(a)), out, make_report=False, echo=quiet)
+    assert again.ran == [] and again.skipped == ["x/seed0"]
+    more = run_study(load_study(str(a), seeds=2), out, make_report=False, echo=quiet)
+    assert more.ran == ["x/seed1"] and more.skipped == ["x/seed0"]
+    assert load_study_record(out).seeds == 2 and [r["seed"] for r in more.rows] == [0, 1]
+    assert read_summary(out / "runs" / "x" / "seed1")["status"] == "completed"
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    with pytest.raises(HeadwiseError, match="not empty and holds no study"):
+        run_study(study_a, other, make_report=False, echo=quiet)
+    assert sorted(p.name for p in other.iterdir()) == ["notes.txt"]
+
+
+def test_cli_bad_input_is_one_line_before_any_run(tmp_path, capsys):
+    src = write_study(tmp_path / "bad.toml", [{"name": "fine", "set": {}}, {"name": "zero", "set": {"model.heads": 0}}])
+    out = tmp_path / "study"
+    assert main(["study", str(src), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "variant 'zero'" in err and not out.exists()
+    assert main(["study", "progression", "--preset", "huge"]) == 2
+    assert "no preset 'huge'" in capsys.readouterr().err
+    assert main(["study", "nosuchstudy"]) == 2
+    assert main(["study", "progression", "--backend", "local", "--address", "auto", "--dry-run"]) == 0
+    assert "constant-h45" in capsys.readouterr().out
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_killed_study_finishes_on_rerun_without_redoing_finished_runs(tmp_path):
+    slow = {**BASE, "model": {**BASE["model"], "d_model": 32, "head_dim": 32, "mlp_hidden": 256},
+            "task": {**BASE["task"], "dim": 32, "n_points": 16},
+            "train": {**BASE["train"], "micro_batch": 64, "steps": 600},
+            "checkpoint": {"every": 20, "keep": 1}, "eval": {"every": 100}}
+    src = write_study(tmp_path / "kill.toml", [{"name": "first", "set": {"train.steps": 20}},
+                                               {"name": "second", "set": {}}], base=slow)
+    out = tmp_path / "study"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen([sys.executable, "-m", "headwise", "study", str(src), "--out", str(out), "--no-report"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    second = out / "runs" / "second" / "seed0"
+    try:
+        _wait_for(lambda: (second / "checkpoints").is_dir() and any((second / "checkpoints").iterdir()), 120,
+                  "a checkpoint of the second run")
+        first_done = (out / "runs" / "first" / "seed0" / "summary.json").stat().st_mtime_ns
+        proc.send_signal(signal.SIGKILL)  # the runner dies at once; its run is told to stop
+        proc.wait(timeout=30)
+        # the run saw its parent die (SIGTERM): it checkpoints, says so and exits
+        _wait_for(lambda: (read_summary(second) or {}).get("status") == "interrupted", 60, "the run to stop")
+        stopped_at = read_summary(second)["steps"]
+        assert 0 < stopped_at < 600
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    lines: list[str] = []
+    outcome = run_study(load_study(str(src)), out, make_report=False, echo=lines.append)
+    assert outcome.skipped == ["first/seed0"] and outcome.ran == ["second/seed0"]
+    assert any("resuming second/seed0" in line for line in lines)
+    assert (out / "runs" / "first" / "seed0" / "summary.json").stat().st_mtime_ns == first_done
+    summary = read_summary(second)
+    assert summary["status"] == "completed" and summary["steps"] == 600
+    steps = [json.loads(line)["step"] for line in (second / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(set(steps)) and steps[-1] == 600  # one continuous record, no step twice
+    assert "--resume" in (out / "logs" / "second-seed0.log").read_text()
+
+
+@pytest.mark.slow
+def test_ray_backend_runs_a_study_on_a_local_cluster(tmp_path):
+    ray = pytest.importorskip("ray", reason="Ray is an optional extra (pip install 'headwise[ray]')")
+    src = write_study(tmp_path / "ray.toml", [{"name": "a", "set": {}}, {"name": "b", "set": {"model.heads": 2,
+                                                                                             "model.head_dim": 4}}])
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        outcome = run_study(load_study(str(src)), tmp_path / "study", backend="ray", make_report=False, echo=quiet)
+    finally:
+        ray.shutdown()
+    assert sorted(outcome.ran) == ["a/seed0", "b/seed0"] and not outcome.failed
+    assert [r["status"] for r in outcome.rows] == ["completed", "completed"]
+    assert read_summary(tmp_path / "study" / "runs" / "b" / "seed0")["heads"] == [2]
