@@ -134,10 +134,10 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
 
 @pytest.mark.slow
 def test_killed_study_finishes_on_rerun_without_redoing_finished_runs(tmp_path):
-    slow = {**BASE, "model": {**BASE["model"], "d_model": 32, "head_dim": 32, "mlp_hidden": 256},
-            "task": {**BASE["task"], "dim": 32, "n_points": 16},
-            "train": {**BASE["train"], "micro_batch": 64, "steps": 600},
-            "checkpoint": {"every": 20, "keep": 1}, "eval": {"every": 100}}
+    slow = {**BASE, "model": {**BASE["model"], "d_model": 16, "head_dim": 16, "mlp_hidden": 128},
+            "task": {**BASE["task"], "dim": 16, "n_points": 8},
+            "train": {**BASE["train"], "micro_batch": 32, "steps": 400},
+            "checkpoint": {"every": 25, "keep": 1}, "eval": {"every": 100}}
     src = write_study(tmp_path / "kill.toml", [{"name": "first", "set": {"train.steps": 20}},
                                                {"name": "second", "set": {}}], base=slow)
     out = tmp_path / "study"
@@ -154,7 +154,7 @@ def test_killed_study_finishes_on_rerun_without_redoing_finished_runs(tmp_path):
         # the run saw its parent die (SIGTERM): it checkpoints, says so and exits
         _wait_for(lambda: (read_summary(second) or {}).get("status") == "interrupted", 60, "the run to stop")
         stopped_at = read_summary(second)["steps"]
-        assert 0 < stopped_at < 600
+        assert 0 < stopped_at < 400
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -164,9 +164,9 @@ def test_killed_study_finishes_on_rerun_without_redoing_finished_runs(tmp_path):
     assert any("resuming second/seed0" in line for line in lines)
     assert (out / "runs" / "first" / "seed0" / "summary.json").stat().st_mtime_ns == first_done
     summary = read_summary(second)
-    assert summary["status"] == "completed" and summary["steps"] == 600
+    assert summary["status"] == "completed" and summary["steps"] == 400
     steps = [json.loads(line)["step"] for line in (second / "metrics.jsonl").read_text().splitlines()]
-    assert steps == sorted(set(steps)) and steps[-1] == 600  # one continuous record, no step twice
+    assert steps == sorted(set(steps)) and steps[-1] == 400  # one continuous record, no step twice
     assert "--resume" in (out / "logs" / "second-seed0.log").read_text()
 
 

@@ -7,6 +7,7 @@ so the CLI can report them without a traceback.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import os
 import sys
@@ -95,7 +96,7 @@ def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
         if not isinstance(child, dict):
             raise HeadwiseError(f"key {key!r}: {part!r} is a value, not a section")
         node = child
-    node[parts[-1]] = value
+    node[parts[-1]] = copy.deepcopy(value)  # the same value may be set into several configs
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> None:

@@ -35,9 +35,9 @@ from matplotlib.ticker import FixedLocator, NullLocator
 from headwise.config import atomic_write_text
 from headwise.errors import HeadwiseError
 from headwise.study import stats
-from headwise.study.layout import REPORT_DIR, StudyRecord, load_study_record, log_path, run_dir
+from headwise.study.layout import REPORT_DIR, StudyRecord, load_study_record, run_dir
 from headwise.study.results import (
-    read_metrics, read_run_config, read_summary, rows_to_csv, run_status, update_results,
+    read_metrics, read_run_config, read_summary, rows_to_csv, study_run_status, update_results,
 )
 
 ALPHA = 0.05
@@ -142,7 +142,7 @@ def load_variants(record: StudyRecord) -> list[Variant]:
         v = Variant(entry["name"], dict(entry.get("labels", {})))
         for seed in range(record.seeds):
             path = run_dir(record.path, v.name, seed)
-            status = run_status(path, attempted=log_path(record.path, v.name, seed).is_file())
+            status = study_run_status(record, v.name, seed)
             v.runs.append(Run(v.name, seed, v.labels, path, status, read_summary(path) or {},
                               read_run_config(path) or {}))
         out.append(v)
@@ -298,6 +298,7 @@ def write_report(
     elif spec.kind == "depth":
         findings += _depth_section(doc, record, variants)
     else:
+        echo("report: scoring the final models")
         with _one_thread():
             findings += _rank_section(doc, record, variants)
     _results_table(doc, record, variants)
@@ -306,8 +307,12 @@ def write_report(
         _curves_section(doc, record, variants)
         with _one_thread():
             if spec.kind in ("heads", "depth"):
+                if conditioning:
+                    echo("report: conditioning of the final models")
                 _conditioning_section(doc, record, variants, conditioning, cache)
             if samples:
+                if any(r.task.get("kind", "lm") == "lm" for v in variants for r in v.done):
+                    echo(f"report: samples from {sum(1 for v in variants if v.done)} models")
                 _samples_section(doc, record, variants, cache)
     _reproduce(doc, record)
     if findings:
@@ -766,7 +771,7 @@ def _rank_section(doc: _Doc, record: StudyRecord, variants: list[Variant]) -> li
     multi = [s for s, ns in shapes.items() if len(ns) > 1]
     if multi:
         doc.add("## Error vs sequence length")
-        fig, axes = _new_figure(8.0, 5.0)
+        fig, axes = _new_figure(10.0, 5.0)
         ax = axes[0, 0]
         rows2 = []
         styles = ["-", "--", ":", "-."]
@@ -789,7 +794,7 @@ def _rank_section(doc: _Doc, record: StudyRecord, variants: list[Variant]) -> li
         ax.set_ylabel("final eval error")
         ax.set_title(f"Error vs sequence length (d = {d})")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         doc.figure("error_vs_seqlen", fig, rows2, "Error against the number of points for a full-rank head and for "
                    "low-rank heads, by depth; dashed: the learned-nothing level at each N.")
         for L in layer_set:
@@ -802,13 +807,16 @@ def _rank_section(doc: _Doc, record: StudyRecord, variants: list[Variant]) -> li
     # table
     doc.add("## Rank table", "Pick accuracy: the share of held-out tokens whose output is closest to the right "
             "point (first evaluation batch, seed 0).")
+    lr = {p.v.name: p.v.done[0].config.get("optim", {}).get("lr") for p in pts}
+    show_lr = len(set(lr.values())) > 1  # e.g. deeper models trained at a lower rate
     trows = []
     for p in sorted(pts, key=lambda p: (p.n, p.layers, p.width, p.rank)):
         acc = _pick_accuracy(p.v)
-        trows.append([f"`{p.v.name}`", p.layers, p.heads, p.rank, f"{p.width:g}", p.n, _fmt_params(p.v.params),
-                      _loss_cell(p.v), f"{p.baseline:.3f}", _fmt(acc, 3)])
-    doc.table(["variant", "layers", "heads", "rank", "width", "N", "params", "final error", "learned nothing",
-               "pick accuracy"], trows)
+        trows.append([f"`{p.v.name}`", p.layers, p.heads, p.rank, f"{p.width:g}", p.n]
+                     + ([lr[p.v.name]] if show_lr else [])
+                     + [_fmt_params(p.v.params), _loss_cell(p.v), f"{p.baseline:.3f}", _fmt(acc, 3)])
+    doc.table(["variant", "layers", "heads", "rank", "width", "N"] + (["lr"] if show_lr else [])
+              + ["params", "final error", "learned nothing", "pick accuracy"], trows)
     if record.seeds < 2:
         doc.add("**Each configuration was trained with one seed, so no claim can be made about whether "
                 "the differences exceed seed-to-seed noise; rerun with `--seeds 3` to test them.**")
@@ -836,8 +844,10 @@ def _time_section(doc: _Doc, record: StudyRecord, variants: list[Variant]) -> No
     for i, k in enumerate(keys):
         vs = sorted((v for v in done if _color_key(record, v) == k), key=lambda v: v.total_heads)
         x = [v.total_heads for v in vs]
-        axes[0, 0].plot(x, [v.mean("train_time_s") for v in vs], marker="o", color=f"C{i % 10}", label=k)
-        axes[0, 1].plot(x, [v.mean("tokens_per_s") for v in vs], marker="o", color=f"C{i % 10}", label=k)
+        # a line only where it joins one point per total (else it would zig-zag between variants)
+        ls = "-" if len(set(x)) == len(x) else "none"
+        axes[0, 0].plot(x, [v.mean("train_time_s") for v in vs], marker="o", ls=ls, color=f"C{i % 10}", label=k)
+        axes[0, 1].plot(x, [v.mean("tokens_per_s") for v in vs], marker="o", ls=ls, color=f"C{i % 10}", label=k)
         rows += [dict(variant=v.name, group=k, total_heads=v.total_heads, params=v.params,
                       train_time_s=v.mean("train_time_s"), wall_time_s=v.mean("wall_time_s"),
                       tokens_per_s=v.mean("tokens_per_s")) for v in vs]
@@ -888,9 +898,10 @@ def _curves_section(doc: _Doc, record: StudyRecord, variants: list[Variant]) -> 
     first = {title: members[0][0] for title, members in curves.items()}
     panels = list(curves) if record.report.kind == "heads" else sorted(
         curves, key=lambda t: (first[t].n_layers or 0, (first[t].info.task.get("n_points", 0) if first[t].info else 0)))
-    ncols = min(3, len(panels))
+    crowded = max(len(m) for m in curves.values()) > 4  # then legends go beside the panels
+    ncols = min(2 if crowded else 3, len(panels))
     nrows = math.ceil(len(panels) / ncols)
-    fig, axes = _new_figure(4.6 * ncols, 3.6 * nrows, ncols=ncols, nrows=nrows)
+    fig, axes = _new_figure((6.6 if crowded else 4.6) * ncols, 3.6 * nrows, ncols=ncols, nrows=nrows)
     for k, title in enumerate(panels):
         ax = axes[k // ncols, k % ncols]
         for i, (v, steps, losses) in enumerate(curves[title]):
@@ -899,7 +910,10 @@ def _curves_section(doc: _Doc, record: StudyRecord, variants: list[Variant]) -> 
         ax.set_xlabel("training step")
         ax.set_ylabel("eval loss")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, ncols=2 if len(curves[title]) > 6 else 1)
+        if crowded:
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        else:
+            ax.legend(fontsize=7)
     for k in range(len(panels), nrows * ncols):
         axes[k // ncols, k % ncols].set_visible(False)
     fig.suptitle("Eval loss during training" + (" (mean over seeds)" if record.seeds > 1 else ""))

@@ -7,6 +7,7 @@ time a run finishes, so it is never out of step with the runs themselves.
 from __future__ import annotations
 
 import csv
+import fcntl
 import io
 import json
 import math
@@ -15,7 +16,7 @@ from typing import Any, Iterable
 
 from headwise.config import atomic_write_text, read_toml
 from headwise.errors import HeadwiseError
-from headwise.study.layout import RESULTS_CSV, StudyRecord, log_path, run_dir
+from headwise.study.layout import RESULTS_CSV, StudyRecord, lock_path, log_path, run_dir
 
 #: Columns after the variant, the seed and one column per axis.
 COLUMNS = [
@@ -73,6 +74,19 @@ def run_status(path: Path, in_flight: bool = False, attempted: bool = False) -> 
     return "interrupted" if status == "running" else str(status)
 
 
+def lock_held(path: Path) -> bool:
+    """True while a run's worker holds its lock file (the run is live, perhaps under another
+    runner): then a summary that says ``running`` is believed."""
+    try:
+        with open(path, "a+") as f:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
 def last_error(log: Path) -> str:
     """The last ``headwise: error/failed`` line of a run's log (why it stopped), or ""."""
     try:
@@ -83,6 +97,14 @@ def last_error(log: Path) -> str:
         if line.startswith(("headwise: error:", "headwise: failed:")) or "Error:" in line:
             return line.strip()
     return ""
+
+
+def study_run_status(record: StudyRecord, variant: str, seed: int, in_flight: bool = False) -> str:
+    """:func:`run_status` of one run of a study: live while its worker holds the run's lock,
+    failed when it was started (it has a log) but left no summary."""
+    lock = lock_path(record.path, variant, seed)
+    live = in_flight or (lock.is_file() and lock_held(lock))
+    return run_status(run_dir(record.path, variant, seed), live, attempted=log_path(record.path, variant, seed).is_file())
 
 
 def axis_names(record: StudyRecord) -> list[str]:
@@ -108,7 +130,7 @@ def run_row(record: StudyRecord, variant: dict[str, Any], seed: int, in_flight: 
     rd = run_dir(record.path, variant["name"], seed)
     log = log_path(record.path, variant["name"], seed)
     summary = read_summary(rd) or {}
-    status = run_status(rd, in_flight, attempted=log.is_file())
+    status = study_run_status(record, variant["name"], seed, in_flight)
     model = (read_run_config(rd) or {}).get("model", {})
     heads = summary.get("heads") or model.get("heads") or []
     head_dims = summary.get("head_dims") or []

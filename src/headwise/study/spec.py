@@ -68,7 +68,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from headwise.config import Config, parse_value, read_toml
+from headwise.config import Config, parse_value, read_toml, set_dotted
 from headwise.errors import HeadwiseError
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")
@@ -300,20 +300,6 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
-    """Set ``a.b.c`` in a nested dict (creating tables), raising HeadwiseError on a clash."""
-    parts = [p for p in key.split(".") if p]
-    if not parts:
-        raise HeadwiseError(f"empty key in a study's `set`: {key!r}")
-    node = data
-    for part in parts[:-1]:
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise HeadwiseError(f"key {key!r}: {part!r} is a value, not a table")
-        node = child
-    node[parts[-1]] = copy.deepcopy(value)
-
-
 def builtin_studies() -> dict[str, Any]:
     """Built-in study files by name (``headwise/studies/*.toml``)."""
     root = resources.files("headwise") / "studies"
@@ -376,7 +362,7 @@ def resolve_study(
         key, eq, value = item.partition("=")
         if not eq:
             raise HeadwiseError(f"override {item!r} is not of the form key=value (e.g. train.steps=200)")
-        set_dotted(raw["base"], key.strip(), parse_value(value.strip()))
+        set_dotted(raw["base"], key, parse_value(value.strip()))
     config = StudyConfig.parse(raw, source=source)
     n_seeds = seeds if seeds is not None else config.seeds
     if n_seeds < 1:
@@ -430,7 +416,7 @@ def build_run_config(base: dict[str, Any], variant: Variant) -> dict[str, Any]:
     cfg = copy.deepcopy(base)
     for key, value in variant.sets.items():
         try:
-            set_dotted(cfg, key, value)
+            set_dotted(cfg, key, copy.deepcopy(value))  # variants never share a list
         except HeadwiseError as exc:
             raise HeadwiseError(f"variant {variant.name!r}: {exc}") from None
     _broadcast_heads(cfg)
