@@ -830,8 +830,8 @@ def _color_key(record: StudyRecord, v: Variant) -> str:
     kind = record.report.kind
     if kind == "heads":
         return _series_of(record, v)
-    if kind == "depth":
-        return f"{v.n_layers} layers"
+    if kind == "depth":  # the grid by depth; variants outside it on their own
+        return f"{v.n_layers} layers" if "layers" in v.labels else v.name
     run = v.info
     return f"{_n(v.n_layers or 0, 'layer')}, N = {run.task.get('n_points') if run else '?'}"
 
