@@ -12,6 +12,7 @@ cross-entropy and the optimiser. ``--hf`` profiles transformers' GPTNeoForCausal
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     heads = [int(h) for h in args.heads.split(",")]
     torch.manual_seed(0)
     model = Transformer(model_spec(cfg, heads)).train()
-    forward = model
+    forward = functools.partial(model, pad_vocab=True)  # as the trainer calls it
     if args.hf:
         from headwise.hf import to_hf
 

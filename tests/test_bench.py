@@ -21,7 +21,7 @@ transformers = pytest.importorskip("transformers", reason="the suite compares ag
 
 TINY = dataclasses.replace(
     BenchConfig.quick_config(), d_model=64, vocab_size=97, seq_lens=(16, 24), tokens_per_step=48, rounds=2,
-    warmup=1, totals=(8, 30), bf16_totals=(8,), peak_n=64, gen_new_tokens=12, gen_prompt_tokens=4,
+    warmup=1, totals=(8, 30), bf16_totals=(8,), peak_n=64, gen_new_tokens=12, gen_prompt_tokens=4, idle_wait=0.0,
 )
 
 
@@ -40,14 +40,15 @@ def test_interleave_warms_up_then_runs_each_case_once_per_shuffled_round():
     calls = []
     cases = {name: (lambda n=name: calls.append(n)) for name in "abcd"}
     rounds_seen = []
-    samples = core.interleave(cases, rounds=4, warmup=1, device=torch.device("cpu"),
+    timings = core.interleave(cases, rounds=4, warmup=1, device=torch.device("cpu"),
                               before_round=rounds_seen.append, seed=3)
     assert calls[:4] == list("abcd")  # warm-up in order
     timed = [calls[4 + 4 * r: 8 + 4 * r] for r in range(4)]
     assert all(sorted(r) == list("abcd") for r in timed)
     assert len({tuple(r) for r in timed}) > 1  # the order changes between rounds
     assert rounds_seen == [0, 1, 2, 3]
-    assert {k: len(v) for k, v in samples.items()} == dict.fromkeys("abcd", 4)
+    assert {k: len(v) for k, v in timings.seconds.items()} == dict.fromkeys("abcd", 4)
+    assert all(len(timings.quiet(k)) == 4 for k in "abcd")
     again = []
     core.interleave({n: (lambda n=n: again.append(n)) for n in "abcd"}, 4, 1, torch.device("cpu"), seed=3)
     assert again == calls  # seeded: the same schedule
@@ -57,6 +58,20 @@ def test_ratio_stats_by_hand():
     r = core.ratio_stats([2.0, 4.0, 9.0], [1.0, 2.0, 3.0])
     assert r["paired"] == pytest.approx([2.0, 2.0, 3.0]) and r["ratio"] == pytest.approx(2.0)
     assert r["ratio_of_medians"] == pytest.approx(4.0 / 2.0)  # medians 4 and 2
+    # only the quiet rounds count when there are two or more of them
+    q = core.ratio_stats([2.0, 4.0, 9.0, 1.0], [1.0, 2.0, 3.0, 1.0], quiet=[False, True, True, False])
+    assert q["ratio"] == pytest.approx(2.5) and q["ratio_of_medians"] == pytest.approx(6.5 / 2.5)
+    assert q["basis"] == "2/4 quiet"
+    assert core.ratio_stats([2.0, 4.0], [1.0, 1.0], quiet=[True, False])["ratio"] == pytest.approx(3.0)
+
+
+def test_cpu_stall_counts_others_waiting():
+    stall = core.cpu_stall_seconds()
+    if stall is None:
+        pytest.skip("this kernel has no /proc/pressure/cpu (PSI)")
+    assert stall >= 0 and core.cpu_stall_seconds() >= stall  # a cumulative counter
+    busy = core.cpu_busy_share(0.05)
+    assert busy is None or 0.0 <= busy <= 1.0
 
 
 def test_matmul_peak_is_a_flop_rate():
@@ -118,13 +133,20 @@ def test_tiny_run_measures_every_case_and_derives_consistent_numbers(tiny_result
         assert c["flops_per_token"] == flops_per_token(spec, 24)
         rates = [48 / sec for sec in c["seconds"]]
         assert c["tokens_per_s"] == pytest.approx(rates)
-        peaks = s["peak_flops"][c["precision"]]
-        assert c["mfu"] == pytest.approx([c["flops_per_token"] * x / p for x, p in zip(rates, peaks)])
+        use, basis = core.pick_quiet([x is None or x < core.QUIET_STALL for x in c["cpu_stall"]])
+        assert c["basis"] == basis and c["tokens_per_s_median"] == pytest.approx(core.median([rates[i] for i in use]))
+        peak = s["peak_flops_median"][c["precision"]]
+        assert min(s["peak_flops"][c["precision"]]) <= peak <= max(s["peak_flops"][c["precision"]])
+        assert c["mfu"] == pytest.approx([c["flops_per_token"] * x / peak for x in rates])
+        assert c["mfu_median"] == pytest.approx(c["flops_per_token"] * c["tokens_per_s_median"] / peak)
     vs = {row["plan"]: row for row in s["comparisons"]["vs_hf"]}
     assert vs["desc 16,8,4,2"]["reference"] == "hf 4x8"  # same budget, same parameters
-    hw, hf = s["cases"]["headwise 4x8"]["tokens_per_s"], s["cases"]["hf 4x8"]["tokens_per_s"]
-    assert vs["4x8"]["ratio"] == pytest.approx(core.median([a / b for a, b in zip(hw, hf)]))
-    assert vs["4x8"]["ratio_of_medians"] == pytest.approx(core.median(hw) / core.median(hf))
+    hw, hf = s["cases"]["headwise 4x8"], s["cases"]["hf 4x8"]
+    quiet = [(a is None or a < core.QUIET_STALL) and (b is None or b < core.QUIET_STALL)
+             for a, b in zip(hw["cpu_stall"], hf["cpu_stall"])]
+    assert vs["4x8"] == {"plan": "4x8", "heads": [8] * 4, "reference": "hf 4x8",
+                         **core.ratio_stats(hw["tokens_per_s"], hf["tokens_per_s"], quiet)}
+    assert vs["4x8"]["paired"] == pytest.approx([a / b for a, b in zip(hw["tokens_per_s"], hf["tokens_per_s"])])
     assert {row["plan"] for row in s["comparisons"]["penalty"]} == {p.label for p in grid_plans(TINY)} - {"4x2"}
     assert any("round 2/2" in line for line in r["log"])
 

@@ -1,10 +1,12 @@
 """The model's speed paths compute what the plain definitions compute: zero-padded narrow heads,
-the growing KV cache, and single-token decoding through a local window."""
+queries split in halves for 256 < T <= 512, the growing KV cache, single-token decoding through a
+local window, and logits padded past the vocabulary."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from headwise.model import CPU_MIN_HEAD_DIM, LayerCache, Transformer
+from headwise.model import CPU_MIN_HEAD_DIM, CPU_SPLIT_QUERIES, VOCAB_PAD, LayerCache, Transformer
 from headwise.spec import ModelSpec
 
 
@@ -35,6 +37,24 @@ def test_narrow_heads_padded_for_the_kernel_match_the_definition(heads, head_dim
     ref = _reference_attention(x, attn, 7 if kind == "local" else None)
     assert torch.allclose(y, ref, atol=1e-5)
     # and the gradients flowing back through the padding
+    (g,) = torch.autograd.grad(y.square().sum(), x)
+    (g_ref,) = torch.autograd.grad(ref.square().sum(), x)
+    assert torch.allclose(g, g_ref, atol=1e-4)
+
+
+@pytest.mark.parametrize("window, attention", [(None, "global"), (7, "local"), (200, "local"), (400, "local")])
+@pytest.mark.parametrize("head_dim", [4, 16])
+def test_queries_split_in_halves_match_the_definition(window, attention, head_dim):
+    torch.manual_seed(1)
+    t = 301  # odd, inside the split range
+    assert CPU_SPLIT_QUERIES[0] < t <= CPU_SPLIT_QUERIES[1]
+    spec = ModelSpec(vocab_size=None, d_model=16, n_layers=1, heads=[2], head_dim=head_dim, attention=[attention],
+                     window=window or 256, max_seq_len=512, score_scale="inv_sqrt")
+    attn = Transformer(spec).blocks[0].attn
+    x = torch.randn(2, t, 16, requires_grad=True)
+    y = attn(x)
+    ref = _reference_attention(x, attn, window)
+    assert torch.allclose(y, ref, atol=1e-5)
     (g,) = torch.autograd.grad(y.square().sum(), x)
     (g_ref,) = torch.autograd.grad(ref.square().sum(), x)
     assert torch.allclose(g, g_ref, atol=1e-4)
@@ -77,3 +97,43 @@ def test_decoding_past_the_window_matches_the_full_forward():
     steps = [model(x[:, :3], cache)] + [model(x[:, i:i + 1], cache) for i in range(3, 30)]
     assert cache.length == 30 and cache.layers[0].length == 30
     assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5)
+
+
+@torch.no_grad()
+def test_long_prompt_then_decoding_matches_the_full_forward():
+    # a 300-token prompt takes the split-queries path into the cache, then one token at a time
+    torch.manual_seed(0)
+    spec = ModelSpec(vocab_size=50, d_model=24, n_layers=2, heads=[12, 3], attention=["local", "global"],
+                     window=64, max_seq_len=512)
+    model = Transformer(spec).eval()
+    x = torch.randint(0, 50, (1, 310))
+    full = model(x)
+    cache = model.new_cache()
+    steps = [model(x[:, :300], cache)] + [model(x[:, i:i + 1], cache) for i in range(300, 310)]
+    assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5)
+
+
+@pytest.mark.parametrize("vocab", [50, 64, 97])
+@pytest.mark.parametrize("autocast", [False, True])
+def test_padded_vocab_logits_give_the_loss_and_gradients_of_the_plain_head(vocab, autocast):
+    torch.manual_seed(0)
+    spec = ModelSpec(vocab_size=vocab, d_model=32, n_layers=2, heads=[4, 2], max_seq_len=64)
+    model = Transformer(spec)
+    x, y = torch.randint(0, vocab, (3, 20)), torch.randint(0, vocab, (3, 20))
+    results = []
+    for pad in (False, True):
+        model.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            logits = model(x, pad_vocab=pad)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
+        loss.backward()
+        results.append((logits, loss, [p.grad.clone() for p in model.parameters()]))
+    (plain, loss, grads), (padded, loss_p, grads_p) = results
+    assert padded.shape[-1] == -(-vocab // VOCAB_PAD) * VOCAB_PAD
+    assert torch.isneginf(padded[..., vocab:]).all()
+    tol = 1e-2 if autocast else 1e-6  # bf16: the two paths may round the casts' products differently
+    assert padded.dtype == plain.dtype and torch.allclose(padded[..., :vocab].float(), plain.float(), atol=tol)
+    assert torch.allclose(loss_p, loss, atol=tol)
+    assert all(torch.allclose(a, b, atol=tol) for a, b in zip(grads_p, grads))
+    # the weight tied to the embedding gets the head's gradient and the embedding's
+    assert model.lm_head.weight is model.tok_emb.weight

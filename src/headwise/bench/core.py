@@ -4,6 +4,11 @@ Everything compared is timed in one process, in rounds: each round runs every ca
 order shuffled afresh (seeded) every round, so that neither a drift of the machine's speed nor a
 burst of other work on shared cores falls systematically on one case. A ratio is the median of
 the per-round ratios (both sides timed in the same round); the ratio of medians is kept beside it.
+
+On a shared machine other jobs' bursts distort samples badly (a parallel region of an op can
+wait milliseconds for a descheduled OpenMP worker). Each sample therefore records the share of
+its time some task waited for a CPU (Linux PSI); statistics use the quiet samples (stall below
+:data:`QUIET_STALL`) when there are at least two, and say so.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +35,62 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+# A sample is "quiet" when other work kept a runnable task of the machine waiting for a CPU less
+# than this share of the sample's time (Linux pressure-stall information, /proc/pressure/cpu).
+QUIET_STALL = 0.10
+
+
+def cpu_stall_seconds() -> float | None:
+    """Total time some task waited for a CPU since boot (PSI "some"), or None without PSI."""
+    try:
+        first = Path("/proc/pressure/cpu").read_text().split("\n", 1)[0].split()
+        return int(dict(kv.split("=") for kv in first[1:])["total"]) / 1e6
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def cpu_busy_share(window: float = 0.5) -> float | None:
+    """Share of all cores busy (not idle or waiting for I/O) over ``window`` seconds."""
+
+    def read() -> tuple[int, int]:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        idle = fields[3] + fields[4]
+        return sum(fields) - idle, sum(fields)
+
+    try:
+        busy0, total0 = read()
+        time.sleep(window)
+        busy1, total1 = read()
+    except (OSError, ValueError, IndexError):
+        return None
+    return (busy1 - busy0) / max(total1 - total0, 1)
+
+
+def wait_for_idle(max_wait: float, threshold: float = 0.15) -> float:
+    """Wait (at most ``max_wait`` seconds) until the cores are idle while we are: other jobs'
+    bursts then fall less often inside a timed sample. Returns the seconds waited."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < max_wait:
+        busy = cpu_busy_share()
+        if busy is None or busy < threshold:
+            break
+    return time.perf_counter() - start
+
+
+@dataclass
+class Timings:
+    """Seconds per call of every case, and the share of each call other work stalled a CPU
+    (None where the kernel has no PSI)."""
+
+    seconds: dict[str, list[float]]
+    stall: dict[str, list[float | None]]
+    waited: float = 0.0
+
+    def quiet(self, name: str) -> list[bool]:
+        """Per sample: was the machine quiet (stall below :data:`QUIET_STALL`, or unknown)?"""
+        return [x is None or x < QUIET_STALL for x in self.stall[name]]
+
+
 def interleave(
     cases: dict[str, Callable[[], Any]],
     rounds: int,
@@ -38,12 +100,15 @@ def interleave(
     before_round: Callable[[int], None] | None = None,
     progress: Callable[[str], None] | None = None,
     seed: int = 0,
-) -> dict[str, list[float]]:
-    """Run every case ``warmup`` times untimed, then ``rounds`` timed rounds; seconds per call.
+    idle_wait: float = 0.0,
+) -> Timings:
+    """Run every case ``warmup`` times untimed, then ``rounds`` timed rounds.
 
     Each round runs the cases in a fresh random order (``random.Random(seed)``), so a change in
-    the machine's speed does not fall on the same cases every round. ``before_round(r)`` runs
-    before round ``r`` (used to measure the matmul peak beside the steps it normalises).
+    the machine's speed does not fall on the same cases every round. Before each round it waits
+    up to ``idle_wait`` seconds for the other jobs on the machine to go quiet, then runs
+    ``before_round(r)`` (used to measure the matmul peak beside the steps it normalises). Each
+    sample records how much of its time other work kept a CPU contended (see :class:`Timings`).
     """
     names = list(cases)
     for w in range(warmup):
@@ -52,20 +117,26 @@ def interleave(
                 progress(f"warm-up {w + 1}/{warmup}: {name}")
             cases[name]()
             synchronize(device)
-    samples: dict[str, list[float]] = {name: [] for name in names}
+    out = Timings({name: [] for name in names}, {name: [] for name in names})
     rng = random.Random(seed)
     for r in range(rounds):
+        if idle_wait > 0:
+            out.waited += wait_for_idle(idle_wait)
         if before_round is not None:
             before_round(r)
         for name in rng.sample(names, len(names)):
             if progress:
                 progress(f"round {r + 1}/{rounds}: {name}")
             synchronize(device)
+            stall0 = cpu_stall_seconds()
             start = time.perf_counter()
             cases[name]()
             synchronize(device)
-            samples[name].append(time.perf_counter() - start)
-    return samples
+            elapsed = time.perf_counter() - start
+            stall1 = cpu_stall_seconds()
+            out.seconds[name].append(elapsed)
+            out.stall[name].append(None if stall0 is None or stall1 is None else (stall1 - stall0) / elapsed)
+    return out
 
 
 def median(values: list[float]) -> float:
@@ -73,17 +144,30 @@ def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def ratio_stats(numerator: list[float], denominator: list[float]) -> dict[str, Any]:
+def pick_quiet(mask: list[bool], minimum: int = 2) -> tuple[list[int], str]:
+    """Indices of the samples to use: the quiet ones when there are at least ``minimum``,
+    else all; and a note saying which."""
+    quiet = [i for i, ok in enumerate(mask) if ok]
+    if len(quiet) >= minimum:
+        return quiet, f"{len(quiet)}/{len(mask)} quiet"
+    return list(range(len(mask))), f"all {len(mask)} ({len(quiet)} quiet)"
+
+
+def ratio_stats(numerator: list[float], denominator: list[float],
+                quiet: list[bool] | None = None) -> dict[str, Any]:
     """Compare two per-round rate series measured in the same rounds.
 
     ``ratio`` is the median of the per-round ratios ``paired`` (each from one round, so the
-    machine's state is shared); ``ratio_of_medians`` divides the two medians.
+    machine's state is shared), over the rounds where both samples were quiet (``quiet``, when
+    at least two) else all; ``ratio_of_medians`` divides the two medians over the same rounds.
     """
     paired = [a / b for a, b in zip(numerator, denominator)]
+    use, basis = pick_quiet(quiet if quiet is not None else [True] * len(paired))
     return {
-        "ratio": median(paired),
-        "ratio_of_medians": median(numerator) / median(denominator),
+        "ratio": median([paired[i] for i in use]),
+        "ratio_of_medians": median([numerator[i] for i in use]) / median([denominator[i] for i in use]),
         "paired": paired,
+        "basis": basis,
     }
 
 

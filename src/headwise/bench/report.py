@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from headwise.bench.core import QUIET_STALL
 from headwise.config import atomic_write_text
 
 RESULT_JSON = "latest.json"
@@ -46,30 +47,28 @@ def evaluate_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             row = vs_hf.get((t, plan))
             ref = row["reference"] if row else "HF"
             targets.append(_target(f"vs HF GPT-Neo, T={t}: headwise {plan} / {ref}", f">= {goal}x",
-                                   row and row["ratio"], row and row["ratio"] >= goal,
-                                   row and f"{row['ratio']:.2f}x (ratio of medians {row['ratio_of_medians']:.2f}x)"))
+                                   row and row["ratio"], row and row["ratio"] >= goal, row and _shown(row)))
     if vs_hf:
         worst = min(vs_hf.items(), key=lambda kv: kv[1]["ratio"])
         (t, plan), row = worst
         targets.append(_target("never slower than HF on any plan (worst plan)", ">= 1.0x", row["ratio"],
-                               row["ratio"] >= 1.0, f"{row['ratio']:.2f}x ({plan} vs {row['reference']}, T={t})"))
+                               row["ratio"] >= 1.0, f"{_shown(row)}: {plan} vs {row['reference']}, T={t}"))
     for t, s in sorted(fp32.items()):
         rows = s["comparisons"]["penalty"]
         if len(rows) >= 2:
             w = min(rows, key=lambda r: r["ratio"])
             targets.append(_target(f"head-count penalty, T={t}: every plan / {w['baseline'].split()[-1]} (worst)",
-                                   ">= 0.9x", w["ratio"], w["ratio"] >= 0.9,
-                                   f"{w['ratio']:.2f}x ({w['plan']}; ratio of medians {w['ratio_of_medians']:.2f}x)"))
+                                   ">= 0.9x", w["ratio"], w["ratio"] >= 0.9, f"{_shown(w)}: {w['plan']}"))
     if longest is not None:
         base = next(iter(c for c in longest["cases"].values() if c["impl"] == "headwise"))
         mfu = base["mfu_median"]
         targets.append(_target(f"MFU, fp32, headwise {base['plan']} T={longest['seq_len']} "
                                f"({longest['params'] / 1e6:.1f}M params)", ">= 65% of fp32 matmul peak",
-                               mfu, mfu is not None and mfu >= 0.65, f"{mfu:.0%}" if mfu is not None else None))
+                               mfu, mfu is not None and mfu >= 0.65,
+                               f"{mfu:.0%} ({base.get('basis', '')} rounds)" if mfu is not None else None))
         for row in longest["comparisons"]["bf16"]:
             targets.append(_target(f"bf16 autocast / fp32 training, {row['plan']} T={longest['seq_len']}", ">= 2x",
-                                   row["ratio"], row["ratio"] >= 2.0,
-                                   f"{row['ratio']:.2f}x (ratio of medians {row['ratio_of_medians']:.2f}x)"))
+                                   row["ratio"], row["ratio"] >= 2.0, _shown(row)))
     tok = result.get("tokenize")
     if tok is not None:
         rate = tok.get("tokens_per_second_median")
@@ -80,7 +79,7 @@ def evaluate_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         sp = gen["speedup"]
         targets.append(_target(f"KV-cache / no-cache generation at {gen['new_tokens']} new tokens", ">= 5x",
-                               sp["ratio"], sp["ratio"] >= 5.0, f"{sp['ratio']:.1f}x"))
+                               sp["ratio"], sp["ratio"] >= 5.0, f"{sp['ratio']:.1f}x ({sp.get('basis', '')} rounds)"))
     gpu = {s["seq_len"]: s for s in result.get("training", []) if s["device"].startswith("cuda")}
     if gpu:
         s = gpu[max(gpu)]
@@ -94,6 +93,10 @@ def evaluate_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
                 targets.append(_target(f"GPU head-count penalty, T={t} (worst)", ">= 0.85x", w["ratio"],
                                        w["ratio"] >= 0.85, f"{w['ratio']:.2f}x ({w['plan']})"))
     return targets
+
+
+def _shown(row: dict[str, Any]) -> str:
+    return f"{row['ratio']:.2f}x ({row.get('basis', '')} rounds; ratio of medians {row['ratio_of_medians']:.2f}x)"
 
 
 def _num(x: float | None, digits: int = 0) -> str:
@@ -126,7 +129,10 @@ def render_markdown(result: dict[str, Any]) -> str:
     lines.append("- Dtype: float32 unless marked bf16 (torch.autocast). A training step is forward + "
                  "cross-entropy + backward + AdamW step on B x T random token ids; every number is the median of "
                  f"{cfg['rounds']} rounds (every case once per round, in shuffled order) after {cfg['warmup']} "
-                 "warm-up; a ratio is the median of per-round ratios (ratio of the medians in brackets).")
+                 "warm-up; a ratio is the median of per-round ratios (ratio of the medians in brackets). "
+                 f"Only quiet rounds count when there are two or more: a sample is quiet when other work kept a "
+                 f"task waiting for a CPU less than {100 * QUIET_STALL:.0f}% of its time (Linux PSI); "
+                 "the `quiet` column says how many were.")
     lines.append(f"- Model: GPT-Neo, d_model {cfg['d_model']}, {cfg['n_layers']} layers G,L,..., window 256, "
                  f"vocab {cfg['vocab_size']:,}; HF = transformers GPTNeoForCausalLM, eager attention, "
                  "same weights (headwise.hf.to_hf)")
@@ -166,6 +172,11 @@ def render_markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _quiet(case: dict[str, Any]) -> str:
+    stall = case.get("cpu_stall", [])
+    return f"{sum(x is None or x < QUIET_STALL for x in stall)}/{len(stall)}"
+
+
 def _ratio(row: dict[str, Any] | None) -> str:
     return "" if row is None else f"{row['ratio']:.2f}x ({row['ratio_of_medians']:.2f}x)"
 
@@ -181,19 +192,22 @@ def _training_tables(s: dict[str, Any]) -> list[str]:
     base_label = next((r["baseline"].split()[-1] for r in comp["penalty"]), "baseline")
     peaks = s["peak_flops_median"]
     peak_text = ", ".join(
-        f"{p} {v / 1e9:,.0f} GFLOP/s (rounds {min(s['peak_flops'][p]) / 1e9:,.0f}-{max(s['peak_flops'][p]) / 1e9:,.0f})"
-        for p, v in sorted(peaks.items()))
-    lines = [f"## Training step: {head}", "", f"Measured matmul peak (median of rounds): {peak_text}.", "",
-             f"| plan | heads | tok/s | vs HF (reference) | vs {base_label} | model GFLOP/s | MFU |"
+        f"{p} {v / 1e9:,.0f} GFLOP/s (per round {min(s['peak_flops'][p]) / 1e9:,.0f}-"
+        f"{max(s['peak_flops'][p]) / 1e9:,.0f})" for p, v in sorted(peaks.items()))
+    lines = [f"## Training step: {head}", "",
+             f"Measured matmul peak (median of the quiet measurements): {peak_text}; waited "
+             f"{s.get('idle_wait_s', 0):.0f} s in all for the machine to go quiet before rounds.", "",
+             f"| plan | heads | quiet | tok/s | vs HF (reference) | vs {base_label} | model GFLOP/s | MFU |"
              + (" bf16 tok/s | bf16 / fp32 | bf16 MFU |" if bf16 else ""),
-             "|---|---|---|---|---|---|---|" + ("---|---|---|" if bf16 else "")]
+             "|---|---|---|---|---|---|---|---|" + ("---|---|---|" if bf16 else "")]
     for name, c in cases.items():
         if c["impl"] != "headwise" or c["precision"] != prec:
             continue
         plan = c["plan"]
         ref = vs_hf.get(plan)
         hf_text = f"{_ratio(ref)} vs {ref['reference']}" if ref else ""
-        row = (f"| {plan} | {','.join(map(str, c['heads']))} | {_num(c['tokens_per_s_median'], 1)} | {hf_text} | "
+        row = (f"| {plan} | {','.join(map(str, c['heads']))} | {_quiet(c)} | {_num(c['tokens_per_s_median'], 1)} | "
+               f"{hf_text} | "
                f"{_ratio(pen.get(plan)) or 'baseline'} | {_num(c['model_flops_per_s_median'] / 1e9, 1)} | "
                f"{_num(c['mfu_median'] and 100 * c['mfu_median'], 0)}% |")
         if bf16:
@@ -204,7 +218,8 @@ def _training_tables(s: dict[str, Any]) -> list[str]:
     for name, c in cases.items():
         if c["impl"] == "hf":
             mem = f", peak memory {c['peak_memory_bytes'] / 2**30:.2f} GiB" if c.get("peak_memory_bytes") else ""
-            lines.append(f"| {name} (HF) | {','.join(map(str, c['heads']))} | {_num(c['tokens_per_s_median'], 1)} | "
+            lines.append(f"| {name} (HF) | {','.join(map(str, c['heads']))} | {_quiet(c)} | "
+                         f"{_num(c['tokens_per_s_median'], 1)} | "
                          f"reference{mem} | | {_num(c['model_flops_per_s_median'] / 1e9, 1)} | "
                          f"{_num(100 * c['mfu_median'], 0)}% |" + (" | | |" if bf16 else ""))
     if dev.startswith("cuda"):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import subprocess
@@ -28,13 +29,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from headwise.bench.core import (
+    QUIET_STALL,
     allocator_tuned,
+    cpu_stall_seconds,
     interleave,
     load_snapshot,
     machine_info,
     matmul_peak,
     median,
     now_iso,
+    pick_quiet,
     ratio_stats,
 )
 from headwise.errors import HeadwiseError
@@ -72,6 +76,7 @@ class BenchConfig:
     totals: tuple[int, ...] = (45, 90, 180)
     bf16_totals: tuple[int, ...] = (45, 180)  # constant plans also timed under bf16 autocast (longest T)
     peak_n: int = 2048
+    idle_wait: float = 30.0  # seconds to wait, before each round, for other jobs to go quiet
     threads: int | None = None  # torch.set_num_threads; None keeps torch's default (one per core)
     gen_new_tokens: int = 500
     gen_prompt_tokens: int = 16
@@ -88,7 +93,7 @@ class BenchConfig:
     def quick_config(cls) -> BenchConfig:
         """Vocabulary 8192, 512 tokens per step, three rounds, 100 generated tokens."""
         return cls(vocab_size=8192, tokens_per_step=512, rounds=3, gen_new_tokens=100, gen_rounds=1,
-                   tokenize_repeats=1, gpu_rounds=3, gpu_warmup=1, quick=True)
+                   tokenize_repeats=1, gpu_rounds=3, gpu_warmup=1, idle_wait=5.0, quick=True)
 
     def batch(self, seq_len: int, tokens_per_step: int | None = None) -> int:
         """Sequences per step at ``seq_len`` (at least one)."""
@@ -217,17 +222,22 @@ def hf_reference(plan: Plan, cases: TrainingCases, grid: list[Plan]) -> str | No
     return f"hf {constant.label}"
 
 
-def _case_result(seconds: list[float], tokens: int, flops: int, peaks: list[float]) -> dict[str, Any]:
+def _case_result(seconds: list[float], quiet: list[bool], stall: list[float | None], tokens: int, flops: int,
+                 peak: float) -> dict[str, Any]:
+    """Rates and MFU of one case; medians over its quiet samples when it has two or more."""
     rates = [tokens / s for s in seconds]
-    mfu = [flops * r / p for r, p in zip(rates, peaks)] if peaks else []
+    use, basis = pick_quiet(quiet)
+    rate = median([rates[i] for i in use])
     return {
         "seconds": seconds,
+        "cpu_stall": stall,
         "tokens_per_s": rates,
-        "tokens_per_s_median": median(rates),
+        "basis": basis,
+        "tokens_per_s_median": rate,
         "flops_per_token": flops,
-        "model_flops_per_s_median": flops * median(rates),
-        "mfu": mfu,
-        "mfu_median": median(mfu) if mfu else None,
+        "model_flops_per_s_median": flops * rate,
+        "mfu": [flops * r / peak for r in rates],
+        "mfu_median": flops * rate / peak,
     }
 
 
@@ -258,11 +268,12 @@ def bench_training(cfg: BenchConfig, device: torch.device, seq_len: int, cases: 
             share_parameters(model, base).train()
         flops = flops_per_token(spec, seq_len)
         name = f"headwise {plan.label}"
-        steps[name] = make_train_step(model, opt, inputs, targets, main_dtype, device)
+        forward = functools.partial(model, pad_vocab=True)  # as the trainer calls it
+        steps[name] = make_train_step(forward, opt, inputs, targets, main_dtype, device)
         meta[name] = dict(impl="headwise", plan=plan.label, scheme=plan.scheme, total=plan.total,
                           heads=list(plan.heads), precision=precision, flops=flops)
         if device.type == "cpu" and plan.total in cases.bf16_totals and plan.scheme == "constant":
-            steps[f"{name} bf16"] = make_train_step(model, opt, inputs, targets, torch.bfloat16, device)
+            steps[f"{name} bf16"] = make_train_step(forward, opt, inputs, targets, torch.bfloat16, device)
             meta[f"{name} bf16"] = dict(meta[name], precision="bf16")
     if cases.hf_totals:
         from transformers import GPTNeoForCausalLM
@@ -299,10 +310,14 @@ def bench_training(cfg: BenchConfig, device: torch.device, seq_len: int, cases: 
 
     precisions = {m["precision"] for m in meta.values()}
     peaks: dict[str, list[float]] = {p: [] for p in precisions}
+    peak_stall: dict[str, list[float | None]] = {p: [] for p in precisions}
 
     def measure_peaks(r: int) -> None:
         for p in precisions:
+            stall0, start = cpu_stall_seconds(), time.perf_counter()
             peaks[p].append(matmul_peak(torch.bfloat16 if p == "bf16" else torch.float32, device, peak_n))
+            stall1, elapsed = cpu_stall_seconds(), time.perf_counter() - start
+            peak_stall[p].append(None if stall0 is None or stall1 is None else (stall1 - stall0) / elapsed)
 
     cuda = device.type == "cuda"
     memory: dict[str, int] = {}
@@ -316,11 +331,17 @@ def bench_training(cfg: BenchConfig, device: torch.device, seq_len: int, cases: 
 
     timed = {n: tracked(n, f) if cuda else f for n, f in steps.items()}
     prefix = f"[{device.type} {precision} T={seq_len} B={batch}]"
-    samples = interleave(timed, rounds, warmup, device, before_round=measure_peaks,
-                         progress=lambda s: log(f"{prefix} {s}"), seed=cfg.seed + seq_len)
+    timings = interleave(timed, rounds, warmup, device, before_round=measure_peaks,
+                         progress=lambda s: log(f"{prefix} {s}"), seed=cfg.seed + seq_len, idle_wait=cfg.idle_wait)
+    # The peak MFU is measured against: the median of the quiet measurements (all, if none was)
+    peak_ref = {}
+    for p, values in peaks.items():
+        use, _ = pick_quiet([x is None or x < QUIET_STALL for x in peak_stall[p]], minimum=1)
+        peak_ref[p] = median([values[i] for i in use])
     out_cases = {}
     for name, m in meta.items():
-        res = _case_result(samples[name], tokens, m.pop("flops"), peaks[m["precision"]])
+        res = _case_result(timings.seconds[name], timings.quiet(name), timings.stall[name], tokens,
+                           m.pop("flops"), peak_ref[m["precision"]])
         if cuda:
             res["peak_memory_bytes"] = memory.get(name)
         out_cases[name] = {**m, **res}
@@ -330,7 +351,9 @@ def bench_training(cfg: BenchConfig, device: torch.device, seq_len: int, cases: 
         "params": count_params(model_spec(cfg, cases.plans[0].heads)),
         "optimizer": {k: opt.defaults.get(k) for k in ("lr", "betas", "weight_decay", "fused", "foreach")},
         "peak_flops": {p: v for p, v in peaks.items()},
-        "peak_flops_median": {p: median(v) for p, v in peaks.items()},
+        "peak_cpu_stall": peak_stall,
+        "peak_flops_median": peak_ref,
+        "idle_wait_s": timings.waited,
         "cases": out_cases,
     }
     section["comparisons"] = compare(section, cases, grid)
@@ -342,19 +365,22 @@ def compare(section: dict[str, Any], cases: TrainingCases, grid: list[Plan]) -> 
     c = section["cases"]
     out: dict[str, list[dict]] = {"vs_hf": [], "penalty": [], "bf16": []}
     base = f"headwise {cases.plans[0].label}"
+
+    def ratio(a: str, b: str) -> dict[str, Any]:
+        quiet = [x is None or x < QUIET_STALL for x in c[a]["cpu_stall"]]
+        both = [q and (y is None or y < QUIET_STALL) for q, y in zip(quiet, c[b]["cpu_stall"])]
+        return ratio_stats(c[a]["tokens_per_s"], c[b]["tokens_per_s"], both)
+
     for plan in cases.plans:
         name = f"headwise {plan.label}"
-        rates = c[name]["tokens_per_s"]
         ref = hf_reference(plan, cases, grid)
         if ref in c:
-            out["vs_hf"].append({"plan": plan.label, "heads": list(plan.heads), "reference": ref,
-                                 **ratio_stats(rates, c[ref]["tokens_per_s"])})
+            out["vs_hf"].append({"plan": plan.label, "heads": list(plan.heads), "reference": ref, **ratio(name, ref)})
         if name != base:
             out["penalty"].append({"plan": plan.label, "heads": list(plan.heads), "baseline": base,
-                                   **ratio_stats(rates, c[base]["tokens_per_s"])})
+                                   **ratio(name, base)})
         if f"{name} bf16" in c:
-            out["bf16"].append({"plan": plan.label, "heads": list(plan.heads),
-                                **ratio_stats(c[f"{name} bf16"]["tokens_per_s"], rates)})
+            out["bf16"].append({"plan": plan.label, "heads": list(plan.heads), **ratio(f"{name} bf16", name)})
     return out
 
 
@@ -382,18 +408,19 @@ def bench_generation(cfg: BenchConfig, device: torch.device, log: Callable[[str]
     cases = {"kv-cache": case(True), "no-cache": case(False)}
     for use_cache in (True, False):  # a short warm-up of both paths
         generate(model, prompt, 4, temperature=0.0, use_cache=use_cache)
-    samples = interleave(cases, cfg.gen_rounds, 0, device,
+    timings = interleave(cases, cfg.gen_rounds, 0, device, idle_wait=cfg.idle_wait,
                          progress=lambda s: log(f"[{device.type} generate {cfg.gen_new_tokens} tokens] {s}"))
     n = cfg.gen_new_tokens
-    rates = {k: [n / s for s in v] for k, v in samples.items()}
+    rates = {k: [n / s for s in v] for k, v in timings.seconds.items()}
+    both = [a and b for a, b in zip(timings.quiet("kv-cache"), timings.quiet("no-cache"))]
     a, b = outputs["True"], outputs["False"]
     same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
     return {
         "device": str(device), "precision": "bf16" if autocast else "fp32", "plan": plan.label,
         "prompt_tokens": cfg.gen_prompt_tokens, "new_tokens": n, "rounds": cfg.gen_rounds,
-        "seconds": samples, "tokens_per_s": rates,
-        "tokens_per_s_median": {k: median(v) for k, v in rates.items()},
-        "speedup": ratio_stats(rates["kv-cache"], rates["no-cache"]),
+        "seconds": timings.seconds, "cpu_stall": timings.stall, "tokens_per_s": rates,
+        "tokens_per_s_median": {k: median([v[i] for i in pick_quiet(timings.quiet(k))[0]]) for k, v in rates.items()},
+        "speedup": ratio_stats(rates["kv-cache"], rates["no-cache"], both),
         "greedy_tokens_agree": same,
     }
 

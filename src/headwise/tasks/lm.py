@@ -74,7 +74,10 @@ class LMTask(Task):
         return list(self._eval)
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
-        """Mean cross-entropy of logits ``[B, T, V]`` against target ids ``[B, T]`` (in fp32)."""
+        """Mean cross-entropy of logits ``[B, T, V]`` against target ids ``[B, T]`` (in fp32).
+
+        The logits may carry -inf columns past the vocabulary (the trainer asks the model for
+        ``pad_vocab=True`` logits): they add nothing to the softmax, so the loss is the same."""
         return F.cross_entropy(outputs.reshape(-1, outputs.shape[-1]).float(), targets.reshape(-1))
 
     def tokens_per_epoch(self) -> int:

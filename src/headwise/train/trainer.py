@@ -339,7 +339,7 @@ class Trainer:
             sync = self.forward.no_sync() if self.ctx.enabled and not last else contextlib.nullcontext()
             with sync:
                 with self.autocast:
-                    loss = self.task.loss(self.forward(batch.inputs), batch.targets)
+                    loss = self.task.loss(self.forward(batch.inputs, pad_vocab=True), batch.targets)
                 (loss / accum).backward()
             step_loss += loss.detach()
         step_loss /= accum
@@ -407,7 +407,7 @@ class Trainer:
         for batch in self.eval_set[self.ctx.rank::self.ctx.world_size]:
             b = batch.to(self.device)
             with self.autocast:
-                loss = self.task.loss(self.model(b.inputs), b.targets)
+                loss = self.task.loss(self.model(b.inputs, pad_vocab=True), b.targets)
             total[0] += loss.double() * b.inputs.shape[0]
             total[1] += b.inputs.shape[0]
         self.model.train()
