@@ -19,6 +19,7 @@ from headwise.errors import HeadwiseError, RunFailure
 from headwise.study import load_study, run_study
 from headwise.study.layout import load_study_record
 from headwise.study.results import read_summary
+from headwise.study.runner import plan_action
 
 BASE = {
     "model": {"preset": "amsel-nn", "d_model": 8, "heads": 1, "head_dim": 8, "mlp_hidden": 16, "max_seq_len": 16},
@@ -133,6 +134,20 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
 
 
 @pytest.mark.slow
+def test_only_a_committed_checkpoint_makes_a_run_resume(tmp_path):
+    run = tmp_path / "run"
+    assert plan_action(run) == "start"
+    (run / "checkpoints" / ".tmp_step_00000025").mkdir(parents=True)  # a save cut short
+    (run / "summary.json").write_text(json.dumps({"status": "interrupted"}))
+    assert plan_action(run) == "restart"
+    (run / "checkpoints" / "step_00000025").mkdir()
+    (run / "checkpoints" / "step_00000025" / "trainer.pt").write_bytes(b"")
+    (run / "checkpoints" / "latest").write_text("step_00000025")
+    assert plan_action(run) == "resume"
+    (run / "summary.json").write_text(json.dumps({"status": "completed"}))
+    assert plan_action(run) is None
+
+
 def test_killed_study_finishes_on_rerun_without_redoing_finished_runs(tmp_path):
     slow = {**BASE, "model": {**BASE["model"], "d_model": 16, "head_dim": 16, "mlp_hidden": 128},
             "task": {**BASE["task"], "dim": 16, "n_points": 8},

@@ -199,3 +199,27 @@ def test_the_saved_config_reproduces_the_run(tmp_path):
     assert saved.model.heads == [4, 2] and saved.model.vocab_size == VOCAB and saved.schedule.min_lr == pytest.approx(3e-4)
     run_training(saved, tmp_path / "again", task=SyntheticLM())
     assert losses(tmp_path / "again") == losses(tmp_path / "first")
+
+
+@pytest.mark.parametrize("signals, saved", [((signal.SIGTERM, signal.SIGTERM, signal.SIGTERM), True),
+                                            ((signal.SIGINT, signal.SIGTERM), True),
+                                            ((signal.SIGINT, signal.SIGINT), False)])
+def test_repeated_sigterm_still_saves_but_a_second_ctrl_c_stops_at_once(tmp_path, signals, saved):
+    # A dying study runner's threads each fire PR_SET_PDEATHSIG, and a runner forwards SIGTERM
+    # after Ctrl-C reached its process group: neither is a request to skip the checkpoint.
+    def send(position: int) -> None:
+        if position == 5:
+            for sig in signals:
+                os.kill(os.getpid(), sig)
+
+    out = tmp_path / "run"
+    cfg = tiny_config(steps=10, log_every=3, ckpt_every=0, eval_every=0)
+    if saved:
+        summary = run_training(cfg, out, task=SyntheticLM(on_batch=send))
+        assert summary["status"] == "interrupted" and latest_checkpoint(out).name == "step_00000006"
+    else:
+        with pytest.raises(KeyboardInterrupt):
+            run_training(cfg, out, task=SyntheticLM(on_batch=send))
+        assert latest_checkpoint(out) is None
+        assert json.loads((out / "summary.json").read_text())["error"] == \
+               "interrupted by a second Ctrl-C before a checkpoint"

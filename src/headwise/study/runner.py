@@ -34,6 +34,7 @@ from headwise.study import layout
 from headwise.study.layout import StudyRecord, load_study_record, save_study
 from headwise.study.results import read_summary, update_results
 from headwise.study.spec import RunSpec, Study
+from headwise.train.checkpoint import latest_checkpoint
 
 BACKENDS = ("local", "ray")
 #: Statuses a rerun leaves alone.
@@ -84,9 +85,12 @@ def default_out_dir(study: Study) -> Path:
 
 
 def has_checkpoint(run: Path) -> bool:
-    """True when a run directory holds at least one saved checkpoint."""
-    ckpt = Path(run) / "checkpoints"
-    return ckpt.is_dir() and any(p.is_dir() for p in ckpt.iterdir())
+    """True when a run directory holds a committed checkpoint (one ``checkpoints/latest`` names;
+    a save cut short leaves only a temporary directory, which does not count)."""
+    try:
+        return latest_checkpoint(run) is not None
+    except HeadwiseError:  # `latest` names a missing checkpoint: --resume will say so
+        return True
 
 
 def plan_action(run: Path) -> str | None:

@@ -72,7 +72,8 @@ def run_training(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, o
 
     Raises HeadwiseError on bad input (nothing on disk changed) and RunFailure when the loss
     becomes non-finite (``summary.json`` then says ``diverged``; the last good checkpoint stays).
-    A SIGINT or SIGTERM saves a checkpoint and returns with status ``interrupted``.
+    A SIGINT or SIGTERM saves a checkpoint and returns with status ``interrupted``; a second
+    SIGINT (Ctrl-C twice) stops at once, without saving.
     """
     if resume and overwrite:
         raise HeadwiseError("--resume and --overwrite contradict each other: choose one")
@@ -255,7 +256,7 @@ class Trainer:
             self.status, self.error = "diverged", str(exc)
             raise
         except KeyboardInterrupt:
-            self.status, self.error = "interrupted", "interrupted by a second signal before a checkpoint"
+            self.status, self.error = "interrupted", "interrupted by a second Ctrl-C before a checkpoint"
             raise
         except BaseException as exc:
             self.status, self.error = "failed", f"{type(exc).__name__}: {exc}"
@@ -285,9 +286,13 @@ class Trainer:
             return {}
 
         def handler(signum: int, frame: Any) -> None:
-            if self.stop_signal is not None:  # a second signal: stop now, without saving
+            # Only a second Ctrl-C means "stop now, without saving". SIGTERM can come more than
+            # once for one stop: PR_SET_PDEATHSIG fires again as each thread of a dying study
+            # runner exits, and a runner forwards SIGTERM after its process group got Ctrl-C.
+            if self.stop_signal is not None and signum == signal.SIGINT:
                 raise KeyboardInterrupt
-            self.stop_signal = signum
+            if self.stop_signal is None:
+                self.stop_signal = signum
 
         return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
 
