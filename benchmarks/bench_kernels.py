@@ -21,7 +21,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from headwise.model import VOCAB_PAD, padded_logits
+from headwise.model import padded_logits, padded_vocab_size
 
 
 def best_of(fn: Callable[[], object], repeats: int = 3) -> float:
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     n, v, d = args.rows, args.vocab, args.d_model
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; output head {n} x {d} x {v:,}, "
-          f"padded to {-(-v // VOCAB_PAD) * VOCAB_PAD:,} columns")
+          f"padded to {padded_vocab_size(v):,} columns")
 
     h = torch.randn(n, d, requires_grad=True)
     w = torch.randn(v, d, requires_grad=True)

@@ -86,30 +86,20 @@ def test_layer_cache_keeps_autograd_when_keys_need_grad():
 
 
 @torch.no_grad()
-def test_decoding_past_the_window_matches_the_full_forward():
+@pytest.mark.parametrize("window, batch, prompt, length", [
+    (5, 2, 3, 30),  # decoding far past a short window
+    (64, 1, 300, 310),  # a 300-token prompt takes the split-queries path into the cache
+])
+def test_prompt_then_decoding_matches_the_full_forward(window, batch, prompt, length):
     torch.manual_seed(0)
     spec = ModelSpec(vocab_size=50, d_model=24, n_layers=2, heads=[12, 3], attention=["local", "global"],
-                     window=5, max_seq_len=64)
+                     window=window, max_seq_len=512)
     model = Transformer(spec).eval()
-    x = torch.randint(0, 50, (2, 30))
+    x = torch.randint(0, 50, (batch, length))
     full = model(x)
     cache = model.new_cache()
-    steps = [model(x[:, :3], cache)] + [model(x[:, i:i + 1], cache) for i in range(3, 30)]
-    assert cache.length == 30 and cache.layers[0].length == 30
-    assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5)
-
-
-@torch.no_grad()
-def test_long_prompt_then_decoding_matches_the_full_forward():
-    # a 300-token prompt takes the split-queries path into the cache, then one token at a time
-    torch.manual_seed(0)
-    spec = ModelSpec(vocab_size=50, d_model=24, n_layers=2, heads=[12, 3], attention=["local", "global"],
-                     window=64, max_seq_len=512)
-    model = Transformer(spec).eval()
-    x = torch.randint(0, 50, (1, 310))
-    full = model(x)
-    cache = model.new_cache()
-    steps = [model(x[:, :300], cache)] + [model(x[:, i:i + 1], cache) for i in range(300, 310)]
+    steps = [model(x[:, :prompt], cache)] + [model(x[:, i:i + 1], cache) for i in range(prompt, length)]
+    assert cache.length == length and cache.layers[0].length == length
     assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5)
 
 

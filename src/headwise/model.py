@@ -167,25 +167,25 @@ class Attention(nn.Module):
         if cache is not None:
             past = cache.length
             k, v = cache.extend(k, v)
-        mask, is_causal = None, False
-        if self.causal:
-            # Only a local layer whose window is shorter than the keys needs a band mask (a
-            # single new query just sees the last `window` keys); a single new query of a
-            # global layer sees every key; a fresh sequence uses SDPA's own causal path.
-            if self.window is not None and past + t > self.window:
-                if t == 1:
-                    k, v = k[:, :, -self.window:], v[:, :, -self.window:]
-                else:
-                    mask = attention_mask(past, t, self.window, x.device)
-            elif past == 0:
-                is_causal = t > 1
-            elif t > 1:
-                mask = attention_mask(past, t, None, x.device)
         dropout_p = self.dropout if self.training else 0.0
-        fresh_causal = self.causal and past == 0 and t > 1
-        if fresh_causal and x.device.type == "cpu" and CPU_SPLIT_QUERIES[0] < t <= CPU_SPLIT_QUERIES[1]:
+        if (self.causal and past == 0 and x.device.type == "cpu"
+                and CPU_SPLIT_QUERIES[0] < t <= CPU_SPLIT_QUERIES[1]):
             y = causal_attention_in_halves(q, k, v, self.window, self.scale, dropout_p)
         else:
+            mask, is_causal = None, False
+            if self.causal:
+                # Only a local layer whose window is shorter than the keys needs a band mask (a
+                # single new query just sees the last `window` keys); a single new query of a
+                # global layer sees every key; a fresh sequence uses SDPA's own causal path.
+                if self.window is not None and past + t > self.window:
+                    if t == 1:
+                        k, v = k[:, :, -self.window:], v[:, :, -self.window:]
+                    else:
+                        mask = attention_mask(past, t, self.window, x.device)
+                elif past == 0:
+                    is_causal = t > 1
+                elif t > 1:
+                    mask = attention_mask(past, t, None, x.device)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=dropout_p,
                                                scale=self.scale)
         if pad:
@@ -233,14 +233,19 @@ class Block(nn.Module):
 VOCAB_PAD = 64
 
 
+def padded_vocab_size(vocab_size: int) -> int:
+    """``vocab_size`` rounded up to a multiple of :data:`VOCAB_PAD`."""
+    return -(-vocab_size // VOCAB_PAD) * VOCAB_PAD
+
+
 class _PaddedLogits(torch.autograd.Function):
-    """``h @ W.T`` written into rows of ``ceil(V / VOCAB_PAD) * VOCAB_PAD`` columns, the extra
+    """``h @ W.T`` written into rows of :func:`padded_vocab_size` columns, the extra
     columns set to -inf: a softmax over them is the softmax over the vocabulary."""
 
     @staticmethod
     def forward(ctx, h: Tensor, weight: Tensor) -> Tensor:
         v = weight.shape[0]
-        out = h.new_empty(h.shape[0], -(-v // VOCAB_PAD) * VOCAB_PAD)
+        out = h.new_empty(h.shape[0], padded_vocab_size(v))
         torch.mm(h, weight.t(), out=out[:, :v])
         out[:, v:] = float("-inf")
         ctx.save_for_backward(h, weight)
@@ -260,8 +265,8 @@ def padded_logits(h: Tensor, weight: Tensor) -> Tensor:
     lead = h.shape[:-1]
     if torch.compiler.is_compiling():  # the compiler picks its own layouts: the plain path
         logits = F.linear(h, weight)
-        return F.pad(logits, (0, -(-weight.shape[0] // VOCAB_PAD) * VOCAB_PAD - weight.shape[0]),
-                     value=float("-inf"))
+        v = weight.shape[0]
+        return F.pad(logits, (0, padded_vocab_size(v) - v), value=float("-inf"))
     device = h.device.type
     if torch.is_autocast_enabled(device):
         dtype = torch.get_autocast_dtype(device)
