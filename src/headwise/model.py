@@ -228,8 +228,8 @@ class Block(nn.Module):
 
 # Vocabulary sizes are padded to a multiple of this for the output matmul. With GPT-Neo's 50,257
 # the logits' rows are not 64-byte aligned and the CPU GEMM writing them runs at ~2/3 of its peak
-# (benchmarks/bench_kernels.py, float32, 1024 x 768 x 50,257, 2 cores: 122-125 GFLOP/s into
-# plain rows, 161-164 into padded ones).
+# (benchmarks/bench_kernels.py, float32, 1024 x 768 x 50,257, 2 cores, three runs: 122-130
+# GFLOP/s into plain rows, 161-170 into padded ones).
 VOCAB_PAD = 64
 
 

@@ -87,8 +87,14 @@ class Timings:
     waited: float = 0.0
 
     def quiet(self, name: str) -> list[bool]:
-        """Per sample: was the machine quiet (stall below :data:`QUIET_STALL`, or unknown)?"""
-        return [x is None or x < QUIET_STALL for x in self.stall[name]]
+        """Per sample of ``name``: was the machine quiet? (see :func:`quiet_mask`)"""
+        return quiet_mask(self.stall[name])
+
+
+def quiet_mask(*stalls: list[float | None]) -> list[bool]:
+    """Per sample: was the machine quiet in every one of the given stall series, measured in the
+    same rounds (stall below :data:`QUIET_STALL`, or unknown)?"""
+    return [all(x is None or x < QUIET_STALL for x in xs) for xs in zip(*stalls)]
 
 
 def interleave(

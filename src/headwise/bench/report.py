@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from headwise.bench.core import QUIET_STALL
+from headwise.bench.core import QUIET_STALL, quiet_mask
 from headwise.config import atomic_write_text
 
 RESULT_JSON = "latest.json"
@@ -174,7 +174,7 @@ def render_markdown(result: dict[str, Any]) -> str:
 
 def _quiet(case: dict[str, Any]) -> str:
     stall = case.get("cpu_stall", [])
-    return f"{sum(x is None or x < QUIET_STALL for x in stall)}/{len(stall)}"
+    return f"{sum(quiet_mask(stall))}/{len(stall)}"
 
 
 def _ratio(row: dict[str, Any] | None) -> str:

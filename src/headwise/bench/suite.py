@@ -29,7 +29,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from headwise.bench.core import (
-    QUIET_STALL,
     allocator_tuned,
     cpu_stall_seconds,
     interleave,
@@ -39,6 +38,7 @@ from headwise.bench.core import (
     median,
     now_iso,
     pick_quiet,
+    quiet_mask,
     ratio_stats,
 )
 from headwise.errors import HeadwiseError
@@ -222,11 +222,11 @@ def hf_reference(plan: Plan, cases: TrainingCases, grid: list[Plan]) -> str | No
     return f"hf {constant.label}"
 
 
-def _case_result(seconds: list[float], quiet: list[bool], stall: list[float | None], tokens: int, flops: int,
+def _case_result(seconds: list[float], stall: list[float | None], tokens: int, flops: int,
                  peak: float) -> dict[str, Any]:
     """Rates and MFU of one case; medians over its quiet samples when it has two or more."""
     rates = [tokens / s for s in seconds]
-    use, basis = pick_quiet(quiet)
+    use, basis = pick_quiet(quiet_mask(stall))
     rate = median([rates[i] for i in use])
     return {
         "seconds": seconds,
@@ -336,12 +336,12 @@ def bench_training(cfg: BenchConfig, device: torch.device, seq_len: int, cases: 
     # The peak MFU is measured against: the median of the quiet measurements (all, if none was)
     peak_ref = {}
     for p, values in peaks.items():
-        use, _ = pick_quiet([x is None or x < QUIET_STALL for x in peak_stall[p]], minimum=1)
+        use, _ = pick_quiet(quiet_mask(peak_stall[p]), minimum=1)
         peak_ref[p] = median([values[i] for i in use])
     out_cases = {}
     for name, m in meta.items():
-        res = _case_result(timings.seconds[name], timings.quiet(name), timings.stall[name], tokens,
-                           m.pop("flops"), peak_ref[m["precision"]])
+        res = _case_result(timings.seconds[name], timings.stall[name], tokens, m.pop("flops"),
+                           peak_ref[m["precision"]])
         if cuda:
             res["peak_memory_bytes"] = memory.get(name)
         out_cases[name] = {**m, **res}
@@ -367,8 +367,7 @@ def compare(section: dict[str, Any], cases: TrainingCases, grid: list[Plan]) -> 
     base = f"headwise {cases.plans[0].label}"
 
     def ratio(a: str, b: str) -> dict[str, Any]:
-        quiet = [x is None or x < QUIET_STALL for x in c[a]["cpu_stall"]]
-        both = [q and (y is None or y < QUIET_STALL) for q, y in zip(quiet, c[b]["cpu_stall"])]
+        both = quiet_mask(c[a]["cpu_stall"], c[b]["cpu_stall"])
         return ratio_stats(c[a]["tokens_per_s"], c[b]["tokens_per_s"], both)
 
     for plan in cases.plans:
@@ -412,7 +411,7 @@ def bench_generation(cfg: BenchConfig, device: torch.device, log: Callable[[str]
                          progress=lambda s: log(f"[{device.type} generate {cfg.gen_new_tokens} tokens] {s}"))
     n = cfg.gen_new_tokens
     rates = {k: [n / s for s in v] for k, v in timings.seconds.items()}
-    both = [a and b for a, b in zip(timings.quiet("kv-cache"), timings.quiet("no-cache"))]
+    both = quiet_mask(timings.stall["kv-cache"], timings.stall["no-cache"])
     a, b = outputs["True"], outputs["False"]
     same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
     return {
