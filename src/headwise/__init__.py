@@ -7,9 +7,9 @@ The pipeline: spec (:mod:`headwise.spec`, :mod:`headwise.plans`) -> model (:mod:
 
 from headwise.model import Transformer, load_pretrained, save_pretrained
 from headwise.params import count_params
-from headwise.plans import HeadPlan, plan_heads
+from headwise.plans import Plan, Scheme, plan_heads
 from headwise.spec import ModelSpec
 
 __version__ = "0.1.0"
-__all__ = ["ModelSpec", "Transformer", "HeadPlan", "plan_heads", "count_params", "save_pretrained",
+__all__ = ["ModelSpec", "Transformer", "Plan", "Scheme", "plan_heads", "count_params", "save_pretrained",
            "load_pretrained", "__version__"]

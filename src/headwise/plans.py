@@ -16,32 +16,96 @@ plan with the nearest total is chosen (fewer heads on a tie) and the plan says s
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
-from typing import Literal, Sequence
+import dataclasses
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Sequence
 
 from headwise.errors import HeadwiseError
 from headwise.spec import divisors
 
-Scheme = Literal["constant", "ascending", "descending", "linear", "explicit"]
-SCHEMES: tuple[str, ...] = ("constant", "ascending", "descending", "linear", "explicit")
+
+class Scheme(str, Enum):
+    """How heads are spread over the layers."""
+
+    CONSTANT = "constant"
+    ASCENDING = "ascending"
+    DESCENDING = "descending"
+    LINEAR = "linear"
+    EXPLICIT = "explicit"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+SCHEMES: tuple[str, ...] = tuple(s.value for s in Scheme)
 
 
 @dataclass(frozen=True)
-class HeadPlan:
-    """Per-layer head counts chosen for a scheme and a requested total."""
+class Plan:
+    """A head plan, resolved: what was asked (scheme, budget, ratio) and what came out (heads and
+    head widths per layer, with notes when the budget could not be met exactly).
 
-    scheme: str
-    heads: list[int]
-    requested_total: int | None
-    notes: list[str] = field(default_factory=list)
+    It is made once, by :func:`plan_heads` (or :meth:`explicit` for heads given per layer), and
+    carried as it is through the run config, the run summary, a study's results and its report.
+    """
+
+    scheme: Scheme
+    heads: tuple[int, ...]
+    #: per-layer head widths; empty when the plan was made without knowing them (see :meth:`with_head_dims`)
+    head_dims: tuple[int, ...] = ()
+    requested_total: int | None = None
+    ratio: float | None = None
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scheme", Scheme(self.scheme))
+        object.__setattr__(self, "heads", tuple(int(h) for h in self.heads))
+        object.__setattr__(self, "head_dims", tuple(int(d) for d in self.head_dims))
+        object.__setattr__(self, "notes", tuple(self.notes))
+
+    @classmethod
+    def explicit(cls, heads: Sequence[int], head_dims: Sequence[int] = ()) -> "Plan":
+        """The plan of a model whose heads were given per layer."""
+        return cls(Scheme.EXPLICIT, tuple(heads), tuple(head_dims))
 
     @property
     def total(self) -> int:
+        """Heads over all layers."""
         return sum(self.heads)
 
     @property
+    def n_layers(self) -> int:
+        return len(self.heads)
+
+    @property
     def exact(self) -> bool:
+        """True when the plan meets the requested budget (or none was requested)."""
         return self.requested_total is None or self.total == self.requested_total
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        """Attention width per layer (heads x head_dim); empty without head widths."""
+        return tuple(h * d for h, d in zip(self.heads, self.head_dims))
+
+    def with_head_dims(self, head_dims: Sequence[int]) -> "Plan":
+        """The same plan with its per-layer head widths filled in."""
+        if len(head_dims) != len(self.heads):
+            raise ValueError(f"{len(head_dims)} head widths for a plan of {len(self.heads)} layers")
+        return dataclasses.replace(self, head_dims=tuple(head_dims))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (:meth:`from_dict` reads it back); ``total`` is included for readers."""
+        return {"scheme": self.scheme.value, "heads": list(self.heads), "head_dims": list(self.head_dims),
+                "total": self.total, "requested_total": self.requested_total, "ratio": self.ratio,
+                "notes": list(self.notes)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Plan":
+        """Inverse of :meth:`to_dict` (the derived ``total`` is ignored)."""
+        return cls(scheme=Scheme(data["scheme"]), heads=tuple(data["heads"]),
+                   head_dims=tuple(data.get("head_dims") or ()), requested_total=data.get("requested_total"),
+                   ratio=data.get("ratio"), notes=tuple(data.get("notes") or ()))
 
 
 def valid_counts(d_model: int, tied: bool, limit: int) -> list[int]:
@@ -57,13 +121,13 @@ def _nearest(valid: Sequence[int], x: float) -> int:
     return min(near, key=lambda v: (abs(v - x), v))
 
 
-def _shape(scheme: str, n_layers: int, ratio: float) -> list[float]:
+def _shape(scheme: Scheme, n_layers: int, ratio: float) -> list[float]:
     """Relative sizes of the layers for a scheme, the smallest entry being 1."""
-    if scheme == "constant":
+    if scheme is Scheme.CONSTANT:
         return [1.0] * n_layers
-    if scheme == "ascending":
+    if scheme is Scheme.ASCENDING:
         return [ratio**i for i in range(n_layers)]
-    if scheme == "descending":
+    if scheme is Scheme.DESCENDING:
         return [ratio ** (n_layers - 1 - i) for i in range(n_layers)]
     # linear: from 1 to ratio in equal steps (ratio < 1 ramps down; rescaled so min is 1)
     steps = [1.0 + (ratio - 1.0) * i / max(n_layers - 1, 1) for i in range(n_layers)]
@@ -72,7 +136,7 @@ def _shape(scheme: str, n_layers: int, ratio: float) -> list[float]:
 
 
 def plan_heads(
-    scheme: str,
+    scheme: Scheme | str,
     n_layers: int,
     d_model: int,
     total_heads: int | None = None,
@@ -80,26 +144,35 @@ def plan_heads(
     ratio: float = 2.0,
     heads: Sequence[int] | None = None,
     head_dim: int | None = None,
-) -> HeadPlan:
+) -> Plan:
     """Choose per-layer head counts.
 
     Args:
-        scheme: one of :data:`SCHEMES`.
+        scheme: a :class:`Scheme` or its name.
         n_layers, d_model: the model's depth and width.
         total_heads: the budget (required unless ``scheme == "explicit"``).
         ratio: growth per layer for ascending/descending, last/first for linear.
         heads: the counts for ``scheme == "explicit"``.
         head_dim: a fixed head width decoupled from d_model (then any count >= 1 is valid);
             None ties head_dim to d_model / heads.
+
+    The plan's head widths are filled in: ``head_dim``, or ``d_model // heads`` when tied.
     """
     if n_layers < 1:
         raise HeadwiseError(f"n_layers = {n_layers}; a model needs at least 1 layer")
     if d_model < 1:
         raise HeadwiseError(f"d_model = {d_model}; it must be a positive integer")
     if scheme not in SCHEMES:
-        raise HeadwiseError(f"unknown scheme {scheme!r}; valid schemes: {', '.join(SCHEMES)}")
+        raise HeadwiseError(f"unknown scheme {str(scheme)!r}; valid schemes: {', '.join(SCHEMES)}")
+    scheme = Scheme(scheme)
     tied = head_dim is None
-    if scheme == "explicit":
+    if head_dim is not None and head_dim < 1:
+        raise HeadwiseError(f"head_dim = {head_dim}; it must be a positive integer")
+
+    def widths(heads: Sequence[int]) -> tuple[int, ...]:
+        return tuple(d_model // h if tied else head_dim for h in heads)  # type: ignore[misc]
+
+    if scheme is Scheme.EXPLICIT:
         if heads is None:
             raise HeadwiseError("scheme 'explicit' needs the list of heads per layer (e.g. --heads 96,48,24,12)")
         heads = list(heads)
@@ -111,12 +184,12 @@ def plan_heads(
             if tied and d_model % h:
                 valid = ", ".join(map(str, divisors(d_model)))
                 raise HeadwiseError(f"layer {i}: heads = {h} does not divide d_model {d_model}; valid counts: {valid}")
-        return HeadPlan("explicit", heads, total_heads)
+        return Plan(scheme, tuple(heads), widths(heads), requested_total=total_heads)
     if total_heads is None or total_heads < n_layers:
         raise HeadwiseError(
-            f"total_heads = {total_heads}; scheme {scheme!r} needs a budget of at least {n_layers} (one head per layer)"
+            f"total_heads = {total_heads}; scheme {scheme.value!r} needs a budget of at least {n_layers} (one head per layer)"
         )
-    if ratio <= 0 or (scheme in ("ascending", "descending") and ratio < 1):
+    if ratio <= 0 or (scheme in (Scheme.ASCENDING, Scheme.DESCENDING) and ratio < 1):
         raise HeadwiseError(f"ratio = {ratio}; use a ratio >= 1 (the scheme sets the direction)")
     valid = valid_counts(d_model, tied, limit=total_heads)
     shape = _shape(scheme, n_layers, ratio)
@@ -126,11 +199,9 @@ def plan_heads(
     bases = (k / 16 for k in range(16, 16 * valid[-1] + 1))
     candidates = {tuple(_nearest(valid, base * s) for s in shape) for base in bases}
     best = min(candidates, key=lambda c: (abs(sum(c) - total_heads), sum(c)))
-    plan = HeadPlan(scheme, list(best), total_heads)
-    if not plan.exact:
+    notes: tuple[str, ...] = ()
+    if sum(best) != total_heads:
         why = f"divisors of d_model {d_model}" if tied else "positive integers"
-        plan.notes.append(
-            f"no {scheme} plan of valid counts ({why}) totals exactly {total_heads} heads; "
-            f"nearest is {plan.total}"
-        )
-    return plan
+        notes = (f"no {scheme.value} plan of valid counts ({why}) totals exactly {total_heads} heads; "
+                 f"nearest is {sum(best)}",)
+    return Plan(scheme, best, widths(best), requested_total=total_heads, ratio=ratio, notes=notes)

@@ -1,0 +1,10 @@
+"""What one training run leaves on disk: its directory layout and its typed summary.
+
+This is the contract between the trainer (which writes a run) and everything downstream (study
+results, reports, analysis, generation), which read it only through these two modules.
+"""
+
+from headwise.run.layout import RunDir
+from headwise.run.summary import RunStatus, RunSummary, read_summary, write_summary
+
+__all__ = ["RunDir", "RunStatus", "RunSummary", "read_summary", "write_summary"]
