@@ -3,7 +3,6 @@ process with the same global batch."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -14,7 +13,7 @@ import pytest
 from headwise.errors import HeadwiseError
 from headwise.train import run_training
 from headwise.train.checkpoint import latest_checkpoint, load_state
-from headwise.train.metrics import read_metrics
+from headwise.run import read_metrics, read_summary
 from test_train_synthetic import SyntheticLM, tiny_config
 
 TESTS = Path(__file__).resolve().parent
@@ -48,8 +47,8 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
     assert [r["grad_norm"] for r in two] == pytest.approx([r["grad_norm"] for r in one], abs=1e-5)
     evals = [(r["step"], r["eval_loss"]) for r in two if "eval_loss" in r]
     assert evals == pytest.approx([(r["step"], r["eval_loss"]) for r in one if "eval_loss" in r], abs=1e-5)
-    summary = json.loads((ddp / "summary.json").read_text())
-    assert summary["world_size"] == 2 and summary["tokens"] == 6 * 4 * 16 and summary["status"] == "completed"
+    summary = read_summary(ddp)
+    assert summary.world_size == 2 and summary.tokens == 6 * 4 * 16 and summary.status == "completed"
     # each process's data position is in the checkpoint
     ranks = load_state(latest_checkpoint(ddp))["ranks"]
     assert [r["stream"]["position"] for r in ranks] == [6, 6]

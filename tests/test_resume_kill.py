@@ -3,7 +3,6 @@ checkpoint) and then resumed records exactly the losses of the uninterrupted run
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -16,7 +15,7 @@ import pytest
 from headwise.model import load_pretrained
 from headwise.train import run_training
 from headwise.train.checkpoint import latest_checkpoint, load_state
-from headwise.train.metrics import read_metrics
+from headwise.run import read_metrics, read_summary
 from test_train_synthetic import SyntheticLM, tiny_config
 
 TESTS = Path(__file__).resolve().parent
@@ -88,7 +87,7 @@ def test_sigkill_mid_run_then_resume_is_exact(tmp_path, uninterrupted):
     assert max(r["step"] for r in read_metrics(out)) >= 10
 
     summary = run_training(tiny_config(**RUN), out, resume=True, task=SyntheticLM())
-    assert summary["status"] == "completed" and summary["steps"] == 14
+    assert summary.status == "completed" and summary.steps == 14
     assert _curve(out) == uninterrupted  # the same numbers, each step once
 
 
@@ -125,13 +124,13 @@ def test_sigint_on_the_command_line_saves_and_resumes(tmp_path):
     stdout, stderr = child.communicate(timeout=120)
     assert child.returncode == 130, stderr
     assert "SIGINT at step" in stdout and "Traceback" not in stderr
-    summary = json.loads((out / "summary.json").read_text())
-    step = summary["steps"]
-    assert summary["status"] == "interrupted" and latest_checkpoint(out).name == f"step_{step:08d}"
+    summary = read_summary(out)
+    step = summary.steps
+    assert summary.status == "interrupted" and latest_checkpoint(out).name == f"step_{step:08d}"
 
     done = subprocess.run([sys.executable, "-m", "headwise", "train", "--resume", "--out", str(out),
                            "--set", f"train.steps={step + 3}"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "completed" and summary["steps"] == step + 3
+    summary = read_summary(out)
+    assert summary.status == "completed" and summary.steps == step + 3
     assert [r["step"] for r in read_metrics(out)][-1] == step + 3

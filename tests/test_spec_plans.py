@@ -11,7 +11,7 @@ from headwise.cli import main
 from headwise.errors import HeadwiseError
 from headwise.model import Transformer
 from headwise.params import count_params, flops_per_token, param_breakdown
-from headwise.plans import plan_heads
+from headwise.plans import Plan, Scheme, plan_heads
 from headwise.presets import spec_from_preset
 from headwise.spec import ModelSpec
 
@@ -32,7 +32,8 @@ BLOG_GRID = {
 def test_blog_grid(key, expected):
     scheme, total = key
     plan = plan_heads(scheme, n_layers=4, d_model=768, total_heads=total)
-    assert plan.heads == expected
+    assert plan.heads == tuple(expected) and plan.scheme is Scheme(scheme)
+    assert plan.head_dims == tuple(768 // h for h in expected) and plan.widths == (768,) * 4
     # constant cannot reach 45/90/180 exactly with divisors of 768: the plan must say so
     assert plan.exact == (scheme != "constant")
     assert bool(plan.notes) == (not plan.exact)
@@ -133,9 +134,17 @@ def test_invalid_plans(kwargs, needle):
 
 
 def test_decoupled_plans_hit_totals_exactly():
-    assert plan_heads("constant", 4, 768, 180, head_dim=64).heads == [45] * 4
+    assert plan_heads("constant", 4, 768, 180, head_dim=64).heads == (45,) * 4
     plan = plan_heads("linear", 4, 768, 40, head_dim=64)
-    assert plan.total == 40 and plan.heads == sorted(plan.heads)
+    assert plan.total == 40 and list(plan.heads) == sorted(plan.heads) and plan.head_dims == (64,) * 4
+
+
+def test_plan_round_trips_through_its_dict():
+    plan = plan_heads("constant", 4, 768, 180)
+    assert Plan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
+    assert plan.to_dict()["total"] == 192 and plan.notes and not plan.exact
+    with pytest.raises(AttributeError):
+        plan.heads = (1, 1, 1, 1)  # a resolved plan is never changed in place
 
 
 def test_cli_plan_json(capsys):

@@ -18,7 +18,7 @@ from headwise.cli import main
 from headwise.errors import HeadwiseError, RunFailure
 from headwise.study import load_study, run_study
 from headwise.study.layout import load_study_record
-from headwise.study.results import read_summary
+from headwise.run import RunStatus, read_summary
 from headwise.study.runner import plan_action
 
 BASE = {
@@ -63,9 +63,9 @@ def test_study_runs_records_failures_and_reruns_resumably(tmp_path):
     for name in ("one-head", "two-heads"):
         summary = read_summary(out / "runs" / name / "seed0")
         row = rows[name]
-        assert float(row["final_eval_loss"]) == pytest.approx(summary["final_eval_loss"], rel=1e-5)
-        assert int(row["params"]) == summary["params"] and int(row["total_heads"]) == summary["total_heads"]
-        assert row["heads"] == " ".join(map(str, summary["heads"]))
+        assert float(row["final_eval_loss"]) == pytest.approx(summary.final_eval_loss, rel=1e-5)
+        assert int(row["params"]) == summary.params and int(row["total_heads"]) == summary.total_heads
+        assert row["heads"] == " ".join(map(str, summary.heads)) and row["scheme"] == "explicit"
     assert rows["two-heads"]["heads"] == "2" and rows["two-heads"]["head_dims"] == "4"
     assert (out / "configs" / "one-head-seed0.toml").is_file() and (out / "study.toml").is_file()
     finished = (out / "runs" / "one-head" / "seed0" / "summary.json").stat().st_mtime_ns
@@ -102,8 +102,8 @@ def test_output_dir_of_another_study_is_refused(tmp_path, capsys):
     assert again.ran == [] and again.skipped == ["x/seed0"]
     more = run_study(load_study(str(a), seeds=2), out, make_report=False, echo=quiet)
     assert more.ran == ["x/seed1"] and more.skipped == ["x/seed0"]
-    assert load_study_record(out).seeds == 2 and [r["seed"] for r in more.rows] == [0, 1]
-    assert read_summary(out / "runs" / "x" / "seed1")["status"] == "completed"
+    assert load_study_record(out).seeds == 2 and [r.seed for r in more.results] == [0, 1]
+    assert read_summary(out / "runs" / "x" / "seed1").status is RunStatus.COMPLETED
     other = tmp_path / "other"
     other.mkdir()
     (other / "notes.txt").write_text("mine")
@@ -167,8 +167,8 @@ def test_killed_study_finishes_on_rerun_without_redoing_finished_runs(tmp_path):
         proc.send_signal(signal.SIGKILL)  # the runner dies at once; its run is told to stop
         proc.wait(timeout=30)
         # the run saw its parent die (SIGTERM): it checkpoints, says so and exits
-        _wait_for(lambda: (read_summary(second) or {}).get("status") == "interrupted", 60, "the run to stop")
-        stopped_at = read_summary(second)["steps"]
+        _wait_for(lambda: getattr(read_summary(second), "status", None) is RunStatus.INTERRUPTED, 60, "the run to stop")
+        stopped_at = read_summary(second).steps
         assert 0 < stopped_at < 400
     finally:
         if proc.poll() is None:
@@ -179,7 +179,7 @@ def test_killed_study_finishes_on_rerun_without_redoing_finished_runs(tmp_path):
     assert any("resuming second/seed0" in line for line in lines)
     assert (out / "runs" / "first" / "seed0" / "summary.json").stat().st_mtime_ns == first_done
     summary = read_summary(second)
-    assert summary["status"] == "completed" and summary["steps"] == 400
+    assert summary.status is RunStatus.COMPLETED and summary.steps == 400
     steps = [json.loads(line)["step"] for line in (second / "metrics.jsonl").read_text().splitlines()]
     assert steps == sorted(set(steps)) and steps[-1] == 400  # one continuous record, no step twice
     assert "--resume" in (out / "logs" / "second-seed0.log").read_text()
@@ -196,5 +196,5 @@ def test_ray_backend_runs_a_study_on_a_local_cluster(tmp_path):
     finally:
         ray.shutdown()
     assert sorted(outcome.ran) == ["a/seed0", "b/seed0"] and not outcome.failed
-    assert [r["status"] for r in outcome.rows] == ["completed", "completed"]
-    assert read_summary(tmp_path / "study" / "runs" / "b" / "seed0")["heads"] == [2]
+    assert [r.status for r in outcome.results] == [RunStatus.COMPLETED] * 2
+    assert read_summary(tmp_path / "study" / "runs" / "b" / "seed0").heads == (2,)

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from headwise.errors import HeadwiseError
+from headwise.plans import Plan, Scheme
 from headwise.model import Transformer
 from headwise.tasks.nearest import NearestNeighbourTask
 from headwise.train.config import (
@@ -93,16 +94,25 @@ def test_resolve_spec_preset_overrides_plan_and_vocabulary():
     # tiny-lm's own vocabulary (4096) gives way to the task's tokenizer; its other fields stay
     assert spec.vocab_size == VOCAB and spec.score_scale == "inv_sqrt" and spec.activation == "gelu_new"
     assert spec.heads == [4, 2] and plan.total == plan.requested_total == 6
-    # the resolved config is the full spec: resolving it again gives the same model
+    assert plan.scheme is Scheme.DESCENDING and plan.heads == (4, 2) and plan.head_dims == (16, 32)
+    # the resolved config is the full spec beside what was asked of the plan: resolving it
+    # again gives the same model and the same plan
     again = resolved_config(cfg, spec)
-    assert "preset" not in again.to_dict()["model"]
-    assert resolve_spec(again.model, SyntheticLM())[0] == spec
+    model = again.to_dict()["model"]
+    assert "preset" not in model and model["heads"] == [4, 2]
+    assert model["plan"] == {"scheme": "descending", "total_heads": 6, "ratio": 2.0}
+    assert resolve_spec(again.model, SyntheticLM()) == (spec, plan)
+
+
+def test_resolve_spec_gives_an_explicit_plan_without_a_plan_table():
+    spec, plan = resolve_spec(RunConfig.parse(_base()).model, SyntheticLM())
+    assert plan == Plan(Scheme.EXPLICIT, (4, 2), (8, 16)) and plan.total == spec.total_heads == 6
 
 
 @pytest.mark.parametrize("model, needle", [
     ({"vocab_size": VOCAB - 1}, "smaller than the tokenizer's 32 tokens"),
     ({"max_seq_len": SEQ - 1}, "max_seq_len 15 is shorter than the task's sequences (16)"),
-    ({"plan": {"scheme": "constant", "total_heads": 4}}, "give heads or [model.plan], not both"),
+    ({"plan": {"scheme": "constant", "total_heads": 4}}, "heads [4, 2] differ from the constant plan's [2, 2]"),
     ({"heads": [3, 2]}, "layer 0: heads = 3 does not divide d_model 32"),
     ({"inputs": "vectors"}, "this task takes tokens"),
 ])

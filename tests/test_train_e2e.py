@@ -11,7 +11,8 @@ import pytest
 from headwise.cli import main
 from headwise.model import load_pretrained
 from headwise.train.checkpoint import latest_checkpoint
-from headwise.train.metrics import read_metrics
+from headwise.plans import Scheme
+from headwise.run import RunSummary, read_metrics, read_summary
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -31,22 +32,22 @@ def test_nearest_tiny_trains_and_predicts(tmp_path, capsys):
     args = ["train", str(CONFIGS / "nearest-tiny.toml"), "--out", str(out), "--json", *_short(60),
             "--set", "train.micro_batch=64"]
     assert main(args) == 0
-    summary = _json_out(capsys)
-    assert summary["status"] == "completed" and summary["steps"] == 60 and summary["world_size"] == 1
-    assert summary["heads"] == [1] and summary["head_dims"] == [16]
+    summary = RunSummary.model_validate(_json_out(capsys))
+    assert summary.status == "completed" and summary.steps == 60 and summary.world_size == 1
+    assert summary.heads == (1,) and summary.head_dims == (16,)
     rows = read_metrics(out)
     assert [r["step"] for r in rows] == [15, 30, 45, 60]
     # unit-norm outputs in random directions score 2; the full config (300 steps) reaches ~0.66,
     # below the 0.89 learned-nothing level, and a fifth of it already gets well under 2
-    assert rows[0]["train_loss"] > 1.6 and summary["task"]["baseline_loss"] == pytest.approx(0.886, abs=1e-3)
-    assert summary["final_eval_loss"] == rows[-1]["eval_loss"] < rows[0]["train_loss"] - 0.3
+    assert rows[0]["train_loss"] > 1.6 and summary.task["baseline_loss"] == pytest.approx(0.886, abs=1e-3)
+    assert summary.final_eval_loss == rows[-1]["eval_loss"] < rows[0]["train_loss"] - 0.3
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["latest", "step_00000030", "step_00000060"]
     assert load_pretrained(out / "model").spec.inputs == "vectors"
 
     assert main(["generate", str(out), "--json"]) == 0
     trained = _json_out(capsys)
     assert trained["model"] == str(out / "model") and 0 <= trained["accuracy"] <= 1
-    assert trained["loss"] == pytest.approx(json.loads((out / "summary.json").read_text())["final_eval_loss"], abs=0.1)
+    assert trained["loss"] == pytest.approx(read_summary(out).final_eval_loss, abs=0.1)
     assert main(["generate", str(out), "--untrained", "--seed", "0", "--json"]) == 0
     untrained = _json_out(capsys)
     assert untrained["model"].startswith("untrained") and untrained["loss"] > trained["loss"]
@@ -72,13 +73,13 @@ def test_lm_tiny_trains_and_generates(tmp_path, capsys, shared_data, monkeypatch
     args = ["train", str(CONFIGS / "lm-tiny.toml"), "--out", str(out), "--json", *_short(30),
             "--set", "train.micro_batch=8"]
     assert main(args) == 0
-    summary = _json_out(capsys)
-    assert summary["status"] == "completed" and summary["heads"] == [4, 2]
-    assert summary["plan"]["scheme"] == "descending" and summary["task"]["tokenizer"] == "bpe:1024"
+    summary = RunSummary.model_validate(_json_out(capsys))
+    assert summary.status == "completed" and summary.heads == (4, 2)
+    assert summary.plan.scheme is Scheme.DESCENDING and summary.task["tokenizer"] == "bpe:1024"
     rows = read_metrics(out)
     # from a uniform guess (ln 1024 = 6.93) to well below it in 30 steps
     assert rows[0]["train_loss"] == pytest.approx(math.log(1024), abs=0.5)
-    assert summary["final_eval_loss"] < 6.2
+    assert summary.final_eval_loss < 6.2
     assert (out / "tokenizer.json").is_file() and (out / "tb").is_dir()
 
     prompt = "Once upon a time there was"

@@ -3,7 +3,6 @@ directory, refusals, divergence, signals and exact resume in-process."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import signal
@@ -17,7 +16,7 @@ from headwise.model import Transformer, load_pretrained
 from headwise.spec import ModelSpec
 from headwise.train import RunConfig, run_training
 from headwise.train.checkpoint import latest_checkpoint, load_state
-from headwise.train.metrics import read_metrics
+from headwise.run import read_metrics, read_summary
 from test_train_synthetic import SEQ, VOCAB, SyntheticLM, tiny_config
 
 
@@ -29,7 +28,7 @@ def test_matches_a_hand_written_training_loop(tmp_path):
     """Same seed, data, AdamW groups, schedule and clipping as a plain nanoGPT-style loop."""
     steps, lr, min_lr, warm = 12, 3e-3, 3e-4, 2
     summary = run_training(tiny_config(steps=steps, ckpt_every=0, eval_every=0), tmp_path / "run", task=SyntheticLM())
-    assert summary["status"] == "completed"
+    assert summary.status == "completed"
 
     torch.manual_seed(0)
     model = Transformer(ModelSpec(vocab_size=VOCAB, d_model=32, n_layers=2, heads=[4, 2], max_seq_len=SEQ,
@@ -67,7 +66,7 @@ def test_gradient_accumulation_equals_one_big_batch(tmp_path):
     big = run_training(tiny_config(steps=4, micro_batch=4, ckpt_every=0), tmp_path / "a", task=SyntheticLM())
     acc = run_training(tiny_config(steps=4, micro_batch=2, grad_accum=2, ckpt_every=0), tmp_path / "b",
                        task=SyntheticLM())
-    assert big["tokens"] == acc["tokens"] == 4 * 4 * SEQ
+    assert big.tokens == acc.tokens == 4 * 4 * SEQ
     a, b = losses(tmp_path / "a"), losses(tmp_path / "b")
     assert list(a.values()) == pytest.approx(list(b.values()), abs=1e-6)
 
@@ -84,14 +83,14 @@ def test_run_directory_contents(tmp_path):
         assert r["tokens"] == r["step"] * 4 * SEQ and r["grad_norm"] > 0
     assert all("eval_loss" in r for r in rows if r["step"] % 4 == 0)
     assert not any("eval_loss" in r for r in rows if r["step"] % 4)
-    on_disk = json.loads((out / "summary.json").read_text())
-    assert on_disk["status"] == summary["status"] == "completed"
-    assert on_disk["final_eval_loss"] == rows[-1]["eval_loss"]
-    assert on_disk["params"] == 26816 and on_disk["heads"] == [4, 2] and on_disk["total_heads"] == 6
-    assert on_disk["head_dims"] == [8, 16] and on_disk["steps"] == 12 and on_disk["tokens"] == 12 * 64
-    assert on_disk["peak_memory_bytes"] > 10**7 and 0 < on_disk["mfu"] < 1
-    assert on_disk["mfu"] == pytest.approx(
-        on_disk["flops_per_token"] * on_disk["tokens_per_s"] / on_disk["peak_flops"])
+    on_disk = read_summary(out)
+    assert on_disk.status == summary.status == "completed"
+    assert on_disk.final_eval_loss == rows[-1]["eval_loss"]
+    assert on_disk.params == 26816 and on_disk.heads == (4, 2) and on_disk.total_heads == 6
+    assert on_disk.head_dims == (8, 16) and on_disk.steps == 12 and on_disk.tokens == 12 * 64
+    assert on_disk.peak_memory_bytes > 10**7 and 0 < on_disk.mfu < 1
+    assert on_disk.mfu == pytest.approx(
+        on_disk.flops_per_token * on_disk.tokens_per_s / on_disk.peak_flops)
     # keep the last 2 checkpoints; `latest` names the newest; final weights equal it
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["latest", "step_00000008", "step_00000012"]
     assert latest_checkpoint(out).name == "step_00000012"
@@ -145,8 +144,8 @@ def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_pa
     with pytest.raises(RunFailure, match=r"non-finite at step 7; the last good checkpoint is .*step_00000006"):
         run_training(tiny_config(steps=12, log_every=4, ckpt_every=3, eval_every=0), out,
                      task=SyntheticLM(poison_after=6))
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "diverged" and "step 7" in summary["error"]
+    summary = read_summary(out)
+    assert summary.status == "diverged" and "step 7" in summary.error
     assert latest_checkpoint(out).name == "step_00000006" and not (out / "model").exists()
     assert [r["step"] for r in read_metrics(out)] == [4]
     assert math.isfinite(load_state(latest_checkpoint(out))["ranks"][0]["loss_sum"].item())
@@ -166,11 +165,11 @@ def test_sigterm_saves_and_resume_is_exact(tmp_path):
     # the same test process (Ray) install their own.
     before = signal.getsignal(signal.SIGTERM)
     summary = run_training(cfg, out, task=SyntheticLM(on_batch=terminate))
-    assert summary["status"] == "interrupted" and summary["steps"] == 6
+    assert summary.status == "interrupted" and summary.steps == 6
     assert latest_checkpoint(out).name == "step_00000006"
     assert signal.getsignal(signal.SIGTERM) == before  # the handler is removed again
     resumed = run_training(cfg, out, resume=True, task=SyntheticLM())
-    assert resumed["status"] == "completed" and resumed["steps"] == 10
+    assert resumed.status == "completed" and resumed.steps == 10
     whole, cut = read_metrics(tmp_path / "whole"), read_metrics(out)
     # steps 3 and 6 were logged before the signal; the loss sum not yet logged at step 6 was
     # checkpointed too, so step 9's mean over steps 7-9 matches exactly
@@ -183,8 +182,8 @@ def test_bf16_autocast_and_analysis_metrics(tmp_path):
     cfg = tiny_config(steps=3, ckpt_every=0, precision="bf16")
     cfg.analysis.every = 3
     bf16 = run_training(cfg, tmp_path / "bf16", task=SyntheticLM())
-    assert bf16["precision"] == "bf16" and bf16["peak_flops"] == 390e9
-    assert bf16["final_eval_loss"] == pytest.approx(fp32["final_eval_loss"], abs=0.05)
+    assert bf16.precision == "bf16" and bf16.peak_flops == 390e9
+    assert bf16.final_eval_loss == pytest.approx(fp32.final_eval_loss, abs=0.05)
     row = read_metrics(tmp_path / "bf16")[-1]
     assert row["step"] == 3 and "cond_mean" in row and "cond_layer1_mean" in row
 
@@ -216,10 +215,10 @@ def test_repeated_sigterm_still_saves_but_a_second_ctrl_c_stops_at_once(tmp_path
     cfg = tiny_config(steps=10, log_every=3, ckpt_every=0, eval_every=0)
     if saved:
         summary = run_training(cfg, out, task=SyntheticLM(on_batch=send))
-        assert summary["status"] == "interrupted" and latest_checkpoint(out).name == "step_00000006"
+        assert summary.status == "interrupted" and latest_checkpoint(out).name == "step_00000006"
     else:
         with pytest.raises(KeyboardInterrupt):
             run_training(cfg, out, task=SyntheticLM(on_batch=send))
         assert latest_checkpoint(out) is None
-        assert json.loads((out / "summary.json").read_text())["error"] == \
+        assert read_summary(out).error == \
                "interrupted by a second Ctrl-C before a checkpoint"

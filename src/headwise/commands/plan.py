@@ -40,28 +40,19 @@ def run(args: argparse.Namespace) -> int:
                       ratio=args.ratio, heads=args.heads, head_dim=args.head_dim)
     spec = ModelSpec.parse(dict(
         vocab_size=args.vocab_size, d_model=args.d_model, n_layers=args.layers, max_seq_len=args.max_seq_len,
-        heads=plan.heads, head_dim=args.head_dim, mlp_hidden=args.mlp_hidden, tie_embeddings=not args.untied,
+        heads=list(plan.heads), head_dim=args.head_dim, mlp_hidden=args.mlp_hidden, tie_embeddings=not args.untied,
     ), source="plan")
-    result = {
-        "scheme": plan.scheme,
-        "requested_total": plan.requested_total,
-        "heads": plan.heads,
-        "head_dims": spec.head_dims,
-        "attention_widths": [s.width for s in spec.layers()],
-        "total_heads": plan.total,
-        "exact": plan.exact,
-        "params": count_params(spec),
-        "notes": plan.notes,
-    }
+    params = count_params(spec)
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps({**plan.to_dict(), "total_heads": plan.total, "attention_widths": list(plan.widths),
+                          "exact": plan.exact, "params": params}))
         return 0
     print(f"scheme {plan.scheme}, d_model {args.d_model}, {args.layers} layers")
     print(f"{'layer':>5} {'heads':>6} {'head_dim':>9} {'attn width':>11}")
-    for i, (h, hd, w) in enumerate(zip(result["heads"], result["head_dims"], result["attention_widths"])):
+    for i, (h, hd, w) in enumerate(zip(plan.heads, plan.head_dims, plan.widths)):
         print(f"{i:>5} {h:>6} {hd:>9} {w:>11}")
     print(f"total heads {plan.total}" + ("" if plan.exact else f" (requested {plan.requested_total})"))
-    print(f"parameters {result['params']:,}")
+    print(f"parameters {params:,}")
     for note in plan.notes:
         print(f"note: {note}")
     return 0

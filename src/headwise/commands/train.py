@@ -31,17 +31,17 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from headwise.train import RunConfig, run_training
-    from headwise.train.trainer import CONFIG_FILE
+    from headwise.run import RunDir, RunStatus
 
     if args.config is None:
         if not (args.resume and args.out):
             raise HeadwiseError("give a config file (or --resume --out DIR to continue a run with its own config)")
-        config = Path(args.out) / CONFIG_FILE
+        config = RunDir(args.out).config
     else:
         config = Path(args.config)
     out = Path(args.out) if args.out else Path("runs") / config.stem
     cfg = RunConfig.load(config, args.overrides)
     summary = run_training(cfg, out, resume=args.resume, overwrite=args.overwrite)
     if args.json:
-        print(json.dumps(summary))
-    return 130 if summary["status"] == "interrupted" else 0
+        print(json.dumps(summary.model_dump(mode="json")))
+    return 130 if summary.status is RunStatus.INTERRUPTED else 0

@@ -5,6 +5,7 @@ results, reports, analysis, generation), which read it only through these two mo
 """
 
 from headwise.run.layout import RunDir
+from headwise.run.metrics import read_metrics
 from headwise.run.summary import RunStatus, RunSummary, read_summary, write_summary
 
-__all__ = ["RunDir", "RunStatus", "RunSummary", "read_summary", "write_summary"]
+__all__ = ["RunDir", "RunStatus", "RunSummary", "read_metrics", "read_summary", "write_summary"]

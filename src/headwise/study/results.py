@@ -1,7 +1,8 @@
-"""The results table of a study: one row per run, read from the run directories.
+"""The results table of a study: one typed row per run, read from the run directories.
 
-``results.csv`` is rebuilt from disk (each run's ``summary.json`` and ``config.toml``) every
-time a run finishes, so it is never out of step with the runs themselves.
+``results.csv`` is rebuilt from disk (each run's summary and resolved config) every time a run
+finishes, so it is never out of step with the runs themselves. Rows stay typed
+(:class:`RunResult`, carrying the run's :class:`~headwise.plans.Plan`) until they are written.
 """
 
 from __future__ import annotations
@@ -9,34 +10,28 @@ from __future__ import annotations
 import csv
 import fcntl
 import io
-import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 from headwise.config import atomic_write_text, read_toml
 from headwise.errors import HeadwiseError
+from headwise.plans import Plan
+from headwise.run import RunDir, RunStatus, RunSummary, read_summary
 from headwise.study.layout import RESULTS_CSV, StudyRecord, lock_path, log_path, run_dir
 
 #: Columns after the variant, the seed and one column per axis.
 COLUMNS = [
-    "heads", "total_heads", "n_layers", "d_model", "head_dims", "params", "final_eval_loss",
+    "scheme", "heads", "total_heads", "n_layers", "d_model", "head_dims", "params", "final_eval_loss",
     "wall_time_s", "train_time_s", "tokens_per_s", "peak_memory_mb", "steps", "tokens", "status",
     "run_dir", "error",
 ]
 
 
-def read_summary(path: Path) -> dict[str, Any] | None:
-    """A run's ``summary.json``, or None when it has none (or it is unreadable mid-write)."""
-    try:
-        return json.loads((Path(path) / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
 def read_run_config(path: Path) -> dict[str, Any] | None:
     """A run's resolved ``config.toml``, or None."""
-    p = Path(path) / "config.toml"
+    p = RunDir(path).config
     if not p.is_file():
         return None
     try:
@@ -45,33 +40,21 @@ def read_run_config(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The rows of a run's ``metrics.jsonl`` (a torn last line from a crash is skipped)."""
-    p = Path(path) / "metrics.jsonl"
-    rows = []
-    if p.is_file():
-        for line in p.read_text(encoding="utf-8").splitlines():
-            try:
-                rows.append(json.loads(line))
-            except ValueError:
-                continue
-    return rows
-
-
-def run_status(path: Path, in_flight: bool = False, attempted: bool = False) -> str:
+def run_status(path: Path, in_flight: bool = False, attempted: bool = False) -> RunStatus:
     """pending (never started), running, failed (started but left no summary), or the
     summary's status; a run that says ``running`` but has no live process was killed, and is
     reported as ``interrupted``."""
     path = Path(path)
     if in_flight:
-        return "running"
+        return RunStatus.RUNNING
     summary = read_summary(path)
     if summary is None:
         if attempted:
-            return "failed"
-        return "interrupted" if path.exists() and any(path.iterdir()) else "pending"
-    status = summary.get("status") or "interrupted"
-    return "interrupted" if status == "running" else str(status)
+            return RunStatus.FAILED
+        return RunStatus.INTERRUPTED if path.exists() and any(path.iterdir()) else RunStatus.PENDING
+    if summary.status in (RunStatus.RUNNING, RunStatus.PENDING):
+        return RunStatus.INTERRUPTED
+    return summary.status
 
 
 def lock_held(path: Path) -> bool:
@@ -99,7 +82,7 @@ def last_error(log: Path) -> str:
     return ""
 
 
-def study_run_status(record: StudyRecord, variant: str, seed: int, in_flight: bool = False) -> str:
+def study_run_status(record: StudyRecord, variant: str, seed: int, in_flight: bool = False) -> RunStatus:
     """:func:`run_status` of one run of a study: live while its worker holds the run's lock,
     failed when it was started (it has a log) but left no summary."""
     lock = lock_path(record.path, variant, seed)
@@ -125,50 +108,85 @@ def _finite(x: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def run_row(record: StudyRecord, variant: dict[str, Any], seed: int, in_flight: bool = False) -> dict[str, Any]:
-    """One results row for a run, from whatever its directory holds so far."""
+@dataclass(frozen=True)
+class RunResult:
+    """One run of a study as its directory stands: the variant, the seed, the axis labels, the
+    run's status and, once it has written one, its summary."""
+
+    variant: str
+    seed: int
+    labels: dict[str, str]
+    status: RunStatus
+    run_dir: str
+    summary: RunSummary | None = None
+    config: dict[str, Any] | None = None
+    error: str = ""
+
+    @property
+    def plan(self) -> Plan | None:
+        """The run's head plan (from its summary), or None before it has written one."""
+        return None if self.summary is None else self.summary.plan
+
+    @property
+    def final_eval_loss(self) -> float | None:
+        return None if self.summary is None else _finite(self.summary.final_eval_loss)
+
+    def csv_row(self, axes: list[str]) -> dict[str, Any]:
+        """The row of ``results.csv``: the axis labels, then :data:`COLUMNS`."""
+        s, plan, model = self.summary, self.plan, (self.config or {}).get("model", {})
+        peak = _finite(s.peak_memory_bytes) if s else None
+        row: dict[str, Any] = {"variant": self.variant, "seed": self.seed}
+        row.update({axis: self.labels.get(axis, "") for axis in axes})
+        row.update(
+            scheme=plan.scheme.value if plan else "",
+            heads=" ".join(map(str, plan.heads if plan else model.get("heads") or [])),
+            total_heads=plan.total if plan else "",
+            n_layers=plan.n_layers if plan else model.get("n_layers", ""),
+            d_model=(s.d_model if s and s.d_model else model.get("d_model", "")),
+            head_dims=" ".join(map(str, plan.head_dims)) if plan else "",
+            params=s.params if s else "",
+            final_eval_loss=self.final_eval_loss,
+            wall_time_s=_finite(s.wall_time_s) if s else None,
+            train_time_s=_finite(s.train_time_s) if s else None,
+            tokens_per_s=_finite(s.tokens_per_s) if s else None,
+            peak_memory_mb=None if peak is None else round(peak / 2**20, 1),
+            steps=s.steps if s else "",
+            tokens=s.tokens if s else "",
+            status=self.status.value,
+            run_dir=self.run_dir,
+            error=self.error,
+        )
+        return row
+
+
+def run_result(record: StudyRecord, variant: dict[str, Any], seed: int, in_flight: bool = False) -> RunResult:
+    """One run's result, from whatever its directory holds so far."""
     rd = run_dir(record.path, variant["name"], seed)
-    log = log_path(record.path, variant["name"], seed)
-    summary = read_summary(rd) or {}
+    summary = read_summary(rd)
     status = study_run_status(record, variant["name"], seed, in_flight)
-    model = (read_run_config(rd) or {}).get("model", {})
-    heads = summary.get("heads") or model.get("heads") or []
-    head_dims = summary.get("head_dims") or []
-    peak = _finite(summary.get("peak_memory_bytes"))
-    row: dict[str, Any] = {"variant": variant["name"], "seed": seed}
-    for axis in axis_names(record):
-        row[axis] = variant.get("labels", {}).get(axis, "")
-    row.update(
-        heads=" ".join(map(str, heads)),
-        total_heads=summary.get("total_heads") or (sum(heads) if heads else ""),
-        n_layers=model.get("n_layers", len(heads) or ""),
-        d_model=model.get("d_model", ""),
-        head_dims=" ".join(map(str, head_dims)),
-        params=summary.get("params", ""),
-        final_eval_loss=_finite(summary.get("final_eval_loss")),
-        wall_time_s=_finite(summary.get("wall_time_s")),
-        train_time_s=_finite(summary.get("train_time_s")),
-        tokens_per_s=_finite(summary.get("tokens_per_s")),
-        peak_memory_mb=None if peak is None else round(peak / 2**20, 1),
-        steps=summary.get("steps", ""),
-        tokens=summary.get("tokens", ""),
-        status=status,
-        run_dir=str(rd.relative_to(record.path)),
-        error=str(summary.get("error") or (last_error(log) if status == "failed" else "")).replace("\n", " ")[:300],
-    )
-    return row
+    error = (summary.error if summary else None) or (
+        last_error(log_path(record.path, variant["name"], seed)) if status is RunStatus.FAILED else "")
+    return RunResult(variant=variant["name"], seed=seed, labels=dict(variant.get("labels", {})), status=status,
+                     run_dir=str(rd.relative_to(record.path)), summary=summary, config=read_run_config(rd),
+                     error=str(error).replace("\n", " ")[:300])
 
 
-def collect_results(record: StudyRecord, in_flight: Iterable[str] = ()) -> list[dict[str, Any]]:
-    """Rows for every run of the study; ``in_flight`` holds ``variant/seedK`` keys now running."""
+def collect_results(record: StudyRecord, in_flight: Iterable[str] = ()) -> list[RunResult]:
+    """Results of every run of the study; ``in_flight`` holds ``variant/seedK`` keys now running."""
     live = set(in_flight)
-    return [run_row(record, v, s, f"{v['name']}/seed{s}" in live) for v, s in record.runs()]
+    return [run_result(record, v, s, f"{v['name']}/seed{s}" in live) for v, s in record.runs()]
 
 
-def write_results(record: StudyRecord, rows: list[dict[str, Any]]) -> Path:
-    """Write ``results.csv`` atomically; floats with enough digits to compare runs."""
+def results_csv(record: StudyRecord, results: list[RunResult]) -> str:
+    """The text of ``results.csv`` for these results."""
+    axes = axis_names(record)
+    return rows_to_csv([r.csv_row(axes) for r in results], ["variant", "seed", *axes, *COLUMNS])
+
+
+def write_results(record: StudyRecord, results: list[RunResult]) -> Path:
+    """Write ``results.csv`` atomically."""
     path = record.path / RESULTS_CSV
-    atomic_write_text(path, rows_to_csv(rows))
+    atomic_write_text(path, results_csv(record, results))
     return path
 
 
@@ -192,8 +210,8 @@ def _cell(v: Any) -> Any:
     return v
 
 
-def update_results(record: StudyRecord, in_flight: Iterable[str] = ()) -> list[dict[str, Any]]:
-    """Rebuild and write ``results.csv``; returns its rows."""
-    rows = collect_results(record, in_flight)
-    write_results(record, rows)
-    return rows
+def update_results(record: StudyRecord, in_flight: Iterable[str] = ()) -> list[RunResult]:
+    """Rebuild and write ``results.csv``; returns the results."""
+    results = collect_results(record, in_flight)
+    write_results(record, results)
+    return results

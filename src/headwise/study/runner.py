@@ -32,13 +32,14 @@ from headwise.config import atomic_write_text
 from headwise.errors import HeadwiseError, RunFailure
 from headwise.study import layout
 from headwise.study.layout import StudyRecord, load_study_record, save_study
-from headwise.study.results import read_summary, update_results
+from headwise.run import RunStatus, read_summary
+from headwise.study.results import RunResult, update_results
 from headwise.study.spec import RunSpec, Study
 from headwise.train.checkpoint import latest_checkpoint
 
 BACKENDS = ("local", "ray")
 #: Statuses a rerun leaves alone.
-FINAL = ("completed", "diverged")
+FINAL = (RunStatus.COMPLETED, RunStatus.DIVERGED)
 #: Seconds a run gets to checkpoint and exit after the study is interrupted.
 GRACE_S = 60.0
 
@@ -71,7 +72,7 @@ class StudyOutcome:
     """What a study run ended with."""
 
     study_dir: Path
-    rows: list[dict[str, Any]]
+    results: list[RunResult]
     ran: list[str]
     skipped: list[str]
     failed: list[str]
@@ -98,8 +99,8 @@ def plan_action(run: Path) -> str | None:
     run = Path(run)
     if not run.exists() or not any(run.iterdir()):
         return "start"
-    summary = read_summary(run) or {}
-    if summary.get("status") in FINAL:
+    summary = read_summary(run)
+    if summary is not None and summary.status in FINAL:
         return None
     return "resume" if has_checkpoint(run) else "restart"
 
@@ -222,15 +223,15 @@ def run_study(
             progress = _Progress(record, len(todo), echo)
             runner.run(todo, progress)
             failed = progress.failed
-        rows = update_results(record)
-    outcome = StudyOutcome(study_dir, rows, [j.key for j in todo], done, failed)
+        results = update_results(record)
+    outcome = StudyOutcome(study_dir, results, [j.key for j in todo], done, failed)
     if make_report:
         from headwise.study.report import write_report
 
         outcome.report = write_report(study_dir, echo=echo)
         echo(f"report: {outcome.report}")
     if failed:
-        stopped = [r["variant"] + f"/seed{r['seed']}" for r in rows if r["status"] == "interrupted"]
+        stopped = [f"{r.variant}/seed{r.seed}" for r in results if r.status is RunStatus.INTERRUPTED]
         what = f"{len(failed)} of {len(study.runs())} runs did not complete"
         if stopped:
             what += f" ({len(stopped)} interrupted: they resume from their checkpoints)"
@@ -284,14 +285,14 @@ class _Progress:
         with self.lock:
             self.in_flight.discard(job.key)
             self.finished += 1
-            summary = read_summary(job.run_dir) or {}
-            status = summary.get("status") or "failed"
-            if status == "running" or (status == "completed" and returncode != 0):
-                status = "failed"  # the process died without saying why
+            summary = read_summary(job.run_dir)
+            status = summary.status if summary is not None else RunStatus.FAILED
+            if status is RunStatus.RUNNING or (status is RunStatus.COMPLETED and returncode != 0):
+                status = RunStatus.FAILED  # the process died without saying why
             if status not in FINAL:
                 self.failed.append(job.key)
-            loss = summary.get("final_eval_loss")
-            detail = f", eval loss {loss:.4f}" if isinstance(loss, (int, float)) and status == "completed" else ""
+            loss = summary.final_eval_loss if summary is not None else None
+            detail = f", eval loss {loss:.4f}" if loss is not None and status is RunStatus.COMPLETED else ""
             if status not in FINAL:
                 detail = f" (exit {returncode}; log {job.log_path})"
             update_results(self.record, self.in_flight)
@@ -458,10 +459,16 @@ class _RayBackend:
 
 
 def describe_plan(study: Study) -> str:
-    """A table of the study's variants (name and the keys each sets), for ``--dry-run``."""
+    """A table of the study's variants for ``--dry-run``: each one's heads per layer (as its plan
+    resolves them, with any note on the budget) and the keys it sets."""
     lines = [f"study {study.name}" + (f" (preset {study.preset})" if study.preset else "")
              + f": {len(study.variants)} variants x {study.seeds} seeds"]
+    width = max(len(v.name) for v in study.variants)
     for v in study.variants:
         sets = ", ".join(f"{k}={v2}" for k, v2 in v.sets.items())
-        lines.append(f"  {v.name:<32} {sets}")
+        heads = ""
+        if v.plan is not None:
+            heads = f"heads {','.join(map(str, v.plan.heads))} (total {v.plan.total}, {v.plan.scheme})"
+        lines.append(f"  {v.name:<{width}}  {heads:<40} {sets}")
+        lines += [f"  {'':<{width}}  note: {note}" for note in (v.plan.notes if v.plan else ())]
     return "\n".join(lines)

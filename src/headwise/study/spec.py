@@ -70,6 +70,10 @@ from pydantic import Field, field_validator, model_validator
 
 from headwise.config import Config, parse_value, read_toml, set_dotted
 from headwise.errors import HeadwiseError
+from headwise.plans import Plan
+from headwise.presets import preset_dict
+from headwise.spec import ModelSpec
+from headwise.train.config import RunConfig, resolve_spec
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")
 
@@ -207,12 +211,14 @@ class StudyConfig(Config):
 
 @dataclass
 class Variant:
-    """One point of the study: a name, its axis labels, and the keys it sets on the base."""
+    """One point of the study: a name, its axis labels, the keys it sets on the base, and (once
+    resolved) its run config and the head plan that config gives."""
 
     name: str
     labels: dict[str, str]
     sets: dict[str, Any]
     config: dict[str, Any] = field(default_factory=dict)
+    plan: Plan | None = None
 
 
 @dataclass
@@ -369,7 +375,7 @@ def resolve_study(
         raise HeadwiseError(f"--seeds {n_seeds}: a study needs at least one seed")
     variants = expand_variants(config)
     for v in variants:
-        v.config = build_run_config(config.base, v)
+        v.config, v.plan = build_run_config(config.base, v)
     return Study(config=config, source=source, preset=preset, seeds=n_seeds, variants=variants,
                  preset_summary=summary)
 
@@ -411,8 +417,9 @@ def _add(seen: dict[str, Variant], v: Variant) -> None:
         raise HeadwiseError(f"variant name {v.name!r} is produced twice with different settings; relabel an axis value")
 
 
-def build_run_config(base: dict[str, Any], variant: Variant) -> dict[str, Any]:
-    """The run config of a variant: the base with its keys set, validated as a RunConfig."""
+def build_run_config(base: dict[str, Any], variant: Variant) -> tuple[dict[str, Any], Plan]:
+    """The run config of a variant (the base with its keys set) and the head plan it resolves
+    to, validated as ``headwise train`` would."""
     cfg = copy.deepcopy(base)
     for key, value in variant.sets.items():
         try:
@@ -421,10 +428,10 @@ def build_run_config(base: dict[str, Any], variant: Variant) -> dict[str, Any]:
             raise HeadwiseError(f"variant {variant.name!r}: {exc}") from None
     _broadcast_heads(cfg)
     try:
-        validate_run_config(cfg)
+        _, plan = resolve_run_model(cfg)
     except HeadwiseError as exc:
         raise HeadwiseError(f"variant {variant.name!r}: {exc}") from None
-    return cfg
+    return cfg, plan
 
 
 def _broadcast_heads(cfg: dict[str, Any]) -> None:
@@ -434,41 +441,21 @@ def _broadcast_heads(cfg: dict[str, Any]) -> None:
         return
     n_layers = model.get("n_layers")
     if n_layers is None and isinstance(model.get("preset"), str):
-        from headwise.presets import preset_dict
-
         n_layers = preset_dict(model["preset"]).get("n_layers")
     if isinstance(n_layers, int) and n_layers > 0:
         model["heads"] = [model["heads"]] * n_layers
 
 
-class _TaskShape:
-    """What :func:`headwise.train.config.resolve_spec` reads of a task (kind, vocabulary, sequence
-    length), taken from the task config alone so that validation prepares no data."""
-
-    def __init__(self, task: Any) -> None:
-        from headwise.data.tokenizer import GPT_NEO_VOCAB, parse_tokenizer_spec
-
-        if task.kind == "nearest":
-            queries = (task.n_queries or task.n_points) if task.variant == "query-nearest" else 0
-            self.io, self.vocab_size = "vectors", None
-            self.seq_len = task.n_points + queries
-            self.input_dim = task.dim + (1 if task.variant == "query-nearest" else 0)
-        else:
-            self.io, self.input_dim = "lm", None
-            self.vocab_size = parse_tokenizer_spec(task.tokenizer) or GPT_NEO_VOCAB
-            self.seq_len = task.block_size
-
-
-def validate_run_config(cfg: dict[str, Any]) -> None:
-    """Check a run config as ``headwise train`` would before it starts: the tables, the model the
-    preset and plan resolve to, its context against the task, a vector model's width."""
-    from headwise.train.config import RunConfig, resolve_spec
-
+def resolve_run_model(cfg: dict[str, Any]) -> tuple[ModelSpec, Plan]:
+    """Check a run config as ``headwise train`` would before it starts (the tables, the model the
+    preset and plan resolve to, its context against the task, a vector model's width) and return
+    the model's spec and head plan. The task is judged from its config alone: no data is prepared."""
     run = RunConfig.parse(cfg, source="run config")
-    shape = _TaskShape(run.task)
-    spec, _ = resolve_spec(run.model, shape, source="run config")  # type: ignore[arg-type]
+    shape = run.task.shape()
+    spec, plan = resolve_spec(run.model, shape, source="run config")
     if shape.input_dim is not None and spec.d_model != shape.input_dim:
         raise HeadwiseError(
             f"model.d_model {spec.d_model} differs from the task's vector size {shape.input_dim}: "
             "a vector model's width is the data's dimension"
         )
+    return spec, plan

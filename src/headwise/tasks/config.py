@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -21,10 +22,23 @@ from pydantic import Discriminator, Field, Tag, model_validator
 from headwise.config import Config
 from headwise.data.cache import prepare
 from headwise.data.plan import DataConfig
+from headwise.data.tokenizer import GPT_NEO_VOCAB, parse_tokenizer_spec
 from headwise.errors import HeadwiseError
 from headwise.tasks.base import Task
 from headwise.tasks.lm import LMTask
 from headwise.tasks.nearest import NearestNeighbourTask
+
+
+@dataclass(frozen=True)
+class TaskShape:
+    """What the model must fit of a task, known from its config alone (no data prepared): what
+    :func:`headwise.train.config.resolve_spec` reads of a task."""
+
+    io: str
+    vocab_size: int | None
+    seq_len: int
+    #: the width of a vector task's inputs (the model's d_model); None for token tasks
+    input_dim: int | None = None
 
 
 class LMTaskConfig(DataConfig):
@@ -36,6 +50,10 @@ class LMTaskConfig(DataConfig):
     #: evaluation batches (0: every validation block)
     eval_batches: int = Field(default=8, ge=0)
     eval_batch_size: int = Field(default=8, gt=0)
+
+    def shape(self) -> TaskShape:
+        """Token ids in, next-token logits out; ``bpe:N`` learns N tokens, ``gpt-neo`` has its own."""
+        return TaskShape("lm", parse_tokenizer_spec(self.tokenizer) or GPT_NEO_VOCAB, self.block_size)
 
 
 class NearestTaskConfig(Config):
@@ -58,6 +76,12 @@ class NearestTaskConfig(Config):
         if self.n_queries is not None and self.variant != "query-nearest":
             raise ValueError("n_queries applies only to variant 'query-nearest'")
         return self
+
+    def shape(self) -> TaskShape:
+        """Points (and, for query-nearest, queries flagged by an extra coordinate) in, vectors out."""
+        query = self.variant == "query-nearest"
+        queries = (self.n_queries or self.n_points) if query else 0
+        return TaskShape("vectors", None, self.n_points + queries, self.dim + (1 if query else 0))
 
 
 def _task_kind(value: Any) -> str | None:

@@ -23,9 +23,9 @@ import torch
 from headwise.config import atomic_write_text
 from headwise.errors import HeadwiseError
 from headwise.model import SPEC_FILE, Transformer, save_pretrained
+from headwise.run.layout import CHECKPOINTS_DIR
 from headwise.spec import ModelSpec
 
-CHECKPOINTS = "checkpoints"
 LATEST = "latest"
 STATE_FILE = "trainer.pt"
 _STEP_DIR = re.compile(r"step_(\d{8,})")
@@ -55,7 +55,7 @@ def _fsync_tree(directory: Path) -> None:
 def checkpoint_dirs(run_dir: Path) -> list[tuple[int, Path]]:
     """``(step, directory)`` of the checkpoints renamed into place, oldest first (whether or not
     ``latest`` has committed them yet: see :func:`latest_checkpoint`)."""
-    root = Path(run_dir) / CHECKPOINTS
+    root = Path(run_dir) / CHECKPOINTS_DIR
     if not root.is_dir():
         return []
     found = []
@@ -68,7 +68,7 @@ def checkpoint_dirs(run_dir: Path) -> list[tuple[int, Path]]:
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
     """The checkpoint ``checkpoints/latest`` names, or None when the run has none."""
-    pointer = Path(run_dir) / CHECKPOINTS / LATEST
+    pointer = Path(run_dir) / CHECKPOINTS_DIR / LATEST
     if not pointer.is_file():
         return None
     path = pointer.parent / pointer.read_text(encoding="utf-8").strip()
@@ -80,7 +80,7 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 def clean_uncommitted(run_dir: Path) -> None:
     """Remove what an interrupted save left: temporary directories and checkpoints newer than
     ``latest`` (renamed into place but never committed; a resumed run writes them again)."""
-    root = Path(run_dir) / CHECKPOINTS
+    root = Path(run_dir) / CHECKPOINTS_DIR
     if not root.is_dir():
         return
     for p in root.iterdir():
@@ -104,7 +104,7 @@ def step_of(path: Path) -> int:
 
 def save_checkpoint(run_dir: Path, step: int, model: Transformer, state: dict[str, Any], keep: int) -> Path:
     """Write the checkpoint of ``step`` atomically, point ``latest`` at it, keep the newest ``keep``."""
-    root = Path(run_dir) / CHECKPOINTS
+    root = Path(run_dir) / CHECKPOINTS_DIR
     root.mkdir(parents=True, exist_ok=True)
     final = root / step_dir_name(step)
     tmp = root / f"{_TMP_PREFIX}{final.name}"

@@ -17,17 +17,16 @@ from pydantic import Field, create_model, model_validator
 
 from headwise.config import Config
 from headwise.errors import HeadwiseError
-from headwise.plans import plan_heads
+from headwise.plans import Plan, Scheme, plan_heads
 from headwise.presets import preset_dict
 from headwise.spec import ModelSpec
 from headwise.tasks.base import Task
 from headwise.tasks.config import TaskConfig
 
-Scheme = Literal["constant", "ascending", "descending", "linear", "explicit"]  # headwise.plans.SCHEMES
-
 
 class PlanConfig(Config):
-    """``[model.plan]``: per-layer heads from a scheme and a budget (see :func:`headwise.plans.plan_heads`)."""
+    """``[model.plan]``: what is asked of the head plan (see :func:`headwise.plans.plan_heads`); the
+    resolved :class:`~headwise.plans.Plan` is what came out of it."""
 
     scheme: Scheme
     total_heads: int | None = Field(default=None, gt=0)
@@ -138,22 +137,14 @@ class RunConfig(Config):
     analysis: AnalysisConfig = AnalysisConfig()
 
 
-@dataclass(frozen=True)
-class PlanInfo:
-    """How ``[model.plan]`` was turned into heads (recorded in the summary)."""
-
-    scheme: str
-    requested_total: int | None
-    total: int
-    notes: list[str]
-
-
-def resolve_spec(model: Any, task: Task, source: str = "config") -> tuple[ModelSpec, PlanInfo | None]:
-    """The ModelSpec of ``[model]`` for ``task``.
+def resolve_spec(model: Any, task: Task, source: str = "config") -> tuple[ModelSpec, Plan]:
+    """The ModelSpec of ``[model]`` for ``task``, and its head plan.
 
     A preset gives the starting fields and the table's own fields override them. An LM task
     supplies ``vocab_size`` when the table does not set it (so a preset's vocabulary never
-    silently mismatches a trained tokenizer); a vector task has no vocabulary at all.
+    silently mismatches a trained tokenizer); a vector task has no vocabulary at all. Without
+    ``[model.plan]`` the plan is the explicit one of the spec's heads; with it, ``heads`` may be
+    given too (a resolved config records both) but must be what the plan gives.
     """
     given = {k: getattr(model, k) for k in model.model_fields_set if k not in ("preset", "plan")}
     fields: dict[str, Any] = preset_dict(model.preset) if model.preset else {}
@@ -174,27 +165,33 @@ def resolve_spec(model: Any, task: Task, source: str = "config") -> tuple[ModelS
                 f"{where}: vocab_size {given['vocab_size']} is smaller than the tokenizer's {task.vocab_size} "
                 "tokens; omit vocab_size to use the tokenizer's"
             )
-    info = None
+    plan = None
     if model.plan is not None:
-        if "heads" in given:
-            raise HeadwiseError(f"{where}: give heads or [model.plan], not both")
-        plan = model.plan
-        for key in ("n_layers", "d_model"):
-            if key not in fields:
-                raise HeadwiseError(f"{where}: [model.plan] needs {key} (set it or choose a preset)")
-        head_dim = fields.get("head_dim")
-        heads = plan_heads(plan.scheme, fields["n_layers"], fields["d_model"], plan.total_heads,
-                           ratio=plan.ratio, heads=plan.heads,
-                           head_dim=head_dim if isinstance(head_dim, int) else None)
-        fields["heads"] = heads.heads
-        info = PlanInfo(heads.scheme, heads.requested_total, heads.total, list(heads.notes))
+        plan = _plan_of(model.plan, fields, where)
+        if given.get("heads") is not None and list(given["heads"]) != list(plan.heads):
+            raise HeadwiseError(
+                f"{where}: heads {given['heads']} differ from the {plan.scheme} plan's {list(plan.heads)}; "
+                "give heads or [model.plan], or heads equal to what the plan gives"
+            )
+        fields["heads"] = list(plan.heads)
     spec = ModelSpec.parse(fields, source=where)
     if spec.max_seq_len < task.seq_len:
         raise HeadwiseError(
             f"{where}: max_seq_len {spec.max_seq_len} is shorter than the task's sequences ({task.seq_len}); "
             f"set model.max_seq_len >= {task.seq_len}"
         )
-    return spec, info
+    plan = Plan.explicit(spec.heads) if plan is None else plan
+    return spec, plan.with_head_dims(spec.head_dims)
+
+
+def _plan_of(asked: PlanConfig, fields: dict[str, Any], where: str) -> Plan:
+    """The plan ``[model.plan]`` asks for, for the model's depth and width."""
+    for key in ("n_layers", "d_model"):
+        if key not in fields:
+            raise HeadwiseError(f"{where}: [model.plan] needs {key} (set it or choose a preset)")
+    head_dim = fields.get("head_dim")
+    return plan_heads(asked.scheme, fields["n_layers"], fields["d_model"], asked.total_heads, ratio=asked.ratio,
+                      heads=asked.heads, head_dim=head_dim if isinstance(head_dim, int) else None)
 
 
 @dataclass(frozen=True)
@@ -257,9 +254,13 @@ def min_lr(cfg: RunConfig) -> float:
 
 
 def resolved_config(cfg: RunConfig, spec: ModelSpec) -> RunConfig:
-    """The config to save with a run: the model as a full spec (preset and plan applied) and
-    every default filled in, so that training it again reproduces the run."""
+    """The config to save with a run: the model as a full spec (preset and plan applied), with
+    ``[model.plan]`` kept beside the heads it gave, and every default filled in, so that training
+    it again reproduces the run."""
     data = cfg.to_dict()
+    plan = data["model"].get("plan")
     data["model"] = spec.to_dict()
+    if plan is not None:
+        data["model"]["plan"] = plan
     data["schedule"]["min_lr"] = min_lr(cfg)
     return RunConfig.parse(data, source="resolved config")

@@ -21,7 +21,7 @@ from headwise.model import SPEC_FILE, Transformer, load_pretrained
 from headwise.spec import ModelSpec
 from headwise.train.checkpoint import latest_checkpoint
 from headwise.train.config import RunConfig
-from headwise.train.trainer import CONFIG_FILE, MODEL_DIR, TOKENIZER_FILE
+from headwise.run import RunDir
 
 
 def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
@@ -98,9 +98,9 @@ def generate(model: Transformer, prompt_ids: list[int], max_new_tokens: int, *, 
 
 def run_config(run_dir: Path) -> RunConfig:
     """The resolved config saved in a run directory."""
-    path = Path(run_dir) / CONFIG_FILE
+    path = RunDir(run_dir).config
     if not path.is_file():
-        raise HeadwiseError(f"{run_dir} is not a headwise run (no {CONFIG_FILE})")
+        raise HeadwiseError(f"{run_dir} is not a headwise run (no {path.name})")
     return RunConfig.parse(read_toml(path), source=str(path))
 
 
@@ -112,14 +112,16 @@ def load_run_model(run_dir: Path, checkpoint: Path | None = None, untrained: boo
     run_dir = Path(run_dir)
     if untrained:
         cfg = run_config(run_dir)
-        # A run's saved config holds its model as a full, resolved spec.
-        spec = ModelSpec.parse(cfg.model.to_dict(), source=f"{run_dir / CONFIG_FILE} [model]")
+        # A run's saved config holds its model as a full, resolved spec (beside the plan it came from).
+        fields = {k: v for k, v in cfg.model.to_dict().items() if k not in ("plan", "preset")}
+        spec = ModelSpec.parse(fields, source=f"{RunDir(run_dir).config} [model]")
         torch.manual_seed(cfg.train.seed if seed is None else seed)
         return Transformer(spec), "untrained (fresh initialisation)"
     if checkpoint is not None:
         return load_pretrained(checkpoint), str(checkpoint)
-    if (run_dir / MODEL_DIR / SPEC_FILE).is_file():
-        return load_pretrained(run_dir / MODEL_DIR), str(run_dir / MODEL_DIR)
+    final = RunDir(run_dir).model
+    if (final / SPEC_FILE).is_file():
+        return load_pretrained(final), str(final)
     ckpt = latest_checkpoint(run_dir)
     if ckpt is None:
         raise HeadwiseError(f"{run_dir} has no final weights and no checkpoint yet: nothing to generate from "
@@ -134,7 +136,7 @@ def run_tokenizer(run_dir: Path, cfg: RunConfig) -> Tokenizer:
     n = parse_tokenizer_spec(cfg.task.tokenizer)
     if n is None:
         return gpt_neo_tokenizer()
-    return BPETokenizer.load(Path(run_dir) / TOKENIZER_FILE, n)
+    return BPETokenizer.load(RunDir(run_dir).tokenizer, n)
 
 
 def generate_text(run_dir: str | Path, prompt: str, max_new_tokens: int = 200, *, temperature: float = 0.9,

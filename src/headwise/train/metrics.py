@@ -14,9 +14,9 @@ from typing import Any, TextIO
 import torch
 
 from headwise.config import atomic_write_text
+from headwise.run.layout import METRICS_FILE, TENSORBOARD_DIR
+from headwise.run.metrics import read_metrics
 
-METRICS_FILE = "metrics.jsonl"
-TB_DIR = "tb"
 
 # Peak dense FLOP/s per device for the MFU estimate, by precision. GPU figures are NVIDIA's
 # datasheet numbers without sparsity (H100/H200 SXM: 989 TFLOP/s bf16, 67 TFLOP/s fp32 without
@@ -54,20 +54,6 @@ def peak_memory_bytes(device: torch.device) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * scale
 
 
-def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """The rows of a run's ``metrics.jsonl`` (a torn last line, from a kill mid-write, is skipped)."""
-    path = Path(run_dir) / METRICS_FILE
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
-
-
 class MetricsLog:
     """Appends one JSON object per logged step to ``metrics.jsonl`` and mirrors the numbers to
     TensorBoard (when ``tensorboard`` is installed). On resume, rows after the checkpoint's
@@ -85,7 +71,7 @@ class MetricsLog:
         except ImportError:  # tensorboard is an optional extra
             return
         # purge_step discards events a killed run wrote after its last checkpoint.
-        self.tb = SummaryWriter(str(Path(run_dir) / TB_DIR),
+        self.tb = SummaryWriter(str(Path(run_dir) / TENSORBOARD_DIR),
                                 purge_step=resume_step + 1 if resume_step is not None else None)
 
     def write(self, row: dict[str, Any]) -> None:

@@ -10,8 +10,6 @@ generator, each process's data position and the not-yet-logged loss sum.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import json
 import random
 import shutil
 import signal
@@ -26,10 +24,12 @@ import torch
 from safetensors.torch import load_model
 from torch.nn.parallel import DistributedDataParallel
 
-from headwise.config import atomic_write_text, read_toml
+from headwise.analysis.conditioning import training_metrics
+from headwise.config import read_toml
 from headwise.errors import HeadwiseError, RunFailure
 from headwise.model import WEIGHTS_FILE, Transformer, save_pretrained
 from headwise.params import count_params, flops_per_token
+from headwise.run import RunDir, RunStatus, RunSummary, write_summary
 from headwise.tasks.base import Task
 from headwise.tasks.config import build_task
 from headwise.train.checkpoint import (
@@ -47,11 +47,6 @@ from headwise.train.distributed import DistContext, init_distributed, resolve_de
 from headwise.train.metrics import MetricsLog, Progress, default_peak_flops, peak_memory_bytes
 from headwise.train.optim import build_optimizer, build_scheduler
 
-CONFIG_FILE = "config.toml"
-SUMMARY_FILE = "summary.json"
-MODEL_DIR = "model"
-TOKENIZER_FILE = "tokenizer.json"
-
 #: Settings a resumed run may change: how long it runs and what it records. Anything else
 #: would make the continued run a different run from the one its checkpoints come from.
 RESUMABLE_CHANGES = ("train.steps", "train.epochs", "train.tokens", "train.log_every", "train.compile",
@@ -62,7 +57,7 @@ _NO_STEP = float("inf")
 
 
 def run_training(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False,
-                 task: Task | None = None) -> dict[str, Any]:
+                 task: Task | None = None) -> RunSummary:
     """Train ``cfg`` into ``out_dir`` and return the run's summary (also in ``summary.json``).
 
     ``resume`` continues the run in ``out_dir`` from its latest checkpoint; ``overwrite``
@@ -107,7 +102,7 @@ class Trainer:
 
     def __init__(self, cfg: RunConfig, out: Path, ctx: DistContext, *, resume: bool, overwrite: bool,
                  task: Task | None) -> None:
-        self.ctx, self.out = ctx, out
+        self.ctx, self.out, self.run_dir = ctx, out, RunDir(out)
         self.device = resolve_device(cfg.train.device, ctx)
         if task is None:
             # Rank 0 builds (or reuses) the token cache first, so the others only open it.
@@ -126,15 +121,13 @@ class Trainer:
                 f"model.d_model {self.spec.d_model} differs from the task's vector size "
                 f"{self.eval_set[0].inputs.shape[-1]}: a vector model's width is the data's dimension"
             )
-        if self.cfg.analysis.every:
-            from headwise.analysis.conditioning import training_metrics
-
-            self.analysis_fn = training_metrics
         t = self.cfg.train
         self.peak_flops, self.peak_source = (
             (t.peak_flops, "train.peak_flops") if t.peak_flops else default_peak_flops(self.device, t.precision)
         )
+        self.resume_state: dict[str, Any] | None = None
         self.resume_from = self._check_run_dir(resume, overwrite)
+        self._init_progress()
         # Every process has read the directory before rank 0 changes it.
         ctx.barrier()
         if ctx.is_main:
@@ -145,10 +138,10 @@ class Trainer:
 
     def _check_run_dir(self, resume: bool, overwrite: bool) -> Path | None:
         """Refuse what cannot be done, before anything is written. Returns the checkpoint to resume."""
-        out, has_run = self.out, (self.out / CONFIG_FILE).is_file()
+        out, has_run = self.out, self.run_dir.has_run()
         if resume:
             if not has_run:
-                raise HeadwiseError(f"{out} holds no run to resume (no {CONFIG_FILE})")
+                raise HeadwiseError(f"{out} holds no run to resume (no {self.run_dir.config.name})")
             ckpt = latest_checkpoint(out)
             if ckpt is None:
                 raise HeadwiseError(f"{out} has no checkpoint to resume from: start the run again with --overwrite")
@@ -156,7 +149,7 @@ class Trainer:
             if diff:
                 raise HeadwiseError(f"checkpoint {ckpt} holds a model of another spec ({diff}): it cannot be resumed "
                                     "with this config")
-            changed = config_difference(read_toml(out / CONFIG_FILE), self.cfg.to_dict())
+            changed = config_difference(read_toml(self.run_dir.config), self.cfg.to_dict())
             if changed:
                 raise HeadwiseError(
                     f"the config differs from the run in {out} in {', '.join(changed[:3])}; a resumed run may "
@@ -174,23 +167,36 @@ class Trainer:
             if not has_run:
                 raise HeadwiseError(f"{out} is not empty and holds no headwise run: choose another --out")
             if not overwrite:
-                same = not config_difference(read_toml(out / CONFIG_FILE), self.cfg.to_dict())
+                same = not config_difference(read_toml(self.run_dir.config), self.cfg.to_dict())
                 what = "this run already" if same else "a different run"
                 raise HeadwiseError(f"{out} holds {what}: pass --resume to continue it or --overwrite to replace it")
         return None
 
     def _prepare_run_dir(self, overwrite: bool) -> None:
-        if overwrite and (self.out / CONFIG_FILE).is_file():
+        if overwrite and self.run_dir.has_run():
             shutil.rmtree(self.out)
         if self.resume_from is not None:
             clean_uncommitted(self.out)
         self.out.mkdir(parents=True, exist_ok=True)
-        self.cfg.save(self.out / CONFIG_FILE)
+        self.cfg.save(self.run_dir.config)
         tokenizer = getattr(self.task, "tokenizer", None)
         if tokenizer is not None and hasattr(tokenizer, "save"):  # a trained BPE: generation needs it
-            tokenizer.save(self.out / TOKENIZER_FILE)
+            tokenizer.save(self.run_dir.tokenizer)
 
     # ----------------------------------------------------------------- set-up
+
+    def _init_progress(self) -> None:
+        """Counters, timers and status of the run, before anything has trained (a resumed run
+        overwrites them from its checkpoint in :meth:`_restore`)."""
+        self.step, self.tokens = 0, 0
+        self.prior_train_time = self.prior_wall_time = 0.0
+        self.train_time = 0.0
+        self.wall_t0 = time.perf_counter()
+        self.last_eval: float | None = None
+        self.last_saved = 0
+        self.unlogged = 0
+        self.status, self.error = RunStatus.PENDING, None
+        self.stop_signal: int | None = None
 
     def _build(self) -> None:
         cfg, t, ctx = self.cfg, self.cfg.train, self.ctx
@@ -198,19 +204,14 @@ class Trainer:
         np.random.seed(t.seed)
         random.seed(t.seed)
         self.model = Transformer(self.spec).to(self.device)
-        self.optimizer = build_optimizer(self.model, cfg, self.device)
+        self.optimizer = build_optimizer(self.model, cfg.optim, self.device)
         self.scheduler = build_scheduler(self.optimizer, lr=cfg.optim.lr, min_lr=min_lr(cfg),
                                          warmup=warmup_steps(cfg.schedule, self.layout.steps),
                                          total=self.layout.steps)
         self.stream = self.task.train_stream(t.micro_batch, seed=t.seed, rank=ctx.rank, world_size=ctx.world_size)
-        self.step, self.tokens = 0, 0
-        self.prior_train_time = self.prior_wall_time = 0.0
-        self.last_eval: float | None = None
-        self.last_saved = 0
         # Device-side accumulators: the loss sum since the last log and the first non-finite step.
         self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         self.first_bad = torch.full((), _NO_STEP, dtype=torch.float64, device=self.device)
-        self.unlogged = 0
         if self.resume_from is not None:
             self._restore(self.resume_from)
         forward = torch.compile(self.model) if t.compile else self.model
@@ -237,12 +238,11 @@ class Trainer:
 
     # ----------------------------------------------------------------- the loop
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> RunSummary:
+        """Train to the end (or to a stop signal); returns the summary it wrote last."""
         self._build()
         self.wall_t0 = time.perf_counter()
-        self.train_time = 0.0
-        self.status, self.error = "running", None
-        self.stop_signal: int | None = None
+        self.status = RunStatus.RUNNING
         resume_step = self.step if self.resume_from is not None else None
         self.metrics = MetricsLog(self.out, resume_step) if self.ctx.is_main else None
         self.progress = Progress(self.layout.steps, self.step, enabled=self.ctx.is_main)
@@ -253,13 +253,13 @@ class Trainer:
             self._loop()
             self._finish()
         except RunFailure as exc:
-            self.status, self.error = "diverged", str(exc)
+            self.status, self.error = RunStatus.DIVERGED, str(exc)
             raise
         except KeyboardInterrupt:
-            self.status, self.error = "interrupted", "interrupted by a second Ctrl-C before a checkpoint"
+            self.status, self.error = RunStatus.INTERRUPTED, "interrupted by a second Ctrl-C before a checkpoint"
             raise
         except BaseException as exc:
-            self.status, self.error = "failed", f"{type(exc).__name__}: {exc}"
+            self.status, self.error = RunStatus.FAILED, f"{type(exc).__name__}: {exc}"
             raise
         finally:
             for sig, old in handlers.items():
@@ -278,7 +278,7 @@ class Trainer:
             f"{lay.tokens_per_step:,} tokens (micro-batch {lay.micro_batch} x accumulation {lay.grad_accum} x "
             f"{lay.world_size} processes), {self.device.type} {self.cfg.train.precision}"
         )
-        for note in self.plan.notes if self.plan else []:
+        for note in self.plan.notes:
             self.progress.message(f"note: {note}")
 
     def _install_signal_handlers(self) -> dict[int, Any]:
@@ -302,7 +302,7 @@ class Trainer:
         while self.step < total:
             self.step += 1
             step = self.step
-            due_eval = bool(c.eval.every) and step % c.eval.every == 0 or (step == total and c.eval.at_end)
+            due_eval = (bool(c.eval.every) and step % c.eval.every == 0) or (step == total and c.eval.at_end)
             due_analysis = bool(c.analysis.every) and step % c.analysis.every == 0
             due_log = step % c.train.log_every == 0 or step == total or due_eval or due_analysis
             due_ckpt = bool(c.checkpoint.every) and step % c.checkpoint.every == 0
@@ -328,7 +328,7 @@ class Trainer:
             if due_ckpt or stop:
                 self._save()
             if stop:
-                self.status = "interrupted"
+                self.status = RunStatus.INTERRUPTED
                 name = signal.Signals(self.stop_signal).name if self.stop_signal else "a signal"
                 self.progress.message(f"{name} at step {step}: checkpoint saved; continue with --resume")
                 return
@@ -420,7 +420,7 @@ class Trainer:
         return (total[0] / total[1]).item()
 
     def _analyse(self) -> dict[str, float]:
-        return self.analysis_fn(self.model, self.eval_set[0].inputs.to(self.device))
+        return training_metrics(self.model, self.eval_set[0].inputs.to(self.device))
 
     def _save(self) -> None:
         """Checkpoint the current step (all processes take part; rank 0 writes)."""
@@ -452,15 +452,15 @@ class Trainer:
         self.ctx.barrier()
 
     def _finish(self) -> None:
-        if self.status == "interrupted":
+        if self.status is RunStatus.INTERRUPTED:
             return
         if self.cfg.checkpoint.at_end:
             self._save()
         else:
             self._check_finite()
         if self.ctx.is_main:
-            save_pretrained(self.model, self.out / MODEL_DIR)
-        self.status = "completed"
+            save_pretrained(self.model, self.run_dir.model)
+        self.status = RunStatus.COMPLETED
         self.progress.message(
             f"done: {self.step} steps, final eval loss "
             + (f"{self.last_eval:.4f}" if self.last_eval is not None else "n/a")
@@ -469,44 +469,42 @@ class Trainer:
 
     # ----------------------------------------------------------------- summary
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> RunSummary:
         """The run's summary as it stands."""
-        train_time = self.prior_train_time + getattr(self, "train_time", 0.0)
+        train_time = self.prior_train_time + self.train_time
         tokens_per_s = self.tokens / train_time if train_time > 0 else None
         fpt = flops_per_token(self.spec, self.layout.seq_len)
         mfu = None
         if tokens_per_s and self.peak_flops:
             mfu = fpt * tokens_per_s / (self.peak_flops * self.ctx.world_size)
-        return {
-            "status": self.status,
-            "final_eval_loss": self.last_eval if self.status == "completed" else None,
-            "last_eval_loss": self.last_eval,
-            "params": count_params(self.spec),
-            "heads": list(self.spec.heads),
-            "total_heads": self.spec.total_heads,
-            "head_dims": self.spec.head_dims,
-            "plan": None if self.plan is None else dataclasses.asdict(self.plan),
-            "wall_time_s": self.prior_wall_time + time.perf_counter() - self.wall_t0,
-            "train_time_s": train_time,
-            "tokens_per_s": tokens_per_s,
-            "peak_memory_bytes": peak_memory_bytes(self.device),
-            "mfu": mfu,
-            "flops_per_token": fpt,
-            "peak_flops": self.peak_flops,
-            "peak_flops_source": self.peak_source,
-            "steps": self.step,
-            "total_steps": self.layout.steps,
-            "tokens": self.tokens,
-            "tokens_per_step": self.layout.tokens_per_step,
-            "micro_batch": self.layout.micro_batch,
-            "grad_accum": self.layout.grad_accum,
-            "world_size": self.ctx.world_size,
-            "device": str(self.device),
-            "precision": self.cfg.train.precision,
-            "task": self.task.describe(),
-            "error": self.error,
-        }
+        return RunSummary(
+            status=self.status,
+            final_eval_loss=self.last_eval if self.status is RunStatus.COMPLETED else None,
+            last_eval_loss=self.last_eval,
+            params=count_params(self.spec),
+            d_model=self.spec.d_model,
+            plan=self.plan,
+            wall_time_s=self.prior_wall_time + time.perf_counter() - self.wall_t0,
+            train_time_s=train_time,
+            tokens_per_s=tokens_per_s,
+            peak_memory_bytes=peak_memory_bytes(self.device),
+            mfu=mfu,
+            flops_per_token=fpt,
+            peak_flops=self.peak_flops,
+            peak_flops_source=self.peak_source,
+            steps=self.step,
+            total_steps=self.layout.steps,
+            tokens=self.tokens,
+            tokens_per_step=self.layout.tokens_per_step,
+            micro_batch=self.layout.micro_batch,
+            grad_accum=self.layout.grad_accum,
+            world_size=self.ctx.world_size,
+            device=str(self.device),
+            precision=self.cfg.train.precision,
+            task=self.task.describe(),
+            error=self.error,
+        )
 
     def _write_summary(self) -> None:
         if self.ctx.is_main:
-            atomic_write_text(self.out / SUMMARY_FILE, json.dumps(self.summary(), indent=2) + "\n")
+            write_summary(self.out, self.summary())
