@@ -11,6 +11,7 @@ from headwise.data.cache import prepare
 from headwise.data.packing import PackedStream, num_blocks
 from headwise.data.plan import DataConfig
 from headwise.errors import HeadwiseError
+from headwise.tasks.base import TaskShape
 from headwise.tasks.config import LMTaskConfig, build_task
 from headwise.tasks.lm import LMTask
 from test_data_sources import data_env  # noqa: F401
@@ -118,7 +119,8 @@ def fixture_cache(data_env, tmp_path):
 
 def test_lm_task_interface(fixture_cache):
     task = LMTask(fixture_cache, block_size=32, eval_batches=3, eval_batch_size=4)
-    assert task.io == "lm" and task.vocab_size == 50257 and task.seq_len == 32
+    assert task.shape() == TaskShape("tokens", "lm", 50257, 32)
+    assert task.vocab_size == 50257 and task.seq_len == 32
     n = num_blocks(fixture_cache.num_tokens("train"), 32)
     assert task.tokens_per_epoch() == n * 32
     evals = task.eval_batches()

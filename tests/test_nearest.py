@@ -10,7 +10,8 @@ import torch
 
 from headwise.errors import HeadwiseError
 from headwise.tasks.config import NearestTaskConfig, build_task, parse_task_config
-from headwise.tasks.nearest import NearestNeighbourTask, baseline_loss, expected_max_inner
+from headwise.tasks.base import Batch
+from headwise.tasks.nearest import NearestNeighbourTask, baseline_loss, expected_max_inner, pick
 
 
 def brute_farthest(points):
@@ -201,3 +202,19 @@ def test_one_head_construction_for_the_query_variant():
     with torch.no_grad():
         losses = [task.loss(model(b.inputs), b.targets).item() for b in task.eval_batches()]
     assert max(losses) < 1e-3 < task.describe()["baseline_loss"]
+
+
+def test_pick_by_hand():
+    # two points on the axes; outputs pointing at e1 and e0 pick points 1 and 0
+    inputs = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]])
+    targets = torch.tensor([[[0.0, 1.0], [0.0, 1.0]]])  # both tokens' target is point 1
+    outputs = torch.tensor([[[0.1, 0.9], [0.8, 0.2]]])
+    chosen, truth = pick(outputs, inputs, targets)
+    assert chosen.tolist() == [[1, 0]] and truth.tolist() == [[1, 1]]
+    task = NearestNeighbourTask(dim=2, n_points=2, eval_batches=1, eval_batch_size=1)
+    assert task.metrics(outputs, Batch(inputs, targets))["pick_accuracy"].item() == 0.5
+    # query-nearest: the candidates are the tokens before the queries, the last coordinate dropped
+    q_inputs = torch.tensor([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.9, 0.1, 1.0]]])
+    q_targets = torch.tensor([[[1.0, 0.0]]])
+    chosen, truth = pick(torch.tensor([[[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.2, 0.7, 5.0]]]), q_inputs, q_targets)
+    assert chosen.tolist() == [[1]] and truth.tolist() == [[0]]

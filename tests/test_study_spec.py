@@ -2,7 +2,9 @@
 
 import pytest
 
+from headwise.cli import main
 from headwise.errors import HeadwiseError
+from headwise.plans import Scheme
 from headwise.study import load_study
 from headwise.study.spec import builtin_studies, deep_merge, load_study_file, resolve_study
 
@@ -152,3 +154,17 @@ def test_builtin_study_sizes():
 def test_bad_axes_are_one_line_errors(axis, needle):
     with pytest.raises(HeadwiseError, match=needle):
         resolve_study(study(axes=[axis]), "test")
+
+
+def test_variants_carry_the_plan_they_resolve_to():
+    study = load_study("progression", preset="quick")
+    plans = {v.name: v.plan for v in study.variants}
+    assert plans["ascending-h90"].heads == (6, 12, 24, 48) and plans["ascending-h90"].scheme is Scheme.ASCENDING
+    assert plans["constant-h90"].total == 96 and not plans["constant-h90"].exact
+
+
+def test_dry_run_shows_each_variants_heads_per_layer(capsys):
+    assert main(["study", "progression", "--preset", "quick", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "heads 6,12,24,48 (total 90, ascending)" in out and "heads 48,24,12,6 (total 90, descending)" in out
+    assert "heads 24,24,24,24 (total 96, constant)" in out and "nearest is 96" in out

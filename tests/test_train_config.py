@@ -11,7 +11,7 @@ import torch
 from headwise.errors import HeadwiseError
 from headwise.plans import Plan, Scheme
 from headwise.model import Transformer
-from headwise.tasks.nearest import NearestNeighbourTask
+from headwise.tasks.nearest import NearestNeighbourTask, NearestTaskConfig
 from headwise.train.config import (
     RunConfig,
     TrainConfig,
@@ -114,7 +114,8 @@ def test_resolve_spec_gives_an_explicit_plan_without_a_plan_table():
     ({"max_seq_len": SEQ - 1}, "max_seq_len 15 is shorter than the task's sequences (16)"),
     ({"plan": {"scheme": "constant", "total_heads": 4}}, "heads [4, 2] differ from the constant plan's [2, 2]"),
     ({"heads": [3, 2]}, "layer 0: heads = 3 does not divide d_model 32"),
-    ({"inputs": "vectors"}, "this task takes tokens"),
+    ({"inputs": "vectors"}, "inputs = 'vectors', but this task takes 'tokens' inputs"),
+    ({"outputs": "vectors"}, "outputs = 'vectors', but this task takes 'lm' outputs"),
 ])
 def test_resolve_spec_refuses(model, needle):
     cfg = RunConfig.parse(_base(model=model))
@@ -128,8 +129,12 @@ def test_vector_task_gets_a_vector_model():
     model = {"preset": "amsel-nn", "d_model": 8, "head_dim": 8, "max_seq_len": 4}
     spec, _ = resolve_spec(RunConfig.parse({**_base(), "model": model}).model, task)
     assert spec.vocab_size is None and spec.inputs == "vectors" and spec.norm == "unitnorm_post"
-    with pytest.raises(HeadwiseError, match="takes vectors"):
+    with pytest.raises(HeadwiseError, match="this task's inputs have no vocabulary: remove vocab_size"):
         resolve_spec(RunConfig.parse({**_base(), "model": {**model, "vocab_size": 8}}).model, task)
+    with pytest.raises(HeadwiseError, match="d_model 16 differs from the task's vector size 8"):
+        resolve_spec(RunConfig.parse({**_base(), "model": {**model, "d_model": 16}}).model, task)
+    # the config knows the same shape before any data exists
+    assert task.shape() == NearestTaskConfig(dim=8, n_points=4).shape()
 
 
 def test_schedule_closed_form():

@@ -30,7 +30,7 @@ def _json_out(capsys) -> dict:
 def test_nearest_tiny_trains_and_predicts(tmp_path, capsys):
     out = tmp_path / "nearest"
     args = ["train", str(CONFIGS / "nearest-tiny.toml"), "--out", str(out), "--json", *_short(60),
-            "--set", "train.micro_batch=64"]
+            "--set", "train.micro_batch=64", "--set", "task.eval_batches=1"]
     assert main(args) == 0
     summary = RunSummary.model_validate(_json_out(capsys))
     assert summary.status == "completed" and summary.steps == 60 and summary.world_size == 1
@@ -47,7 +47,10 @@ def test_nearest_tiny_trains_and_predicts(tmp_path, capsys):
     assert main(["generate", str(out), "--json"]) == 0
     trained = _json_out(capsys)
     assert trained["model"] == str(out / "model") and 0 <= trained["accuracy"] <= 1
-    assert trained["loss"] == pytest.approx(read_summary(out).final_eval_loss, abs=0.1)
+    # one eval batch: the trainer's evaluation and `generate`'s predictions score the same batch
+    assert trained["loss"] == pytest.approx(read_summary(out).final_eval_loss, rel=1e-5)
+    assert trained["accuracy"] == pytest.approx(summary.eval_metrics["pick_accuracy"], rel=1e-6)
+    assert rows[-1]["eval_pick_accuracy"] == summary.eval_metrics["pick_accuracy"]
     assert main(["generate", str(out), "--untrained", "--seed", "0", "--json"]) == 0
     untrained = _json_out(capsys)
     assert untrained["model"].startswith("untrained") and untrained["loss"] > trained["loss"]

@@ -58,7 +58,7 @@ class SyntheticStream(BatchStream):
 class SyntheticLM(Task):
     """Continue an arithmetic sequence mod ``VOCAB`` (see the module docstring)."""
 
-    io = "lm"
+    inputs, outputs = "tokens", "lm"
 
     def __init__(self, delay: float = 0.0, poison_after: int | None = None,
                  on_batch: Callable[[int], None] | None = None, eval_size: int = 8) -> None:

@@ -44,6 +44,8 @@ class RunSummary(BaseModel):
     final_eval_loss: float | None = None
     #: the latest evaluation loss, whatever the status
     last_eval_loss: float | None = None
+    #: the task's other metrics at that evaluation (e.g. ``pick_accuracy``)
+    eval_metrics: dict[str, float] = {}
     params: int
     d_model: int | None = None
     plan: Plan

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 import torch.nn.functional as F
+from pydantic import Field
 from torch import Tensor
 
-from headwise.data.cache import TokenCache
+from headwise.data.cache import TokenCache, prepare
 from headwise.data.packing import PackedStream, gather_blocks, num_blocks
-from headwise.data.tokenizer import Tokenizer
+from headwise.data.plan import DataConfig
+from headwise.data.tokenizer import GPT_NEO_VOCAB, Tokenizer, parse_tokenizer_spec
 from headwise.errors import HeadwiseError
 from headwise.tasks.base import Batch, BatchStream, Task
+from headwise.tasks.family import TaskConfigBase, TaskFamily, register_family
 
 
 class LMTask(Task):
@@ -23,7 +27,8 @@ class LMTask(Task):
     over the validation tokens (fewer when the validation set is smaller; 0 means all of it).
     """
 
-    io = "lm"
+    inputs = "tokens"
+    outputs = "lm"
 
     def __init__(
         self, cache: TokenCache, block_size: int = 256, eval_batches: int = 8, eval_batch_size: int = 8
@@ -98,3 +103,35 @@ class LMTask(Task):
             "tokens_per_epoch": self.tokens_per_epoch(),
             "eval_tokens": sum(b.targets.numel() for b in self._eval),
         }
+
+
+class LMTaskConfig(DataConfig, TaskConfigBase):
+    """``[task]`` of language modelling on text (see :class:`~headwise.data.plan.DataConfig` for
+    the data fields); a table without ``kind`` is this one."""
+
+    kind: Literal["lm"] = "lm"
+    #: tokens per training sequence (each block holds block_size + 1 tokens)
+    block_size: int = Field(default=256, gt=0)
+    #: evaluation batches (0: every validation block)
+    eval_batches: int = Field(default=8, ge=0)
+    eval_batch_size: int = Field(default=8, gt=0)
+
+    def dims(self) -> tuple[int | None, int, int | None]:
+        """``bpe:N`` learns N tokens, ``gpt-neo`` has its own; no vector inputs."""
+        return parse_tokenizer_spec(self.tokenizer) or GPT_NEO_VOCAB, self.block_size, None
+
+    def data_description(self) -> str:
+        return f"{self.source} ({self.tokenizer})"
+
+    def prepare(self, progress: bool = False) -> None:
+        """Tokenize the data into the token cache (or check the cache already there)."""
+        prepare(self, progress=progress)
+
+    def build(self, cache_dir: str | Path | None = None, progress: bool = False) -> LMTask:
+        """The task on the token cache, which is prepared (or reused) first."""
+        cache = prepare(self, cache_dir=cache_dir, progress=progress)
+        return LMTask(cache, block_size=self.block_size, eval_batches=self.eval_batches,
+                      eval_batch_size=self.eval_batch_size)
+
+
+LM_FAMILY = register_family(TaskFamily(kind="lm", config=LMTaskConfig, task=LMTask, report_layout="heads"))

@@ -19,14 +19,17 @@ exactly from its step; evaluation batches come from ``default_rng([eval_seed, 1,
 from __future__ import annotations
 
 import functools
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 import torch
+from pydantic import Field, model_validator
 from torch import Tensor
 
 from headwise.errors import HeadwiseError
 from headwise.tasks.base import Batch, BatchStream, Task
+from headwise.tasks.family import TaskConfigBase, TaskFamily, register_family
 
 VARIANTS = ("farthest", "query-nearest")
 
@@ -103,10 +106,24 @@ class NearestStream(BatchStream):
         self.step = int(state["step"])
 
 
+def pick(outputs: Tensor, inputs: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+    """For each scored token, the index of the candidate point its output is closest to (largest
+    inner product) and the index of its target's point. The scored tokens are the last
+    ``targets.shape[1]`` (as in the loss) and the candidates the inputs' points: every token, or
+    the ones before the queries."""
+    d, n_scored = targets.shape[-1], targets.shape[1]
+    n_cand = inputs.shape[1] if n_scored == inputs.shape[1] else inputs.shape[1] - n_scored
+    points = inputs[:, :n_cand, :d].float()
+    pred = outputs[:, -n_scored:, :d].float()
+    return (pred @ points.transpose(1, 2)).argmax(-1), (targets.float() @ points.transpose(1, 2)).argmax(-1)
+
+
 class NearestNeighbourTask(Task):
     """Amsel et al.'s nearest-neighbour target on the unit sphere (see the module docstring)."""
 
-    io = "vectors"
+    inputs = "vectors"
+    outputs = "vectors"
+    metric_names = ("pick_accuracy",)
 
     def __init__(
         self,
@@ -130,8 +147,7 @@ class NearestNeighbourTask(Task):
         if n_queries is not None and (variant != "query-nearest" or n_queries < 1):
             raise HeadwiseError(f"n_queries = {n_queries}: it must be >= 1 and applies only to variant 'query-nearest'")
         self.n_queries = (n_queries or n_points) if variant == "query-nearest" else 0
-        #: width of the model's input and output vectors (d_model of a vector model)
-        self.input_dim = dim + (1 if variant == "query-nearest" else 0)
+        self._input_dim = dim + (1 if variant == "query-nearest" else 0)
         self._eval = [
             self.sample(np.random.default_rng([eval_seed, 1, i]), eval_batch_size) for i in range(eval_batches)
         ]
@@ -143,6 +159,11 @@ class NearestNeighbourTask(Task):
     @property
     def seq_len(self) -> int:
         return self.n_points + self.n_queries
+
+    @property
+    def input_dim(self) -> int:
+        """Width of the model's input and output vectors (d_model of a vector model)."""
+        return self._input_dim
 
     def sample(self, rng: np.random.Generator, batch: int) -> Batch:
         """One batch drawn from ``rng``."""
@@ -168,6 +189,12 @@ class NearestNeighbourTask(Task):
         scored = outputs[:, -targets.shape[1]:, : targets.shape[2]].float()
         return (scored - targets.float()).pow(2).sum(dim=-1).mean()
 
+    def metrics(self, outputs: Tensor, batch: Batch) -> dict[str, Tensor]:
+        """``pick_accuracy``: the share of scored tokens whose output is closest (largest inner
+        product) to the right candidate point (see :func:`pick`)."""
+        chosen, truth = pick(outputs, batch.inputs, batch.targets)
+        return {"pick_accuracy": (chosen == truth).float().mean()}
+
     def tokens_per_epoch(self) -> None:
         return None
 
@@ -182,3 +209,41 @@ class NearestNeighbourTask(Task):
             "baseline_loss": baseline_loss(self.dim, self.n_points, self.variant),
             "zero_loss": 1.0,
         }
+
+
+class NearestTaskConfig(TaskConfigBase):
+    """``[task]`` of Amsel et al.'s nearest-neighbour target on the unit sphere."""
+
+    kind: Literal["nearest"] = "nearest"
+    #: dimension d of the points (the model's d_model; d + 1 for query-nearest)
+    dim: int = Field(default=16, ge=2)
+    #: points per sample (the sequence length, plus the queries for query-nearest)
+    n_points: int = Field(default=8, ge=2)
+    variant: Literal["farthest", "query-nearest"] = "farthest"
+    #: queries per sample for query-nearest (default: n_points)
+    n_queries: int | None = Field(default=None, ge=1)
+    eval_batches: int = Field(default=4, ge=1)
+    eval_batch_size: int = Field(default=256, ge=1)
+    eval_seed: int = 1234
+
+    @model_validator(mode="after")
+    def _check(self) -> "NearestTaskConfig":
+        if self.n_queries is not None and self.variant != "query-nearest":
+            raise ValueError("n_queries applies only to variant 'query-nearest'")
+        return self
+
+    def dims(self) -> tuple[int | None, int, int | None]:
+        """No vocabulary; points (and, for query-nearest, queries flagged by an extra coordinate)."""
+        query = self.variant == "query-nearest"
+        queries = (self.n_queries or self.n_points) if query else 0
+        return None, self.n_points + queries, self.dim + (1 if query else 0)
+
+    def build(self, cache_dir: str | Path | None = None, progress: bool = False) -> NearestNeighbourTask:
+        """The task; its samples are drawn on the fly, so there is no data to prepare."""
+        return NearestNeighbourTask(dim=self.dim, n_points=self.n_points, variant=self.variant,
+                                    n_queries=self.n_queries, eval_batches=self.eval_batches,
+                                    eval_batch_size=self.eval_batch_size, eval_seed=self.eval_seed)
+
+
+NEAREST_FAMILY = register_family(TaskFamily(kind="nearest", config=NearestTaskConfig, task=NearestNeighbourTask,
+                                            report_layout="rank"))

@@ -19,8 +19,8 @@ from headwise.config import Config
 from headwise.errors import HeadwiseError
 from headwise.plans import Plan, Scheme, plan_heads
 from headwise.presets import preset_dict
-from headwise.spec import ModelSpec
-from headwise.tasks.base import Task
+from headwise.spec import DEFAULT_OUTPUTS, ModelSpec
+from headwise.tasks.base import Task, TaskShape
 from headwise.tasks.config import TaskConfig
 
 
@@ -137,34 +137,32 @@ class RunConfig(Config):
     analysis: AnalysisConfig = AnalysisConfig()
 
 
-def resolve_spec(model: Any, task: Task, source: str = "config") -> tuple[ModelSpec, Plan]:
-    """The ModelSpec of ``[model]`` for ``task``, and its head plan.
+def resolve_spec(model: Any, task: TaskShape | Task, source: str = "config") -> tuple[ModelSpec, Plan]:
+    """The ModelSpec of ``[model]`` for a task (its :class:`~headwise.tasks.base.TaskShape`, or the
+    task itself), and its head plan.
 
-    A preset gives the starting fields and the table's own fields override them. An LM task
-    supplies ``vocab_size`` when the table does not set it (so a preset's vocabulary never
-    silently mismatches a trained tokenizer); a vector task has no vocabulary at all. Without
-    ``[model.plan]`` the plan is the explicit one of the spec's heads; with it, ``heads`` may be
-    given too (a resolved config records both) but must be what the plan gives.
+    A preset gives the starting fields and the table's own fields override them. The task sets
+    the model's front end and output head, and supplies ``vocab_size`` when the table does not set
+    it (so a preset's vocabulary never silently mismatches a trained tokenizer); a vector model's
+    width must be the data's. Without ``[model.plan]`` the plan is the explicit one of the spec's
+    heads; with it, ``heads`` may be given too (a resolved config records both) but must be what
+    the plan gives.
     """
+    shape = task.shape() if isinstance(task, Task) else task
     given = {k: getattr(model, k) for k in model.model_fields_set if k not in ("preset", "plan")}
     fields: dict[str, Any] = preset_dict(model.preset) if model.preset else {}
     fields.update(given)
     where = f"{source} [model]"
-    if task.io == "vectors":
-        if given.get("vocab_size") is not None or given.get("inputs") == "tokens":
-            raise HeadwiseError(f"{where}: this task takes vectors, not tokens: remove vocab_size and inputs")
-        fields.update(inputs="vectors", vocab_size=None)
-    else:
-        if given.get("inputs") == "vectors":
-            raise HeadwiseError(f"{where}: inputs = 'vectors', but this task takes tokens: remove inputs")
-        fields["inputs"] = "tokens"
-        if given.get("vocab_size") is None:
-            fields["vocab_size"] = task.vocab_size
-        elif given["vocab_size"] < task.vocab_size:
-            raise HeadwiseError(
-                f"{where}: vocab_size {given['vocab_size']} is smaller than the tokenizer's {task.vocab_size} "
-                "tokens; omit vocab_size to use the tokenizer's"
-            )
+    for key in ("inputs", "outputs"):
+        wanted = getattr(shape, key)
+        if given.get(key) is not None and given[key] != wanted:
+            raise HeadwiseError(f"{where}: {key} = {given[key]!r}, but this task takes {wanted!r} {key}: remove {key}")
+    fields["inputs"] = shape.inputs
+    # the spec's default head for these inputs is left implicit, so saved specs stay as they were
+    fields.pop("outputs", None)
+    if shape.outputs != DEFAULT_OUTPUTS.get(shape.inputs):
+        fields["outputs"] = shape.outputs
+    _set_vocab(fields, given.get("vocab_size"), shape.vocab_size, where)
     plan = None
     if model.plan is not None:
         plan = _plan_of(model.plan, fields, where)
@@ -180,8 +178,29 @@ def resolve_spec(model: Any, task: Task, source: str = "config") -> tuple[ModelS
             f"{where}: max_seq_len {spec.max_seq_len} is shorter than the task's sequences ({task.seq_len}); "
             f"set model.max_seq_len >= {task.seq_len}"
         )
+    if shape.input_dim is not None and spec.d_model != shape.input_dim:
+        raise HeadwiseError(
+            f"{where}: d_model {spec.d_model} differs from the task's vector size {shape.input_dim}: "
+            "a vector model's width is the data's dimension"
+        )
     plan = Plan.explicit(spec.heads) if plan is None else plan
     return spec, plan.with_head_dims(spec.head_dims)
+
+
+def _set_vocab(fields: dict[str, Any], given: int | None, task_vocab: int | None, where: str) -> None:
+    """The model's vocabulary: the task's, unless the table asks for a larger one; none when the
+    task's inputs have no vocabulary."""
+    if task_vocab is None:
+        if given is not None:
+            raise HeadwiseError(f"{where}: this task's inputs have no vocabulary: remove vocab_size")
+        fields["vocab_size"] = None
+    elif given is None:
+        fields["vocab_size"] = task_vocab
+    elif given < task_vocab:
+        raise HeadwiseError(
+            f"{where}: vocab_size {given} is smaller than the tokenizer's {task_vocab} tokens; "
+            "omit vocab_size to use the tokenizer's"
+        )
 
 
 def _plan_of(asked: PlanConfig, fields: dict[str, Any], where: str) -> Plan:

@@ -19,6 +19,7 @@ from headwise.data.tokenizer import BPETokenizer, Tokenizer, gpt_neo_tokenizer, 
 from headwise.errors import HeadwiseError
 from headwise.model import SPEC_FILE, Transformer, load_pretrained
 from headwise.spec import ModelSpec
+from headwise.tasks.nearest import pick
 from headwise.train.checkpoint import latest_checkpoint
 from headwise.train.config import RunConfig
 from headwise.run import RunDir
@@ -156,22 +157,15 @@ def generate_text(run_dir: str | Path, prompt: str, max_new_tokens: int = 200, *
 @torch.no_grad()
 def vector_predictions(model: Transformer, inputs: Tensor, targets: Tensor) -> dict[str, Any]:
     """What a vector model "generates" for the nearest-neighbour task: for each scored token, the
-    candidate point its output is closest to (largest inner product) against the target's.
-
-    The scored tokens are the last ``targets.shape[1]`` (as in the task's loss) and the candidates
-    are the inputs' points: all tokens, or the ones before the queries.
-    """
+    candidate point its output is closest to, against the target's (see
+    :func:`headwise.tasks.nearest.pick`), with the accuracy and loss over the batch."""
     model.eval()
-    d = targets.shape[-1]
-    n_scored = targets.shape[1]
-    n_cand = inputs.shape[1] if n_scored == inputs.shape[1] else inputs.shape[1] - n_scored
-    points = inputs[:, :n_cand, :d].float()
-    pred = model(inputs)[:, -n_scored:, :d].float()
-    chosen = (pred @ points.transpose(1, 2)).argmax(-1)
-    truth = (targets.float() @ points.transpose(1, 2)).argmax(-1)
+    outputs = model(inputs)
+    chosen, truth = pick(outputs, inputs, targets)
+    scored = outputs[:, -targets.shape[1]:, : targets.shape[-1]].float()
     return {
         "accuracy": (chosen == truth).float().mean().item(),
-        "loss": (pred - targets.float()).pow(2).sum(-1).mean().item(),
+        "loss": (scored - targets.float()).pow(2).sum(-1).mean().item(),
         "chosen": chosen[0].tolist(),
         "target": truth[0].tolist(),
     }

@@ -116,11 +116,6 @@ class Trainer:
         self.layout = batch_layout(cfg.train, self.task, ctx.world_size)
         self.cfg = resolved_config(cfg, self.spec)
         self.eval_set = self.task.eval_batches()
-        if self.task.io == "vectors" and self.eval_set and self.eval_set[0].inputs.shape[-1] != self.spec.d_model:
-            raise HeadwiseError(
-                f"model.d_model {self.spec.d_model} differs from the task's vector size "
-                f"{self.eval_set[0].inputs.shape[-1]}: a vector model's width is the data's dimension"
-            )
         t = self.cfg.train
         self.peak_flops, self.peak_source = (
             (t.peak_flops, "train.peak_flops") if t.peak_flops else default_peak_flops(self.device, t.precision)
@@ -193,6 +188,7 @@ class Trainer:
         self.train_time = 0.0
         self.wall_t0 = time.perf_counter()
         self.last_eval: float | None = None
+        self.last_metrics: dict[str, float] = {}
         self.last_saved = 0
         self.unlogged = 0
         self.status, self.error = RunStatus.PENDING, None
@@ -227,6 +223,7 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.step, self.tokens, self.last_eval = state["step"], state["tokens"], state["last_eval_loss"]
+        self.last_metrics = state.get("last_eval_metrics", {})  # absent from checkpoints older than metrics
         self.last_saved = self.step
         self.prior_train_time, self.prior_wall_time = state["train_time_s"], state["wall_time_s"]
         mine = state["ranks"][self.ctx.rank]
@@ -317,6 +314,7 @@ class Trainer:
                 row, stop = self._log_row(lr, grad_norm, interval_t0)
                 if due_eval:
                     self.last_eval = row["eval_loss"] = self._evaluate()
+                    row.update({f"eval_{k}": v for k, v in self.last_metrics.items()})
                 if due_analysis and self.ctx.is_main:
                     row.update(self._analyse())
                 if self.metrics is not None:
@@ -404,20 +402,30 @@ class Trainer:
 
     @torch.no_grad()
     def _evaluate(self) -> float | None:
-        """Mean loss over the task's fixed held-out batches (shared out among the processes)."""
+        """Mean loss (returned) and the task's metrics (kept in ``last_metrics``) over the task's
+        fixed held-out batches, shared out among the processes."""
         if not self.eval_set:
             return None
         self.model.eval()
-        total = torch.zeros(2, dtype=torch.float64, device=self.device)
+        names = self.task.metric_names
+        # loss, examples, then each metric, all weighted by batch size
+        total = torch.zeros(2 + len(names), dtype=torch.float64, device=self.device)
         for batch in self.eval_set[self.ctx.rank::self.ctx.world_size]:
             b = batch.to(self.device)
             with self.autocast:
-                loss = self.task.loss(self.model(b.inputs, pad_vocab=True), b.targets)
-            total[0] += loss.double() * b.inputs.shape[0]
-            total[1] += b.inputs.shape[0]
+                outputs = self.model(b.inputs, pad_vocab=True)
+                loss = self.task.loss(outputs, b.targets)
+                metrics = self.task.metrics(outputs, b) if names else {}
+            n = b.inputs.shape[0]
+            total[0] += loss.double() * n
+            total[1] += n
+            for i, name in enumerate(names):
+                total[2 + i] += metrics[name].double() * n
         self.model.train()
         self.ctx.all_reduce(total)
-        return (total[0] / total[1]).item()
+        values = (total / total[1]).tolist()
+        self.last_metrics = dict(zip(names, values[2:]))
+        return values[0]
 
     def _analyse(self) -> dict[str, float]:
         return training_metrics(self.model, self.eval_set[0].inputs.to(self.device))
@@ -441,6 +449,7 @@ class Trainer:
                 "train_time_s": self.prior_train_time + self.train_time,
                 "wall_time_s": self.prior_wall_time + time.perf_counter() - self.wall_t0,
                 "last_eval_loss": self.last_eval,
+                "last_eval_metrics": self.last_metrics,
                 "world_size": self.ctx.world_size,
                 "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(),
@@ -481,6 +490,7 @@ class Trainer:
             status=self.status,
             final_eval_loss=self.last_eval if self.status is RunStatus.COMPLETED else None,
             last_eval_loss=self.last_eval,
+            eval_metrics=self.last_metrics,
             params=count_params(self.spec),
             d_model=self.spec.d_model,
             plan=self.plan,

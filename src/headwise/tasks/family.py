@@ -1,0 +1,94 @@
+"""Task families, registered in one place each.
+
+A family is a kind of task: language modelling, the nearest-neighbour target, and later images,
+Long Range Arena sequences and encoder pretraining. Everything the rest of headwise needs to
+know about a family is in its :class:`TaskFamily` record:
+
+- ``config``: its ``[task]`` table (a :class:`TaskConfigBase` subclass whose ``kind`` field is the
+  family's name), which knows the task's shape without preparing data, prepares the data once
+  for a study, and builds the task;
+- ``task``: the :class:`~headwise.tasks.base.Task` class (batches, loss, metrics), which names the
+  model front end its inputs need and the output head its loss scores (``inputs``/``outputs``,
+  names in the registries of :mod:`headwise.model`);
+- ``report_layout``: the report layout its studies use unless the study file names one (a name
+  in the registry of :mod:`headwise.report`).
+
+A new family writes its module (config, task, and any new front end, head and report layout in
+their own packages) and ends it with ``register_family(TaskFamily(...))``; importing it from
+:mod:`headwise.tasks` makes ``[task] kind = "..."`` valid everywhere. Nothing else branches on
+the kind.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+from headwise.config import Config
+from headwise.errors import HeadwiseError
+from headwise.tasks.base import Task, TaskShape
+
+
+class TaskConfigBase(Config):
+    """Base of every ``[task]`` table; subclasses add ``kind: Literal["name"]`` and their fields."""
+
+    kind: str
+
+    @property
+    def family(self) -> "TaskFamily":
+        """The family this config belongs to."""
+        return family_of(self.kind)
+
+    def shape(self) -> TaskShape:
+        """The task's shape, from the config alone."""
+        task = self.family.task
+        vocab_size, seq_len, input_dim = self.dims()
+        return TaskShape(task.inputs, task.outputs, vocab_size, seq_len, input_dim)
+
+    @abstractmethod
+    def dims(self) -> tuple[int | None, int, int | None]:
+        """``(vocab_size, seq_len, input_dim)`` as the built task will have them (see
+        :class:`~headwise.tasks.base.TaskShape`)."""
+
+    def data_description(self) -> str | None:
+        """What :meth:`prepare` makes ready, in a few words; None when the task makes its data
+        on the fly and there is nothing to prepare."""
+        return None
+
+    def prepare(self, progress: bool = False) -> None:
+        """Make the task's data ready (download, tokenize, cache) so that runs only open it.
+        Raises HeadwiseError when the data cannot be had."""
+
+    @abstractmethod
+    def build(self, cache_dir: str | Path | None = None, progress: bool = False) -> Task:
+        """The task itself, its data prepared (or reused from the cache)."""
+
+
+@dataclass(frozen=True)
+class TaskFamily:
+    """A family's record: its ``[task]`` config, its task (which names the model front end and
+    output head), and its studies' report layout."""
+
+    kind: str
+    config: type[TaskConfigBase]
+    task: type[Task]
+    report_layout: str
+
+
+FAMILIES: dict[str, TaskFamily] = {}
+
+
+def register_family(family: TaskFamily) -> TaskFamily:
+    """Add a family to the registry (once per kind); returns it."""
+    if family.kind in FAMILIES and FAMILIES[family.kind] != family:
+        raise ValueError(f"task family {family.kind!r} is registered twice")
+    FAMILIES[family.kind] = family
+    return family
+
+
+def family_of(kind: str) -> TaskFamily:
+    """The registered family of a ``[task] kind``; an unknown kind is a HeadwiseError."""
+    if kind not in FAMILIES:
+        raise HeadwiseError(f"unknown task kind {kind!r}; use one of: {', '.join(FAMILIES)}")
+    return FAMILIES[kind]
