@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from headwise.errors import HeadwiseError
 from headwise.hf import from_hf, gpt_neo_incompatibility, to_hf
-from headwise.model import Transformer, load_pretrained, save_pretrained
+from headwise.model import SequenceTooLong, Transformer, load_pretrained, save_pretrained
 from headwise.presets import spec_from_preset
 from headwise.spec import ModelSpec
 
@@ -143,7 +143,7 @@ def test_init_is_gpt_neo():
     assert model.lm_head.weight is model.tok_emb.weight
 
 
-def test_too_long_input_is_bad_input():
+def test_too_long_input_is_refused():
     model = Transformer(ModelSpec(vocab_size=10, d_model=8, n_layers=1, heads=[2], max_seq_len=4))
-    with pytest.raises(HeadwiseError, match="longer than the model's max_seq_len 4"):
+    with pytest.raises(SequenceTooLong, match="longer than the model's max_seq_len 4"):
         model(torch.zeros(1, 5, dtype=torch.long))

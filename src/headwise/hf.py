@@ -29,6 +29,8 @@ def gpt_neo_incompatibility(spec: ModelSpec) -> str | None:
     """Why GPT-Neo cannot express ``spec``, or None when it can."""
     if spec.vocab_size is None:
         return "it is a vector model without a vocabulary"
+    if spec.output_head != "lm":
+        return f"outputs = {spec.output_head!r}: GPT-Neo ends in a language-model head"
     if len(set(spec.heads)) != 1:
         return f"its layers have different head counts {spec.heads}; GPT-Neo has one num_heads for all layers"
     if spec.head_dim is not None and any(hd * h != spec.d_model for hd, h in zip(spec.head_dims, spec.heads)):

@@ -7,6 +7,8 @@ without building models.
 
 from __future__ import annotations
 
+from headwise.model.frontends import FRONT_ENDS, position_params
+from headwise.model.heads import OUTPUT_HEADS
 from headwise.spec import LayerShape, ModelSpec
 
 
@@ -37,30 +39,20 @@ def block_params(spec: ModelSpec, i: int) -> int:
 
 
 def param_breakdown(spec: ModelSpec) -> dict[str, int]:
-    """Parameter count per component; the values sum to :func:`count_params`."""
-    d = spec.d_model
-    parts = {
-        "token_embedding": (spec.vocab_size or 0) * d,
-        "position_embedding": spec.max_seq_len * d if spec.positions == "learned" else 0,
-    }
+    """Parameter count per component (the front end's, each block, the final norm, the output
+    head's); the values sum to :func:`count_params`."""
+    parts = dict(FRONT_ENDS[spec.inputs].param_counts(spec))
     for i in range(spec.n_layers):
         parts[f"block_{i}"] = block_params(spec, i)
     # Pre-norm models end with a final LayerNorm; post-norm blocks already end normalised.
-    parts["final_norm"] = 2 * d if spec.norm == "layernorm_pre" else 0
-    untied_head = spec.vocab_size is not None and not spec.tie_embeddings
-    parts["lm_head"] = spec.vocab_size * d if untied_head else 0
+    parts["final_norm"] = 2 * spec.d_model if spec.norm == "layernorm_pre" else 0
+    parts.update(OUTPUT_HEADS[spec.output_head].param_counts(spec))
     return parts
 
 
 def count_params(spec: ModelSpec) -> int:
     """Total number of trainable parameters (tied weights counted once)."""
     return sum(param_breakdown(spec).values())
-
-
-def non_embedding_params(spec: ModelSpec) -> int:
-    """Parameters outside the token and position embeddings (the N of 6N FLOPs per token)."""
-    parts = param_breakdown(spec)
-    return sum(v for k, v in parts.items() if k not in ("token_embedding", "position_embedding"))
 
 
 def flops_per_token(spec: ModelSpec, seq_len: int) -> int:
@@ -70,6 +62,6 @@ def flops_per_token(spec: ModelSpec, seq_len: int) -> int:
     ``estimate_mfu``); the second term is the attention score and value products, and
     uses each layer's own attention width, so it is exact for heterogeneous layers.
     """
-    n = count_params(spec) - (spec.max_seq_len * spec.d_model if spec.positions == "learned" else 0)
+    n = count_params(spec) - position_params(spec)
     attn = sum(12 * s.width * seq_len for s in spec.layers())
     return 6 * n + attn

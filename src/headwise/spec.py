@@ -16,6 +16,12 @@ from headwise.config import Config
 
 Activation = Literal["gelu_new", "gelu", "relu"]
 AttentionKind = Literal["global", "local"]
+#: Input front ends and output heads (implemented and registered in :mod:`headwise.model.frontends`
+#: and :mod:`headwise.model.heads`; a test checks that the names agree).
+Inputs = Literal["tokens", "vectors"]
+Outputs = Literal["lm", "vectors"]
+#: The output head of a spec that does not set ``outputs``.
+DEFAULT_OUTPUTS: dict[str, str] = {"tokens": "lm", "vectors": "vectors"}
 
 
 @dataclass(frozen=True)
@@ -36,12 +42,14 @@ class LayerShape:
 class ModelSpec(Config):
     """A transformer with per-layer head counts and head widths.
 
-    ``inputs="vectors"`` (or ``vocab_size=None``) makes a vector model: inputs and outputs are
-    ``d_model``-vectors, with no embedding or output head, for synthetic tasks such as
-    nearest-neighbour search.
+    ``inputs`` chooses the front end and ``outputs`` the head. ``inputs="vectors"`` (or
+    ``vocab_size=None``) makes a vector model: inputs and outputs are ``d_model``-vectors, with no
+    embedding or output head, for synthetic tasks such as nearest-neighbour search.
     """
 
-    inputs: Literal["tokens", "vectors"] = "tokens"
+    inputs: Inputs = "tokens"
+    #: The output head; None: the one of the inputs (:data:`DEFAULT_OUTPUTS`).
+    outputs: Outputs | None = None
     vocab_size: int | None = Field(default=50257, gt=0)
     d_model: int = Field(gt=0)
     n_layers: int = Field(gt=0)
@@ -103,23 +111,29 @@ class ModelSpec(Config):
                     f"valid counts: {valid} (or set head_dim to decouple head width from d_model)"
                 )
         for name in ("head_dim", "mlp_hidden"):
-            for i, v in enumerate(self._per_layer(getattr(self, name), -1)):
-                if v is not None and v != -1 and v < 1:
+            value = getattr(self, name)
+            if isinstance(value, int) and value < 1:
+                raise ValueError(f"{name} = {value}; it must be a positive integer (or left out for the default)")
+            for i, v in enumerate(value if isinstance(value, list) else []):
+                if v < 1:
                     raise ValueError(f"layer {i}: {name} = {v}; it must be a positive integer")
+        if self.output_head == "lm" and self.vocab_size is None:
+            raise ValueError("outputs = 'lm' needs token inputs with a vocab_size; a vector model has no vocabulary")
         return self
 
-    def _per_layer(self, value, default):
-        if value is None:
-            return [default] * self.n_layers
-        if isinstance(value, list):
-            return list(value)
-        return [value] * self.n_layers
+    def _per_layer(self, value: int | list[int] | None) -> list[int | None]:
+        """A per-layer field as one entry per layer (None where it is unset)."""
+        return list(value) if isinstance(value, list) else [value] * self.n_layers
 
     def layer(self, i: int) -> LayerShape:
         """The resolved shape of layer ``i``."""
         heads = self.heads[i]
-        head_dim = self._per_layer(self.head_dim, None)[i] or self.d_model // heads
-        mlp = self._per_layer(self.mlp_hidden, None)[i] or int(round(self.mlp_ratio * self.d_model))
+        head_dim = self._per_layer(self.head_dim)[i]
+        mlp = self._per_layer(self.mlp_hidden)[i]
+        if head_dim is None:
+            head_dim = self.d_model // heads
+        if mlp is None:
+            mlp = int(round(self.mlp_ratio * self.d_model))
         attention = (self.attention or ["global"] * self.n_layers)[i]
         return LayerShape(heads=heads, head_dim=head_dim, mlp_hidden=mlp, attention=attention)
 
@@ -128,11 +142,18 @@ class ModelSpec(Config):
         return [self.layer(i) for i in range(self.n_layers)]
 
     @property
+    def output_head(self) -> str:
+        """The output head: ``outputs``, or the default of the inputs when it is not set."""
+        return self.outputs or DEFAULT_OUTPUTS[self.inputs]
+
+    @property
     def total_heads(self) -> int:
+        """Heads summed over the layers."""
         return sum(self.heads)
 
     @property
     def head_dims(self) -> list[int]:
+        """The resolved head width of every layer."""
         return [s.head_dim for s in self.layers()]
 
     @property

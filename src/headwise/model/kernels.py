@@ -1,0 +1,147 @@
+"""How attention and output logits are computed: one fused SDPA call per layer, and the CPU
+kernel workarounds that make it fast.
+
+Each workaround computes exactly what the plain definition computes (tests in
+``tests/test_bench_model_speed.py``); the comments give the measurement that justifies it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from headwise.model.cache import LayerCache
+
+# PyTorch's CPU flash-attention kernel is much slower per score for float32 heads narrower than
+# 16 (measured with torch 2.13 on AVX-512: 96 heads of width 8 take 1.5x the time of the same
+# heads zero-padded to 16, 128 heads of 6 take 1.65x). Zero columns change no score and no output,
+# so such heads are padded to this width for the kernel and cut back after it.
+CPU_MIN_HEAD_DIM = 16
+# The same kernel scores each query block against whole 512-key blocks up to its diagonal, so for
+# a causal sequence of up to 512 it computes the full T x T square and masks half of it away.
+# Splitting such a sequence's queries in two halves, each scored only against the keys it may
+# see, skips a quarter of the square (measured at T = 512: 20% less attention time in float32 on
+# 2 threads, 10% in bfloat16). Longer sequences already skip whole key blocks.
+CPU_SPLIT_QUERIES = (256, 512)  # split when CPU_SPLIT_QUERIES[0] < T <= CPU_SPLIT_QUERIES[1]
+
+# Vocabulary sizes are padded to a multiple of this for the output matmul. With GPT-Neo's 50,257
+# the logits' rows are not 64-byte aligned and the CPU GEMM writing them runs at ~2/3 of its peak
+# (benchmarks/bench_kernels.py, float32, 1024 x 768 x 50,257, 2 cores, three runs: 122-130
+# GFLOP/s into plain rows, 161-170 into padded ones).
+VOCAB_PAD = 64
+
+
+def attention_mask(past: int, t: int, window: int | None, device: torch.device) -> Tensor:
+    """Boolean mask (t x past+t): query ``past+i`` may see key ``j`` when j <= past+i and, for a
+    local layer, j > past+i-window (GPT-Neo's convention: the token itself included)."""
+    q = torch.arange(past, past + t, device=device)[:, None]
+    k = torch.arange(past + t, device=device)[None, :]
+    allowed = k <= q
+    if window is not None:
+        allowed &= k > q - window
+    return allowed
+
+
+def attention(qkv: Tensor, cache: LayerCache | None, causal: bool, window: int | None, scale: float,
+              dropout_p: float) -> Tensor:
+    """All heads' attention outputs [B, heads, T, head_dim] from a fused projection
+    ``qkv`` [B, T, 3, heads, head_dim]: causal (``window``: local) or bidirectional, scores times
+    ``scale``. With a ``cache`` the new keys and values are appended to it and the queries attend
+    to the cached positions too."""
+    t, head_dim = qkv.shape[1], qkv.shape[-1]
+    pad = 0
+    if cache is None and head_dim < CPU_MIN_HEAD_DIM and qkv.device.type == "cpu" and qkv.dtype == torch.float32:
+        pad = CPU_MIN_HEAD_DIM - head_dim
+        qkv = F.pad(qkv, (0, pad))
+    # q, k, v are strided views of the projection [B, heads, T, head_dim]: SDPA reads them in place
+    q, k, v = qkv.permute(2, 0, 3, 1, 4)
+    past = 0
+    if cache is not None:
+        past = cache.length
+        k, v = cache.extend(k, v)
+    if causal and past == 0 and q.device.type == "cpu" and CPU_SPLIT_QUERIES[0] < t <= CPU_SPLIT_QUERIES[1]:
+        y = causal_attention_in_halves(q, k, v, window, scale, dropout_p)
+    else:
+        mask, is_causal = None, False
+        if causal:
+            # Only a local layer whose window is shorter than the keys needs a band mask (a
+            # single new query just sees the last `window` keys); a single new query of a
+            # global layer sees every key; a fresh sequence uses SDPA's own causal path.
+            if window is not None and past + t > window:
+                if t == 1:
+                    k, v = k[:, :, -window:], v[:, :, -window:]
+                else:
+                    mask = attention_mask(past, t, window, q.device)
+            elif past == 0:
+                is_causal = t > 1
+            elif t > 1:
+                mask = attention_mask(past, t, None, q.device)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=dropout_p,
+                                           scale=scale)
+    return y[..., :head_dim] if pad else y
+
+
+def causal_attention_in_halves(q: Tensor, k: Tensor, v: Tensor, window: int | None, scale: float,
+                               dropout_p: float) -> Tensor:
+    """Causal (or local-window) attention of a fresh sequence [B, heads, T, head_dim], computed
+    for the first and second half of the queries separately; equal to one SDPA call."""
+    t = q.shape[2]
+    halves = []
+    for start, end in ((0, t // 2), (t // 2, t)):
+        first = 0 if window is None else max(0, start - window + 1)  # the first key any query here sees
+        if start == 0 and (window is None or end <= window):
+            mask, causal = None, True
+        else:
+            mask, causal = attention_mask(start - first, end - start, window, q.device), False
+        y = F.scaled_dot_product_attention(q[:, :, start:end], k[:, :, first:end], v[:, :, first:end],
+                                           attn_mask=mask, is_causal=causal, dropout_p=dropout_p, scale=scale)
+        halves.append(y.transpose(1, 2))
+    # Joined as [B, T, heads, head_dim] (the layout SDPA writes), returned as [B, heads, T, head_dim]
+    return torch.cat(halves, dim=1).transpose(1, 2)
+
+
+def padded_vocab_size(vocab_size: int) -> int:
+    """``vocab_size`` rounded up to a multiple of :data:`VOCAB_PAD`."""
+    return -(-vocab_size // VOCAB_PAD) * VOCAB_PAD
+
+
+class _PaddedLogits(torch.autograd.Function):
+    """``h @ W.T`` written into rows of :func:`padded_vocab_size` columns, the extra
+    columns set to -inf: a softmax over them is the softmax over the vocabulary."""
+
+    @staticmethod
+    def forward(ctx, h: Tensor, weight: Tensor) -> Tensor:
+        v = weight.shape[0]
+        out = h.new_empty(h.shape[0], padded_vocab_size(v))
+        torch.mm(h, weight.t(), out=out[:, :v])
+        out[:, v:] = float("-inf")
+        ctx.save_for_backward(h, weight)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor]:
+        h, weight = ctx.saved_tensors
+        grad = grad[:, : weight.shape[0]]  # the padding's gradient is zero (its softmax is zero)
+        return grad @ weight, grad.t() @ h
+
+
+def padded_logits(h: Tensor, weight: Tensor) -> Tensor:
+    """Logits ``[..., V_pad]`` of hidden states ``[..., d]`` against an output matrix ``[V, d]``,
+    the columns past V being -inf (see :data:`VOCAB_PAD`). Under autocast the matmul runs in the
+    autocast dtype, as ``F.linear`` would."""
+    lead = h.shape[:-1]
+    if torch.compiler.is_compiling():  # the compiler picks its own layouts: the plain path
+        logits = F.linear(h, weight)
+        v = weight.shape[0]
+        return F.pad(logits, (0, padded_vocab_size(v) - v), value=float("-inf"))
+    device = h.device.type
+    if torch.is_autocast_enabled(device):
+        dtype = torch.get_autocast_dtype(device)
+        h, weight = h.to(dtype), weight.to(dtype)
+    with torch.autocast(device, enabled=False):
+        out = _PaddedLogits.apply(h.reshape(-1, h.shape[-1]), weight)
+    return out.view(*lead, out.shape[-1])

@@ -1,0 +1,156 @@
+"""The transformer: every layer with its own head count and head width.
+
+One file, nanoGPT style: attention, MLP, block, and the Transformer that runs front end -> blocks
+-> final norm -> output head. With a uniform spec and GPT-Neo's options it is exactly Hugging
+Face's ``GPTNeoForCausalLM`` (see :mod:`headwise.hf`). The front end and the head come from the
+spec through the registries of :mod:`headwise.model.frontends` and :mod:`headwise.model.heads`;
+how attention runs fast on the CPU is :mod:`headwise.model.kernels`' business.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from headwise.model.cache import KVCache, LayerCache
+from headwise.model.frontends import FRONT_ENDS
+from headwise.model.heads import OUTPUT_HEADS
+from headwise.model.kernels import attention
+from headwise.spec import LayerShape, ModelSpec
+
+ACTIVATIONS = {
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu": F.gelu,
+    "relu": F.relu,
+}
+
+
+class UnitNorm(nn.Module):
+    """``scale * x / ||x||`` with one learnable scalar (Amsel et al.'s replacement for LayerNorm)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(()))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.scale * F.normalize(x, dim=-1)
+
+
+def make_norm(spec: ModelSpec) -> nn.Module:
+    """The normalisation layer of a block: LayerNorm, or unit-norm for ``norm = "unitnorm_post"``."""
+    if spec.norm == "unitnorm_post":
+        return UnitNorm()
+    return nn.LayerNorm(spec.d_model, eps=spec.layer_norm_eps)
+
+
+class Attention(nn.Module):
+    """All heads of a layer in one fused qkv projection and one SDPA call."""
+
+    def __init__(self, spec: ModelSpec, shape: LayerShape) -> None:
+        super().__init__()
+        self.heads, self.head_dim, self.width = shape.heads, shape.head_dim, shape.width
+        self.qkv = nn.Linear(spec.d_model, 3 * self.width, bias=spec.qkv_bias)
+        self.out = nn.Linear(self.width, spec.d_model, bias=spec.out_bias)
+        self.causal = spec.causal
+        self.window = spec.window if shape.attention == "local" else None
+        self.scale = 1.0 if spec.score_scale == "none" else self.head_dim**-0.5
+        self.dropout = spec.dropout
+
+    def forward(self, x: Tensor, cache: LayerCache | None = None) -> Tensor:
+        b, t, _ = x.shape
+        qkv = self.qkv(x).view(b, t, 3, self.heads, self.head_dim)
+        y = attention(qkv, cache, self.causal, self.window, self.scale, self.dropout if self.training else 0.0)
+        # SDPA's output is laid out [B, T, heads, head_dim] in memory: unless the kernel padded the
+        # heads, this reshape copies nothing
+        return self.out(y.transpose(1, 2).reshape(b, t, self.width))
+
+
+class MLP(nn.Module):
+    """Two linear maps d_model -> mlp_hidden -> d_model with the spec's activation between."""
+
+    def __init__(self, spec: ModelSpec, shape: LayerShape) -> None:
+        super().__init__()
+        self.fc = nn.Linear(spec.d_model, shape.mlp_hidden, bias=spec.mlp_bias)
+        self.proj = nn.Linear(shape.mlp_hidden, spec.d_model, bias=spec.mlp_bias)
+        self.act = ACTIVATIONS[spec.activation]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.proj(self.act(self.fc(x)))
+
+
+class Block(nn.Module):
+    """Attention and MLP with residuals; pre-norm (GPT-Neo) or post-norm (Amsel et al.)."""
+
+    def __init__(self, spec: ModelSpec, shape: LayerShape) -> None:
+        super().__init__()
+        self.pre_norm = spec.norm == "layernorm_pre"
+        self.norm1 = make_norm(spec)
+        self.attn = Attention(spec, shape)
+        self.norm2 = make_norm(spec)
+        self.mlp = MLP(spec, shape)
+        self.drop = nn.Dropout(spec.dropout)
+
+    def forward(self, x: Tensor, cache: LayerCache | None = None) -> Tensor:
+        if self.pre_norm:
+            x = x + self.drop(self.attn(self.norm1(x), cache))
+            return x + self.drop(self.mlp(self.norm2(x)))
+        x = self.norm1(x + self.drop(self.attn(x, cache)))
+        return self.norm2(x + self.drop(self.mlp(x)))
+
+
+class Transformer(nn.Module):
+    """Front end -> blocks -> final norm -> output head. By default a decoder LM (token ids ->
+    logits) or, with ``inputs = "vectors"``, a vector encoder."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        self.front_end, self.output_head = FRONT_ENDS[spec.inputs], OUTPUT_HEADS[spec.output_head]
+        # The front end's and the head's modules sit on the model itself (tok_emb, pos_emb, lm_head)
+        for name, module in self.front_end.build(spec).items():
+            setattr(self, name, module)
+        self.drop = nn.Dropout(spec.dropout)
+        self.blocks = nn.ModuleList(Block(spec, shape) for shape in spec.layers())
+        # Pre-norm models end with a final LayerNorm; post-norm blocks already end normalised.
+        pre_norm = spec.norm == "layernorm_pre"
+        self.norm_f = nn.LayerNorm(spec.d_model, eps=spec.layer_norm_eps) if pre_norm else nn.Identity()
+        for name, module in self.output_head.build(spec, self).items():
+            setattr(self, name, module)
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        # GPT-Neo's initialisation: N(0, std) weights, zero biases, LayerNorm (1, 0).
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=self.spec.init_std)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    def forward(self, inputs: Tensor, cache: KVCache | None = None, pad_vocab: bool = False) -> Tensor:
+        """The output head's result for ``inputs``: logits [B, T, vocab] for token ids [B, T];
+        vectors [B, N, d] for vectors [B, N, d].
+
+        ``pad_vocab=True`` (what training uses) returns logits [B, T, V_pad] whose columns past
+        the vocabulary are -inf, computed faster (see :data:`~headwise.model.kernels.VOCAB_PAD`):
+        softmax, cross-entropy and argmax over them equal those over the vocabulary. It does
+        nothing without a vocabulary. A sequence longer than ``max_seq_len`` (with the cached
+        positions) raises :class:`~headwise.model.frontends.SequenceTooLong`.
+        """
+        past = cache.length if cache is not None else 0
+        x = self.drop(self.front_end.forward(self, inputs, past))
+        for i, block in enumerate(self.blocks):
+            x = block(x, cache.layers[i] if cache is not None else None)
+        if cache is not None:
+            cache.length += x.shape[1]
+        return self.output_head.forward(self, self.norm_f(x), pad_vocab)
+
+    def new_cache(self) -> KVCache:
+        """An empty key/value cache for incremental decoding with this model."""
+        return KVCache(len(self.blocks))
+
+    def num_params(self) -> int:
+        """Trainable parameters, tied weights counted once."""
+        return sum(p.numel() for p in self.parameters())

@@ -1,0 +1,145 @@
+"""Front ends and output heads: the registries, the spec fields that choose them, their exact
+parameter counts, and the state-dict keys saved models depend on."""
+
+import random
+from typing import get_args
+
+import pytest
+import torch
+from torch import nn
+
+from headwise.errors import HeadwiseError
+from headwise.hf import gpt_neo_incompatibility
+from headwise.model import FRONT_ENDS, OUTPUT_HEADS, SequenceTooLong, Transformer, load_pretrained, save_pretrained
+from headwise.params import count_params, param_breakdown
+from headwise.spec import DEFAULT_OUTPUTS, Inputs, ModelSpec, Outputs
+
+
+def test_registries_name_what_the_spec_allows():
+    assert set(FRONT_ENDS) == set(get_args(Inputs)) == set(DEFAULT_OUTPUTS)
+    assert set(OUTPUT_HEADS) == set(get_args(Outputs)) >= set(DEFAULT_OUTPUTS.values())
+
+
+def _random_spec(rng: random.Random) -> ModelSpec:
+    n_layers = rng.randint(1, 4)
+    d_model = rng.choice([8, 12, 16, 24])
+    heads = [rng.randint(1, 5) for _ in range(n_layers)]
+    head_dim = rng.choice([rng.randint(1, 9), [rng.randint(1, 9) for _ in range(n_layers)]])
+    inputs = rng.choice(list(FRONT_ENDS))
+    outputs = rng.choice([None] + [o for o in OUTPUT_HEADS if inputs == "tokens" or o != "lm"])
+    return ModelSpec(
+        inputs=inputs, outputs=outputs, vocab_size=rng.randint(5, 40) if inputs == "tokens" else None,
+        d_model=d_model, n_layers=n_layers, max_seq_len=rng.randint(4, 32), heads=heads, head_dim=head_dim,
+        mlp_hidden=rng.choice([None, rng.randint(1, 30)]), norm=rng.choice(["layernorm_pre", "unitnorm_post"]),
+        positions=rng.choice(["learned", "none"]), tie_embeddings=rng.random() < 0.5, qkv_bias=rng.random() < 0.5,
+    )
+
+
+def _numel(module: nn.Module | None, exclude: set[int] = frozenset()) -> int:
+    if module is None:
+        return 0
+    return sum(p.numel() for p in module.parameters() if id(p) not in exclude)
+
+
+def test_every_front_end_and_head_counts_exactly_what_it_builds():
+    rng = random.Random(1)
+    seen = set()
+    for _ in range(200):
+        spec = _random_spec(rng)
+        seen.add((spec.inputs, spec.output_head))
+        model = Transformer(spec)
+        assert count_params(spec) == model.num_params(), spec
+        front, head = FRONT_ENDS[spec.inputs], OUTPUT_HEADS[spec.output_head]
+        front_modules = [getattr(model, name) for name in front.build(spec)]
+        front_params = {id(p) for m in front_modules if m is not None for p in m.parameters()}
+        assert sum(front.param_counts(spec).values()) == sum(_numel(m) for m in front_modules), spec
+        # a head's weights tied to the front end are counted there, not again
+        head_built = sum(_numel(getattr(model, name), front_params) for name in head.build(spec, model))
+        assert sum(head.param_counts(spec).values()) == head_built, spec
+    assert seen == {(i, o) for i in FRONT_ENDS for o in OUTPUT_HEADS if i == "tokens" or o != "lm"}
+
+
+def test_state_dict_keys_are_those_of_saved_models():
+    spec = ModelSpec(vocab_size=30, d_model=8, n_layers=1, heads=[2], tie_embeddings=False)
+    block = ["norm1.weight", "norm1.bias", "attn.qkv.weight", "attn.out.weight", "attn.out.bias", "norm2.weight",
+             "norm2.bias", "mlp.fc.weight", "mlp.fc.bias", "mlp.proj.weight", "mlp.proj.bias"]
+    blocks = [f"blocks.0.{k}" for k in block]
+    assert list(Transformer(spec).state_dict()) == ["tok_emb.weight", "pos_emb.weight", *blocks, "norm_f.weight",
+                                                    "norm_f.bias", "lm_head.weight"]
+    vectors = ModelSpec(vocab_size=None, d_model=8, n_layers=1, heads=[2])
+    assert list(Transformer(vectors).state_dict()) == ["pos_emb.weight", *blocks, "norm_f.weight", "norm_f.bias"]
+    model = Transformer(vectors)
+    assert model.tok_emb is None  # what callers check for "this model has no vocabulary"
+
+
+def test_token_inputs_with_vector_outputs(tmp_path):
+    spec = ModelSpec(vocab_size=30, d_model=8, n_layers=2, heads=[2, 4], outputs="vectors")
+    model = Transformer(spec).eval()
+    assert not hasattr(model, "lm_head") and count_params(spec) == model.num_params()
+    assert "lm_head" not in param_breakdown(spec)
+    x = torch.randint(0, 30, (2, 5))
+    assert model(x).shape == (2, 5, 8) and model(x, pad_vocab=True).shape == (2, 5, 8)
+    assert "outputs = 'vectors'" in gpt_neo_incompatibility(spec)
+    save_pretrained(model, tmp_path / "m")
+    loaded = load_pretrained(tmp_path / "m").eval()
+    assert loaded.spec == spec
+    with torch.no_grad():
+        assert torch.equal(loaded(x), model(x))
+
+
+def test_outputs_default_to_the_inputs_head_and_are_not_saved_unless_set():
+    assert ModelSpec(d_model=8, n_layers=1, heads=[2]).output_head == "lm"
+    assert ModelSpec(vocab_size=None, d_model=8, n_layers=1, heads=[2]).output_head == "vectors"
+    # a spec.json or config.toml written before `outputs` existed reads the same, and writes the same
+    saved = ModelSpec(d_model=8, n_layers=1, heads=[2]).to_dict()
+    assert "outputs" not in saved and saved["inputs"] == "tokens"
+    assert ModelSpec.parse(saved) == ModelSpec(d_model=8, n_layers=1, heads=[2])
+
+
+def test_a_language_model_head_needs_a_vocabulary():
+    with pytest.raises(HeadwiseError) as exc:
+        ModelSpec.parse(dict(inputs="vectors", outputs="lm", d_model=8, n_layers=1, heads=[2]), source="spec")
+    assert "outputs = 'lm' needs token inputs" in str(exc.value) and "\n" not in str(exc.value)
+    with pytest.raises(HeadwiseError, match="outputs"):
+        ModelSpec.parse(dict(outputs="classes", d_model=8, n_layers=1, heads=[2]))
+
+
+class _MeanPoolClassifier:
+    """A head of the kind a later family adds: mean over positions, then 3 classes."""
+
+    @staticmethod
+    def build(spec, model):
+        return {"classifier": nn.Linear(spec.d_model, 3)}
+
+    @staticmethod
+    def param_counts(spec):
+        return {"classifier": spec.d_model * 3 + 3}
+
+    @staticmethod
+    def forward(model, x, pad_vocab):
+        return model.classifier(x.mean(dim=1))
+
+
+def test_a_registered_head_is_all_a_new_family_adds(monkeypatch):
+    # Registered in place of a name the spec already allows, as a new family would register its own.
+    monkeypatch.setitem(OUTPUT_HEADS, "vectors", _MeanPoolClassifier)
+    spec = ModelSpec(vocab_size=30, d_model=8, n_layers=2, heads=[2, 1], outputs="vectors")
+    model = Transformer(spec)
+    assert model(torch.randint(0, 30, (4, 6))).shape == (4, 3)
+    assert count_params(spec) == model.num_params() and param_breakdown(spec)["classifier"] == 27
+    assert "classifier.weight" in model.state_dict()
+
+
+def test_too_long_input_is_a_value_error_not_a_cli_error():
+    model = Transformer(ModelSpec(vocab_size=10, d_model=8, n_layers=1, heads=[2], max_seq_len=4))
+    with pytest.raises(SequenceTooLong, match="sequence of 5 positions is longer than the model's max_seq_len 4"):
+        model(torch.zeros(1, 5, dtype=torch.long))
+    assert issubclass(SequenceTooLong, ValueError) and not issubclass(SequenceTooLong, HeadwiseError)
+    cache = model.new_cache()
+    model(torch.zeros(1, 3, dtype=torch.long), cache)
+    with pytest.raises(SequenceTooLong, match="sequence of 5 positions"):
+        model(torch.zeros(1, 2, dtype=torch.long), cache)
+    vectors = Transformer(ModelSpec(vocab_size=None, d_model=8, n_layers=1, heads=[2], max_seq_len=4,
+                                    positions="none"))
+    with pytest.raises(SequenceTooLong):
+        vectors(torch.zeros(1, 5, 8))

@@ -1,0 +1,60 @@
+"""ModelSpec validation: None is the only "unset", every given width is a positive integer, and
+the command line refuses a bad one in one line before anything is written."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from headwise.errors import HeadwiseError
+from headwise.spec import ModelSpec
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+BASE = dict(d_model=768, n_layers=4, heads=[12] * 4)
+
+
+@pytest.mark.parametrize("fields,needle", [
+    (dict(head_dim=-1), "head_dim = -1"),
+    (dict(head_dim=0), "head_dim = 0"),
+    (dict(head_dim=[64, -1, 64, 64]), "layer 1: head_dim = -1"),
+    (dict(mlp_hidden=-1), "mlp_hidden = -1"),
+    (dict(mlp_hidden=[3072, 3072, 3072, -1]), "layer 3: mlp_hidden = -1"),
+])
+def test_non_positive_widths_are_refused_in_one_line(fields, needle):
+    with pytest.raises(HeadwiseError) as exc:
+        ModelSpec.parse({**BASE, **fields}, source="spec")
+    message = str(exc.value)
+    assert needle in message and "positive integer" in message and "\n" not in message
+
+
+def test_unset_widths_resolve_to_the_defaults():
+    spec = ModelSpec.parse({**BASE, "head_dim": None, "mlp_hidden": None})
+    assert spec.head_dims == [64] * 4 and [s.mlp_hidden for s in spec.layers()] == [3072] * 4
+    spec = ModelSpec.parse({**BASE, "head_dim": [1, 2, 3, 4], "mlp_hidden": 1})
+    assert spec.head_dims == [1, 2, 3, 4] and spec.layer(0).mlp_hidden == 1
+
+
+def _headwise(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "headwise", *args], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=300)
+
+
+def _one_line_refusal(proc: subprocess.CompletedProcess, needle: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert needle in proc.stderr
+
+
+@pytest.mark.parametrize("field", ["head_dim", "mlp_hidden"])
+def test_cli_train_refuses_a_negative_width_before_writing(tmp_path, shared_data, field):
+    out = tmp_path / "run"
+    proc = _headwise("train", str(CONFIGS / "lm-tiny.toml"), "--set", f"model.{field}=-1", "--out", str(out),
+                     HEADWISE_DATA=str(shared_data), HEADWISE_CACHE=str(tmp_path / "cache"))
+    _one_line_refusal(proc, f"{field} = -1")
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_cli_plan_refuses_a_negative_head_dim():
+    _one_line_refusal(_headwise("plan", "--scheme", "constant", "--total-heads", "8", "--head-dim", "-1"), "head_dim")
