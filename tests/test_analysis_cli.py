@@ -13,6 +13,8 @@ from headwise.analysis.plots import plot_condition_vs_heads
 from headwise.analysis.runs import condition_vs_heads
 from headwise.cli import main
 from headwise.model import Transformer, save_pretrained
+from headwise.plans import Plan, plan_heads
+from headwise.run import RunDir, RunStatus, RunSummary, write_summary
 from headwise.spec import ModelSpec
 
 
@@ -103,15 +105,13 @@ def test_empty_study_is_one_line_exit_2(tmp_path, capsys):
     _one_error_line(capsys, "holds no run directories")
 
 
-def _fake_run(root, name, heads, status="completed", scheme=None, seed=0):
+def _fake_run(root, name, plan, status=RunStatus.COMPLETED, seed=0):
     run = root / name
-    spec = ModelSpec.parse(dict(vocab_size=50, d_model=16, n_layers=2, heads=heads, max_seq_len=16))
+    spec = ModelSpec.parse(dict(vocab_size=50, d_model=16, n_layers=2, heads=list(plan.heads), max_seq_len=16))
     torch.manual_seed(len(name))
-    save_pretrained(Transformer(spec), run / "model")
-    plan = f'\n[model.plan]\nscheme = "{scheme}"\n' if scheme == "descending" else ""
-    (run / "config.toml").write_text(f"[model]\nd_model = 16\n{plan}\n[task]\nkind = \"lm\"\n\n[train]\nseed = {seed}\n")
-    summary = {"status": status, "steps": 7, "plan": {"scheme": scheme} if scheme == "constant" else None}
-    (run / "summary.json").write_text(json.dumps(summary))
+    save_pretrained(Transformer(spec), RunDir(run).model)
+    RunDir(run).config.write_text(f"[model]\nd_model = 16\n\n[task]\nkind = \"lm\"\n\n[train]\nseed = {seed}\n")
+    write_summary(run, RunSummary(status=status, params=1, d_model=16, plan=plan, steps=7))
     return run
 
 
@@ -119,10 +119,10 @@ def test_condition_vs_heads_on_a_study(tmp_path, monkeypatch, capsys):
     study = tmp_path / "study"
     inputs = [torch.randint(0, 50, (3, 12))]
     monkeypatch.setattr(analysis_runs, "eval_inputs", lambda _run, _n: inputs)
-    _fake_run(study / "runs", "constant-h4", [2, 2], scheme="constant")  # scheme from the summary's plan
-    _fake_run(study / "runs", "descending-h6", [4, 2], scheme="descending")  # from config model.plan
-    _fake_run(study / "runs", "explicit-h3", [1, 2])
-    _fake_run(study / "runs", "broken", [2, 2], status="failed")
+    _fake_run(study / "runs", "constant-h4", plan_heads("constant", 2, 16, 4))  # scheme and heads: the plan's
+    _fake_run(study / "runs", "descending-h6", plan_heads("descending", 2, 16, 6))
+    _fake_run(study / "runs", "explicit-h3", Plan.explicit([1, 2]))
+    _fake_run(study / "runs", "broken", plan_heads("constant", 2, 16, 4), status=RunStatus.FAILED)
     rows = condition_vs_heads(study)
     got = {r["run"]: r for r in rows}
     assert set(got) == {"runs/constant-h4", "runs/descending-h6", "runs/explicit-h3"}

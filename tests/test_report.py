@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import re
 from pathlib import Path
 
@@ -13,9 +14,11 @@ import pytest
 import tomli_w
 
 from headwise.cli import main
-from headwise.plans import plan_heads
+from headwise.plans import Plan, plan_heads
+from headwise.run import RunDir, RunStatus, RunSummary, write_summary
 from headwise.study import load_study, write_report
-from headwise.study.layout import run_dir, save_study
+from headwise.study.layout import RESULTS_CSV, run_dir, save_study
+from headwise.study.spec import load_study_file
 
 CURVES = {"constant": (2.0, 1.5, 0.02), "ascending": (2.05, 1.5, 0.02), "descending": (1.999, 1.5, 0.02)}
 OFFSETS = [-0.01, 0.0, 0.01]  # seed offsets: the mean of each point lies on its curve
@@ -26,15 +29,22 @@ def curve(scheme: str, total: float) -> float:
     return a + b * math.exp(-c * total)
 
 
-def write_run(path: Path, model: dict, task: dict, summary: dict, evals: list[tuple[int, float]]) -> None:
+def summary(plan: Plan, loss: float, **fields) -> RunSummary:
+    """A completed run's summary, as the trainer writes it."""
+    base = dict(status=RunStatus.COMPLETED, final_eval_loss=loss, last_eval_loss=loss, params=2195328, plan=plan,
+                steps=20, tokens=20480, tokens_per_step=1024, precision="fp32", device="cpu", wall_time_s=10.0,
+                train_time_s=9.0, tokens_per_s=2000.0, peak_memory_bytes=100 * 2**20)
+    return RunSummary(**{**base, **fields})
+
+
+def write_run(path: Path, config: dict, run: RunSummary, evals: list[tuple[int, float]], seed: int = 0) -> None:
+    """A run directory: its config (the variant's, with its seed), summary and eval metrics."""
+    rd = RunDir(path)
     path.mkdir(parents=True)
-    (path / "config.toml").write_text(tomli_w.dumps({"model": model, "task": task, "optim": {"lr": 0.005}}))
-    base = {"status": "completed", "steps": 20, "tokens": 20480, "tokens_per_step": 1024, "precision": "fp32",
-            "device": "cpu", "wall_time_s": 10.0, "train_time_s": 9.0, "tokens_per_s": 2000.0,
-            "peak_memory_bytes": 100 * 2**20}
-    (path / "summary.json").write_text(json.dumps({**base, **summary}))
-    (path / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "tokens": s * 1024, "eval_loss": v}) + "\n"
-                                                for s, v in evals))
+    rd.config.write_text(tomli_w.dumps({**config, "train": {**config.get("train", {}), "seed": seed}}))
+    write_summary(path, run)
+    rd.metrics.write_text("".join(json.dumps({"step": s, "tokens": s * 1024, "eval_loss": v}) + "\n"
+                                  for s, v in evals))
 
 
 def read_csv(path: Path) -> list[dict]:
@@ -42,21 +52,23 @@ def read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-@pytest.fixture
-def progression_dir(tmp_path) -> Path:
-    study = load_study("progression", preset="tiny", seeds=3)
-    out = tmp_path / "prog"
-    save_study(study, out, 3)
+def fill_progression(study, out: Path, seeds: int, d_model: int) -> None:
+    """Runs of a progression study whose losses lie on :data:`CURVES` (plus the seed offsets)."""
+    save_study(study, out, seeds)
     for v in study.variants:
         plan = v.config["model"]["plan"]
-        heads = plan_heads(plan["scheme"], 4, 192, plan["total_heads"]).heads
-        for seed, off in enumerate(OFFSETS):
-            loss = curve(plan["scheme"], sum(heads)) + off
-            write_run(run_dir(out, v.name, seed), {"d_model": 192, "n_layers": 4, "heads": heads},
-                      v.config["task"], {"final_eval_loss": loss, "heads": heads, "total_heads": sum(heads),
-                                         "head_dims": [192 // h for h in heads], "params": 2195328,
-                                         "train_time_s": 1.0 + sum(heads) / 10},
-                      [(10, loss + 0.5), (20, loss)])
+        p = plan_heads(plan["scheme"], 4, d_model, plan["total_heads"])
+        for seed in range(seeds):
+            loss = curve(p.scheme.value, p.total) + (OFFSETS[seed] if seeds > 1 else 0.0)
+            write_run(run_dir(out, v.name, seed), v.config,
+                      summary(p, loss, d_model=d_model, train_time_s=1.0 + p.total / 10),
+                      [(10, loss + 0.5), (20, loss)], seed)
+
+
+@pytest.fixture
+def progression_dir(tmp_path) -> Path:
+    out = tmp_path / "prog"
+    fill_progression(load_study("progression", preset="tiny", seeds=3), out, 3, 192)
     return out
 
 
@@ -80,6 +92,9 @@ def test_heads_report_fits_differences_and_tests(progression_dir):
     assert "Welch" in text and "Holm" in text and "95% CI" in text
     # mean ± sd over the three seeds (sd of -0.01, 0, 0.01 is 0.01)
     assert f"{curve('constant', 192):.4f} ± 0.0100 (n=3)" in text
+    # the blog's numbers, from the study file's [report.paper]
+    assert ("For comparison, the blog's fits at 180 heads: descending 0.3% better and ascending 4.5% worse than "
+            "constant (one seed each, d_model 768, 250k stories).") in text
     # every figure has its data beside it, and every linked file exists
     for link in re.findall(r"\]\(([^)]+\.(?:png|csv))\)", text):
         assert (path.parent / link).is_file(), link
@@ -101,12 +116,67 @@ def test_report_at_a_chosen_total_and_single_seed(progression_dir, tmp_path):
     out = tmp_path / "one"
     save_study(study, out, 1)
     for v in study.variants:
-        heads = plan_heads(v.config["model"]["plan"]["scheme"], 4, 96, 90).heads
-        write_run(run_dir(out, v.name, 0), {"d_model": 96, "n_layers": 4, "heads": heads}, v.config["task"],
-                  {"final_eval_loss": 5.0 + len(v.name) / 100, "heads": heads, "total_heads": sum(heads),
-                   "head_dims": [96 // h for h in heads], "params": 1}, [(10, 6.0)])
+        plan = plan_heads(v.config["model"]["plan"]["scheme"], 4, 96, 90)
+        write_run(run_dir(out, v.name, 0), v.config, summary(plan, 5.0 + len(v.name) / 100, params=1), [(10, 6.0)])
     text = write_report(out, samples=False, conditioning=False, echo=lambda _: None).read_text()
     assert "no claim can be made" in text and "exponential fit needs at least three distinct totals" in text
+
+
+def _study_file(tmp_path: Path, name: str, edit) -> str:
+    """A copy of a built-in study file, changed by ``edit(raw)``."""
+    raw, _ = load_study_file(name)
+    edit(raw)
+    path = tmp_path / f"{name}-edited.toml"
+    path.write_text(tomli_w.dumps(raw))
+    return str(path)
+
+
+def test_relabelled_axis_keeps_its_baseline(tmp_path):
+    # The series is each run's plan scheme, not the axis label: labels const/asc/desc still
+    # compare against the constant baseline.
+    def relabel(raw):
+        raw["presets"]["quick"]["axes"][0] = {"name": "scheme", "values": [
+            {"label": short, "set": {"model.plan.scheme": scheme}}
+            for short, scheme in (("const", "constant"), ("asc", "ascending"), ("desc", "descending"))]}
+
+    study = load_study(_study_file(tmp_path, "progression", relabel), preset="quick", seeds=2)
+    assert [v.name for v in study.variants] == ["const-h90", "asc-h90", "desc-h90"]
+    out = tmp_path / "relabelled"
+    fill_progression(study, out, 2, 96)
+    text = write_report(out, samples=False, conditioning=False, echo=lambda _: None).read_text()
+    section = text[text.index("## Differences and seed noise"):text.index("## All runs")]
+    rows = {line.split("|")[1].strip(): line for line in section.splitlines() if line.startswith("| `")}
+    assert set(rows) == {"`asc-h90`", "`desc-h90`"}
+    assert all("| `const-h90` |" in row for row in rows.values())
+    assert "`asc-h90`" in text[text.index("## Findings"):] and "vs `const-h90`" in text
+    # the baseline series comes first in the figure's data
+    points = [r for r in read_csv(out / "report" / "loss_vs_heads.csv") if r["kind"] == "point"]
+    assert points[0]["series"] == "constant" and {r["series"] for r in points} == set(CURVES)
+
+
+def test_paper_values_come_from_the_study_file(tmp_path):
+    def edit(raw):
+        raw["report"]["paper"]["difference"]["descending"] = -0.7
+        raw["report"]["paper"]["note"] = "edited in the study file"
+
+    study = load_study(_study_file(tmp_path, "progression", edit), preset="tiny", seeds=1)
+    out = tmp_path / "paper"
+    fill_progression(study, out, 1, 192)
+    text = write_report(out, samples=False, conditioning=False, echo=lambda _: None).read_text()
+    assert ("the blog's fits at 180 heads: descending 0.7% better and ascending 4.5% worse than constant "
+            "(edited in the study file).") in text
+    assert "0.3% better" not in text
+
+
+def test_report_leaves_results_csv_alone(progression_dir):
+    # the report reads the runs; results.csv is the study runner's, rewritten as runs finish
+    write_report(progression_dir, samples=False, conditioning=False, echo=lambda _: None)
+    assert not (progression_dir / RESULTS_CSV).exists()
+    results = progression_dir / RESULTS_CSV
+    results.write_text("variant,seed\nold,0\n")
+    os.utime(results, ns=(1_000_000_000, 1_000_000_000))
+    write_report(progression_dir, samples=False, conditioning=False, echo=lambda _: None)
+    assert results.read_text() == "variant,seed\nold,0\n" and results.stat().st_mtime_ns == 1_000_000_000
 
 
 def test_depth_report_table_2(tmp_path):
@@ -118,19 +188,25 @@ def test_depth_report_table_2(tmp_path):
     for v in study.variants:
         m = v.config["model"]
         loss, params, mib = numbers[v.name]
-        heads = m["heads"]
-        hd = m.get("head_dim", 96 // heads[0])
-        write_run(run_dir(out, v.name, 0), {"d_model": 96, "n_layers": m["n_layers"], "heads": heads},
-                  v.config["task"], {"final_eval_loss": loss, "heads": heads, "total_heads": sum(heads),
-                                     "head_dims": [hd] * len(heads), "params": params,
-                                     "peak_memory_bytes": mib * 2**20}, [(10, loss + 1)])
+        plan = plan_heads("explicit", m["n_layers"], 96, heads=m["heads"], head_dim=m.get("head_dim"))
+        write_run(run_dir(out, v.name, 0), v.config,
+                  summary(plan, loss, params=params, d_model=96, peak_memory_bytes=int(mib * 2**20)), [(10, loss + 1)])
     text = write_report(out, samples=False, conditioning=False, echo=lambda _: None).read_text()
     table = text[text.index("## Table 2"):text.index("## Loss vs heads per layer")]
     assert "| `l12-h12-hd8` (baseline) | 12 layers x 12 heads, head_dim 8 | 2.4700 | 1.00M | 128 MiB |" in table
     # -28% parameters, -24% memory, -2.43% loss: the paper's Table 2 deltas
     assert "| `l4-h16-hd8` | 4 layers x 16 heads, head_dim 8 | 2.4100 (-2.43%) | 720.0k (-28%) | 97 MiB (-24%) |" in table
     assert "4 layers x 16 heads, head_dim 6" in table  # d_model held fixed: 96 / 16
+    # the paper's own numbers, from the study file's [report.paper]
+    assert "The paper reports GPT-2 12 x 12 at 2.47 / 89M / 12.8 GB against 4 x 16 at 2.41 / 64M (-28%) / 9.7 GB" in table
+    assert ("For comparison, the paper's Table 2: 4 x 16 at val. loss 2.41 against 2.47 for GPT-2 12 x 12, with "
+            "-28% parameters and -24% training memory.") in text
     assert (out / "report" / "loss_vs_heads_by_depth.png").is_file()
+    # the grid is drawn by depth (head_dim 8); the d_model-fixed variant on its own
+    rows = read_csv(out / "report" / "loss_vs_heads_by_depth.csv")
+    assert [r["variant"] for r in rows] == ["l4-h16-hd8", "l12-h12-hd8", "l4-h16-dfixed"]
+    groups = {r["variant"]: r["group"] for r in read_csv(out / "report" / "time_vs_heads.csv")}
+    assert groups == {"l12-h12-hd8": "12 layers", "l4-h16-hd8": "4 layers", "l4-h16-dfixed": "l4-h16-dfixed"}
     assert (out / "report" / "loss_vs_params.csv").is_file()
 
 
@@ -141,9 +217,9 @@ def test_rank_report_draws_the_learned_nothing_baseline(tmp_path):
     losses = {"l1-r16-h1-n8": 0.15, "l1-r4-h4-n8": 0.70, "l1-r1-h16-n8": 0.75}
     for v in study.variants:
         m = v.config["model"]
-        write_run(run_dir(out, v.name, 0), {"d_model": 16, "n_layers": 1, "heads": m["heads"]}, v.config["task"],
-                  {"final_eval_loss": losses[v.name], "heads": m["heads"], "total_heads": m["heads"][0],
-                   "head_dims": [m["head_dim"]], "params": 9506}, [(100, 0.8), (200, losses[v.name])])
+        plan = plan_heads("explicit", 1, 16, heads=m["heads"], head_dim=m["head_dim"])
+        write_run(run_dir(out, v.name, 0), v.config, summary(plan, losses[v.name], params=9506, d_model=16),
+                  [(100, 0.8), (200, losses[v.name])])
     text = write_report(out, samples=False, echo=lambda _: None).read_text()
     # the learned-nothing level 1 - E[max_j <-x_i, x_j>]^2, by Monte Carlo (d = 16, N = 8)
     rng = np.random.default_rng(0)
@@ -157,6 +233,7 @@ def test_rank_report_draws_the_learned_nothing_baseline(tmp_path):
     assert {(r["rank"], r["heads"], r["loss"]) for r in rows} == {("16", "1", "0.15"), ("4", "4", "0.7"),
                                                                   ("1", "16", "0.75")}
     assert "## Samples" not in text  # a vector task has nothing to sample
+    assert "## Conditioning" not in text  # not measured for this layout
 
 
 def test_report_cli_refuses_a_non_study_dir(tmp_path, capsys):

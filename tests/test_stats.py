@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from headwise.study import stats
+from headwise.report import stats
 
 
 def test_exponential_fit_recovers_exact_parameters():

@@ -1,9 +1,12 @@
 """Attention analysis of saved runs and studies: condition number vs step, and vs total heads.
 
-A run directory holds ``config.toml`` (the resolved run config), ``summary.json``,
-``checkpoints/step_XXXXXXXX/`` and ``model/`` (see the run contract). The evaluation inputs are
-the first batches of the run's own task (``headwise.tasks.config.build_task`` on the config's
-``[task]``), so every checkpoint of a run is measured on the same sequences.
+A run directory (:class:`headwise.run.RunDir`) holds the resolved run config, its summary,
+``checkpoints/step_XXXXXXXX/`` and the final ``model/``. The evaluation inputs are the first
+batches of the run's own task (``headwise.tasks.config.build_task`` on the config's ``[task]``),
+so every checkpoint of a run is measured on the same sequences.
+
+:func:`final_conditioning` measures a run's final model; ``headwise analyze STUDY_DIR``
+(:func:`condition_vs_heads`) and the study report both go through it.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import io
 import json
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -21,7 +25,9 @@ from torch import Tensor
 from headwise.analysis.conditioning import analyze_model
 from headwise.config import atomic_write_text, read_toml
 from headwise.errors import HeadwiseError
-from headwise.model import load_pretrained
+from headwise.model import WEIGHTS_FILE, load_pretrained
+from headwise.run import RunDir, RunStatus, read_summary
+from headwise.run.layout import CONFIG_FILE, SUMMARY_FILE
 
 CHECKPOINT_RE = re.compile(r"^step_(\d+)$")
 RUN_COLUMNS = ["step", "layer", "heads", "head_dim", "width", "attention", "cond_mean", "cond_median",
@@ -32,15 +38,15 @@ STUDY_COLUMNS = ["run", "scheme", "seed", "n_layers", "heads", "total_heads", "s
 
 def find_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
     """``(step, directory)`` of every saved checkpoint of a run, by step; none is a HeadwiseError."""
-    root = Path(run_dir) / "checkpoints"
+    root = RunDir(run_dir).checkpoints
     found = []
     if root.is_dir():
         for p in root.iterdir():
             m = CHECKPOINT_RE.match(p.name)
-            if m and p.is_dir() and (p / "model.safetensors").is_file():
+            if m and p.is_dir() and (p / WEIGHTS_FILE).is_file():
                 found.append((int(m.group(1)), p))
     if not found:
-        raise HeadwiseError(f"{run_dir} has no checkpoints (expected {root}/step_XXXXXXXX/model.safetensors)")
+        raise HeadwiseError(f"{run_dir} has no checkpoints (expected {root}/step_XXXXXXXX/{WEIGHTS_FILE})")
     return sorted(found)
 
 
@@ -49,15 +55,15 @@ def eval_inputs(run_dir: str | Path, batches: int) -> list[Tensor]:
     from headwise.tasks.config import build_task
     from headwise.train.config import RunConfig
 
-    cfg = RunConfig.load(Path(run_dir) / "config.toml")
+    cfg = RunConfig.load(RunDir(run_dir).config)
     return [b.inputs for b in build_task(cfg.task).eval_batches()[:batches]]
 
 
 def _check_run_dir(run_dir: Path) -> None:
     if not run_dir.is_dir():
         raise HeadwiseError(f"{run_dir} is not a directory")
-    if not (run_dir / "config.toml").is_file():
-        raise HeadwiseError(f"{run_dir} is not a run directory: it has no config.toml")
+    if not RunDir(run_dir).has_run():
+        raise HeadwiseError(f"{run_dir} is not a run directory: it has no {CONFIG_FILE}")
 
 
 def analyze_run(
@@ -91,25 +97,41 @@ def analyze_run(
 
 
 def find_runs(study_dir: str | Path) -> list[Path]:
-    """Run directories (holding ``config.toml`` and ``summary.json``) under a study directory."""
+    """Run directories (holding a config and a summary) under a study directory."""
     study_dir = Path(study_dir)
-    runs = sorted(p.parent for p in study_dir.rglob("summary.json") if (p.parent / "config.toml").is_file())
+    runs = sorted(p.parent for p in study_dir.rglob(SUMMARY_FILE) if RunDir(p.parent).has_run())
     # A run's own subfolders (checkpoints, analysis) never hold another run.
     return [r for r in runs if not any(o != r and o in r.parents for o in runs)]
 
 
-def run_scheme(config: dict[str, Any], summary: dict[str, Any]) -> str:
-    """The head scheme of a run: ``model.plan.scheme`` of its config, else the plan the trainer
-    recorded in its summary, else ``"explicit"`` (heads given per layer)."""
-    plan = config.get("model", {}).get("plan") or summary.get("plan") or {}
-    return plan.get("scheme") or "explicit"
+@dataclass(frozen=True)
+class FinalConditioning:
+    """The attention conditioning of a run's final model (averages over layers)."""
+
+    #: the checkpoint measured; None for the final ``model/`` directory
+    step: int | None
+    cond_mean: float
+    cond_median: float
+    rank_deficient: float
+    entropy: float
+    erank: float
 
 
-def _final_model_dir(run_dir: Path) -> tuple[int | None, Path]:
-    if (run_dir / "model" / "model.safetensors").is_file():
-        return None, run_dir / "model"
-    step, path = find_checkpoints(run_dir)[-1]
-    return step, path
+def final_model_dir(run_dir: str | Path) -> tuple[int | None, Path]:
+    """The run's final weights: ``model/``, else its last checkpoint (and that checkpoint's step)."""
+    final = RunDir(run_dir).model
+    if (final / WEIGHTS_FILE).is_file():
+        return None, final
+    return find_checkpoints(run_dir)[-1]
+
+
+def final_conditioning(run_dir: str | Path, inputs: list[Tensor], device: str = "cpu") -> FinalConditioning:
+    """Measure the final model of a run (:func:`final_model_dir`) on ``inputs``."""
+    step, model_dir = final_model_dir(run_dir)
+    result = analyze_model(load_pretrained(model_dir, map_location=device), inputs)
+    overall = result.rows()[-1]
+    return FinalConditioning(step, result.cond_mean, result.cond_median, overall["rank_deficient"],
+                             overall["entropy"], overall["erank"])
 
 
 def condition_vs_heads(
@@ -118,44 +140,40 @@ def condition_vs_heads(
     device: str = "cpu",
     progress: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per completed run of a study (columns :data:`STUDY_COLUMNS`): its scheme, seed,
-    heads and the final model's conditioning on its task's first ``batches`` eval batches.
-    Runs that are not completed are skipped (reported through ``progress``)."""
+    """One row per completed run of a study (columns :data:`STUDY_COLUMNS`): its plan's scheme
+    and heads, its seed, and the final model's conditioning on its task's first ``batches`` eval
+    batches. Runs that are not completed are skipped (reported through ``progress``)."""
     study_dir = Path(study_dir)
     if not study_dir.is_dir():
         raise HeadwiseError(f"{study_dir} is not a directory")
     runs = find_runs(study_dir)
     if not runs:
-        raise HeadwiseError(f"{study_dir} holds no run directories (with config.toml and summary.json)")
+        raise HeadwiseError(f"{study_dir} holds no run directories (with {CONFIG_FILE} and {SUMMARY_FILE})")
     cached_inputs: dict[str, list[Tensor]] = {}
     rows = []
     for run in runs:
-        config = read_toml(run / "config.toml")
-        summary = json.loads((run / "summary.json").read_text())
         name = str(run.relative_to(study_dir))
-        status = summary.get("status", "unknown")
-        if status != "completed":
+        summary = read_summary(run)
+        if summary is None or summary.status is not RunStatus.COMPLETED:
             if progress:
-                progress(f"{name}: skipped (status {status})")
+                progress(f"{name}: skipped ({'no readable summary' if summary is None else f'status {summary.status}'})")
             continue
+        config = read_toml(RunDir(run).config)
         # Runs of one study usually share a task: build its eval batches once.
         key = json.dumps(config.get("task", {}), sort_keys=True)
         if key not in cached_inputs:
             cached_inputs[key] = eval_inputs(run, batches)
-        step, model_dir = _final_model_dir(run)
-        model = load_pretrained(model_dir, map_location=device)
-        result = analyze_model(model, cached_inputs[key])
-        metrics = result.rows()[-1]
+        c = final_conditioning(run, cached_inputs[key], device)
+        plan = summary.plan
         rows.append(dict(
-            run=name, scheme=run_scheme(config, summary), seed=config.get("train", {}).get("seed", 0),
-            n_layers=model.spec.n_layers, heads="-".join(map(str, model.spec.heads)),
-            total_heads=model.spec.total_heads, step=step if step is not None else summary.get("steps"),
-            cond_mean=result.cond_mean, cond_median=result.cond_median,
-            rank_deficient=metrics["rank_deficient"], entropy=metrics["entropy"], erank=metrics["erank"],
-            status=status,
+            run=name, scheme=plan.scheme.value, seed=config.get("train", {}).get("seed", 0),
+            n_layers=plan.n_layers, heads="-".join(map(str, plan.heads)), total_heads=plan.total,
+            step=c.step if c.step is not None else summary.steps,
+            cond_mean=c.cond_mean, cond_median=c.cond_median, rank_deficient=c.rank_deficient,
+            entropy=c.entropy, erank=c.erank, status=summary.status.value,
         ))
         if progress:
-            progress(f"{name}: {model.spec.total_heads} heads, condition number {result.cond_mean:.4g}")
+            progress(f"{name}: {plan.total} heads, condition number {c.cond_mean:.4g}")
     if not rows:
         raise HeadwiseError(f"{study_dir} has no completed runs to analyse")
     return rows

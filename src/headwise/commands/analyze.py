@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 from headwise.errors import HeadwiseError
+from headwise.run import RunDir
 
 NAME = "analyze"
 HELP = "condition numbers and head statistics of attention layers (run, study, or --theory)"
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     path = Path(args.path)
     if not path.is_dir():
         raise HeadwiseError(f"{path} is not a directory")
-    if (path / "config.toml").is_file():
+    if RunDir(path).has_run():
         return _run_dir(args, path)
     return _study_dir(args, path)
 

@@ -18,7 +18,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from headwise.study.report import write_report
+    from headwise.report import write_report
 
     path = write_report(args.study_dir, at_heads=args.at_heads, samples=not args.no_samples,
                         conditioning=not args.no_conditioning)

@@ -1,0 +1,34 @@
+"""Study reports: ``report.md`` with PNG figures and the CSV behind each.
+
+    from headwise.report import write_report
+    write_report("studies_out/progression-tiny")
+
+- :mod:`~headwise.report.data`: the study's runs, typed (:class:`~headwise.run.RunSummary`, plans);
+- :mod:`~headwise.report.document`: markdown, figures and their CSV, written atomically;
+- :mod:`~headwise.report.stats`: fits, seed statistics and tests;
+- :mod:`~headwise.report.probes`: conditioning, samples and scores of the final models, cached;
+- :mod:`~headwise.report.sections`: the sections every report has;
+- :mod:`~headwise.report.registry` and :mod:`~headwise.report.layouts`: one layout per study kind
+  (``heads``, ``depth``, ``rank``, ...), chosen by the study's ``[report] kind``;
+- :mod:`~headwise.report.spec`: :class:`ReportSpec`, the ``[report]`` table.
+
+Importing the package is light (the study spec imports :class:`ReportSpec` from it); the
+plotting and statistics load with :func:`write_report`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from headwise.report.spec import ReportSpec
+
+__all__ = ["ReportSpec", "write_report"]
+
+
+def __getattr__(name: str) -> Any:
+    # write_report on first use (PEP 562): it pulls in matplotlib, scipy and the models
+    if name == "write_report":
+        from headwise.report.build import write_report
+
+        return write_report
+    raise AttributeError(f"module 'headwise.report' has no attribute {name!r}")

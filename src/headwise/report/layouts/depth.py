@@ -1,0 +1,234 @@
+"""The ``depth`` layout (Leaner Transformers: More Heads, Less Depth): Table 2 (loss, parameters
+and peak memory against the baseline), loss against heads per layer for each depth, and loss
+against parameters.
+
+    [report]
+    kind = "depth"
+    baseline = "l12-h12-hd8"              # the variant the others are compared against
+    table = ["l12-h12-hd8", "l4-h16-hd8"] # the headline table's variants (default: all)
+
+    [report.paper]                        # the paper's own Table 2, quoted beside the study's
+    source = "the paper"
+    table = "Table 2"
+    dataset = "TinyStories"
+    caveat = "it does not say whether d_model or head_dim was held fixed, so both are shown"
+    baseline = { shape = "GPT-2 12 x 12", loss = 2.47, params = 89e6, memory_gb = 12.8 }
+    model = { shape = "4 x 16", loss = 2.41, params = 64e6, memory_gb = 9.7 }
+
+Depth is the number of layers of each run's plan. The grid is the variants with the same heads
+and head_dim in every layer, at the baseline's head_dim; the others are drawn on their own.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from pydantic import Field
+
+from headwise.config import Config
+from headwise.report import stats
+from headwise.report.data import VariantRuns
+from headwise.report.document import LABEL_SIDES, Document, fixed_ticks, fmt, fmt_params, new_figure
+from headwise.report.registry import Layout, LayoutOptions, register_layout
+from headwise.report.sections import comparison_table, loss_cell
+
+
+class PaperModel(Config):
+    """One model of a published table."""
+
+    shape: str
+    loss: float
+    params: float = Field(gt=0)
+    memory_gb: float = Field(gt=0)
+
+
+class TableReference(Config):
+    """A published model against its baseline (e.g. Leaner Transformers' Table 2)."""
+
+    #: who reported it ("the paper"), and where ("Table 2")
+    source: str
+    table: str
+    dataset: str
+    #: what the publication leaves open, after the numbers
+    caveat: str = ""
+    baseline: PaperModel
+    model: PaperModel
+
+    def _deltas(self) -> tuple[float, float]:
+        b, m = self.baseline, self.model
+        return stats.percent_difference(m.params, b.params), stats.percent_difference(m.memory_gb, b.memory_gb)
+
+    def reports(self) -> str:
+        """What the publication reports, for the section's introduction."""
+        b, m = self.baseline, self.model
+        dp, dm = self._deltas()
+        caveat = f"; {self.caveat}" if self.caveat else ""
+        return (f"{self.source[:1].upper()}{self.source[1:]} reports {b.shape} at {b.loss:g} / {b.params / 1e6:g}M / "
+                f"{b.memory_gb:g} GB against {m.shape} at {m.loss:g} / {m.params / 1e6:g}M ({dp:+.0f}%) / "
+                f"{m.memory_gb:g} GB ({dm:+.0f}%) on {self.dataset}{caveat}.")
+
+    def finding(self) -> str:
+        """The comparison as one finding."""
+        b, m = self.baseline, self.model
+        dp, dm = self._deltas()
+        return (f"For comparison, {self.source}'s {self.table}: {m.shape} at val. loss {m.loss:g} against "
+                f"{b.loss:g} for {b.shape}, with {dp:+.0f}% parameters and {dm:+.0f}% training memory.")
+
+
+class DepthOptions(LayoutOptions):
+    """The ``[report]`` keys of the depth layout."""
+
+    #: the variant the others are compared against
+    baseline: str | None = None
+    #: the variants of the headline table (None: all), baseline first
+    table: list[str] | None = None
+    paper: TableReference | None = None
+
+
+@register_layout
+class DepthLayout(Layout):
+    """Depth traded for heads: the headline table against the baseline, and the grid of depth x
+    heads per layer."""
+
+    kind = "depth"
+    Options = DepthOptions
+    conditioning_label = "heads per layer"
+    conditioning_caption = "heads per layer, one line per depth"
+
+    def setup(self) -> None:
+        by_name = {v.name: v for v in self.study.variants}
+        self.base = by_name.get(self.options.baseline or "")
+        uniform = [v for v in self.study.done if v.uniform and v.head_dims]
+        if self.base is not None and self.base.uniform and self.base.head_dims:
+            grid_dim = self.base.head_dims[0]
+        else:  # no baseline shape to go by: the most common head_dim
+            grid_dim = Counter(v.head_dims[0] for v in uniform).most_common(1)[0][0] if uniform else None
+        self.grid = [v for v in uniform if v.head_dims[0] == grid_dim]
+
+    def group(self, v: VariantRuns) -> str:
+        # the grid by depth; variants outside it on their own
+        return f"{v.n_layers} layers" if v in self.grid else v.name
+
+    def conditioning_x(self, v: VariantRuns) -> float:
+        return float(v.heads[0])
+
+    def sections(self, doc: Document) -> list[str]:
+        findings = self._table(doc)
+        self._by_depth_figure(doc)
+        self._params_figure(doc)
+        base = self.base
+        if base is not None and base.done:
+            names = self.options.table or [v.name for v in self.study.variants]
+            comps = [(v, base, stats.compare(v.name, v.losses, base.name, base.losses))
+                     for v in self.study.done if v is not base and v.name in names]
+            findings += comparison_table(doc, self.study.record.seeds, comps, f"the baseline `{base.name}`",
+                                         summarize=False)
+        return findings
+
+    def _shape(self, v: VariantRuns) -> str:
+        return (f"{v.n_layers} layers x {v.heads[0] if v.heads else '?'} heads, "
+                f"head_dim {v.head_dims[0] if v.head_dims else '?'}")
+
+    def _table(self, doc: Document) -> list[str]:
+        """Table 2: each listed variant's loss, parameters and peak memory against the baseline."""
+        opts: DepthOptions = self.options
+        doc.add("## Table 2: depth for heads",
+                "Leaner Transformers' Table 2 layout: validation loss, parameters and peak training memory, each "
+                f"against the baseline `{opts.baseline}`." + (f" {opts.paper.reports()}" if opts.paper else ""))
+        if opts.baseline is not None and self.base is None:
+            doc.add(f"**The baseline `{opts.baseline}` named in the study's `[report]` is not one of its variants**, "
+                    "so nothing is compared against it.")
+        by_name = {v.name: v for v in self.study.variants}
+        rows, findings = [], []
+        for name in opts.table or list(by_name):
+            if name in by_name:
+                row, finding = self._versus_base(by_name[name])
+                rows.append(row)
+                findings += [finding] if finding else []
+        if findings and opts.paper is not None:
+            findings.append(opts.paper.finding())
+        doc.table(["model", "shape", "val. loss", "parameters", "peak memory"], rows)
+        info = self.base.info if self.base is not None else None
+        if info is not None and info.summary is not None and info.summary.device.startswith("cpu"):
+            doc.add("On CPU, peak memory is the resident memory of the whole training process, most of it the Python "
+                    "and PyTorch runtime, so its differences understate those of the models themselves.")
+        return findings
+
+    def _versus_base(self, v: VariantRuns) -> tuple[list[str], str | None]:
+        """A variant's row of Table 2 (with its differences from the baseline) and its finding."""
+        base, pct = self.base, stats.percent_difference
+        loss, params = loss_cell(v), fmt_params(v.params)
+        memory = (fmt(v.peak_mb, 0) + " MiB") if v.peak_mb else "–"
+        name = f"`{v.name}`" + (" (baseline)" if v is base else "")
+        if base is None or v is base or not (base.params and v.params):
+            return [name, self._shape(v), loss, params, memory], None
+        dp = pct(v.params, base.params)
+        dm = pct(v.peak_mb, base.peak_mb) if v.peak_mb and base.peak_mb else None
+        dl = pct(v.stats.mean, base.stats.mean) if v.done and base.done else None
+        row = [name, self._shape(v), loss + (f" ({dl:+.2f}%)" if dl is not None else ""), f"{params} ({dp:+.0f}%)",
+               memory + (f" ({dm:+.0f}%)" if dm is not None else "")]
+        if dl is None:
+            return row, None
+        better = "lower" if v.stats.mean < base.stats.mean else "higher"
+        return row, (f"`{v.name}` ({self._shape(v)}): eval loss {v.stats.mean:.4f} vs {base.stats.mean:.4f} for the "
+                     f"baseline ({better}, {dl:+.2f}%), with {dp:+.0f}% parameters"
+                     + (f" and {dm:+.0f}% peak memory" if dm is not None else "") + ".")
+
+    def _point_row(self, v: VariantRuns) -> dict[str, Any]:
+        return dict(variant=v.name, n_layers=v.n_layers, heads_per_layer=v.heads[0], head_dim=v.head_dims[0],
+                    params=v.params, loss_mean=v.stats.mean, loss_sd=v.stats.std, seeds=v.stats.n)
+
+    def _by_depth_figure(self, doc: Document) -> None:
+        """Loss against heads per layer, one line per depth of the grid; the rest as markers."""
+        fig, axes = new_figure(8.0, 5.0)
+        ax = axes[0, 0]
+        rows: list[dict[str, Any]] = []
+        for i, depth in enumerate(sorted({v.n_layers for v in self.grid})):
+            vs = sorted((v for v in self.grid if v.n_layers == depth), key=lambda v: v.heads[0])
+            ax.errorbar([v.heads[0] for v in vs], [v.stats.mean for v in vs],
+                        yerr=[v.stats.std if v.stats.n > 1 else 0.0 for v in vs] if self.study.record.seeds > 1
+                        else None, marker="o", color=f"C{i}", capsize=3, label=f"{depth} layers")
+            dx, dy, ha = LABEL_SIDES[i % len(LABEL_SIDES)]
+            for v in vs:
+                ax.annotate(fmt_params(v.params), (v.heads[0], v.stats.mean), textcoords="offset points",
+                            xytext=(dx, dy), ha=ha, fontsize=7, color=f"C{i}")
+                rows.append(self._point_row(v))
+        markers = iter("*DPXv^<>")
+        for v in (v for v in self.study.done if v not in self.grid):
+            ax.scatter([v.heads[0]], [v.stats.mean], marker=next(markers, "s"), s=90, color="k", zorder=4,
+                       label=f"{v.name} ({fmt_params(v.params)})")
+            rows.append(self._point_row(v))
+        if self.base is not None and self.base.done:
+            ax.axhline(self.base.stats.mean, color="0.4", ls=":", lw=1, label=f"baseline {self.base.name}")
+        ax.set_xlabel("heads per layer")
+        fixed_ticks(ax, [r["heads_per_layer"] for r in rows])
+        ax.set_ylabel("final eval loss")
+        ax.set_title("Final eval loss vs heads per layer, by depth (labels: parameters)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        doc.add("## Loss vs heads per layer, by depth")
+        doc.figure("loss_vs_heads_by_depth", fig, rows, "Final eval loss against heads per layer, one line per depth "
+                   "(the grid, at fixed head_dim); black markers are the other variants; the dotted line is the "
+                   "baseline, as in the paper's Figs. 3 and 5.")
+
+    def _params_figure(self, doc: Document) -> None:
+        """Loss against parameters, one colour per depth."""
+        fig, axes = new_figure(8.0, 5.0)
+        ax = axes[0, 0]
+        rows = []
+        for i, depth in enumerate(sorted({v.n_layers for v in self.study.done})):
+            vs = [v for v in self.study.done if v.n_layers == depth]
+            ax.scatter([v.params / 1e6 for v in vs], [v.stats.mean for v in vs], color=f"C{i}", label=f"{depth} layers")
+            for v in vs:
+                ax.annotate(f"{v.heads[0]}h" + ("" if v in self.grid else f" {v.name}"), (v.params / 1e6, v.stats.mean),
+                            textcoords="offset points", xytext=(4, 3), fontsize=7)
+                rows.append(dict(variant=v.name, n_layers=depth, heads_per_layer=v.heads[0], params=v.params,
+                                 loss_mean=v.stats.mean))
+        ax.set_xlabel("parameters (millions)")
+        ax.set_ylabel("final eval loss")
+        ax.set_title("Final eval loss vs parameters (labels: heads per layer)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        doc.figure("loss_vs_params", fig, rows, "Final eval loss against parameters: trading depth for heads moves "
+                   "left (fewer parameters); lower is better.")

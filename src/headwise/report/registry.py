@@ -1,0 +1,123 @@
+"""The layouts of ``headwise report``: one per study kind, found by the ``[report] kind`` name.
+
+A layout is a :class:`Layout` subclass in a module of :mod:`headwise.report.layouts` that
+registers itself::
+
+    @register_layout
+    class VisionLayout(Layout):
+        kind = "vision"
+        Options = VisionOptions          # its keys of the [report] table, validated
+
+        def sections(self, doc): ...     # its own sections; returns the findings
+
+Every module of that package is imported the first time a kind is looked up, so a new study kind
+adds one module and touches none of the others. The common sections (results table, time, eval
+curves, conditioning, samples) ask the layout how to group and label variants.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import pkgutil
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
+
+from headwise.config import Config
+from headwise.errors import HeadwiseError
+
+if TYPE_CHECKING:
+    from headwise.report.data import StudyRuns, VariantRuns
+    from headwise.report.document import Document
+    from headwise.report.probes import Probes
+
+
+class LayoutOptions(Config):
+    """A layout's own keys of the ``[report]`` table (series, baseline, paper reference values);
+    subclasses declare them as fields."""
+
+
+class Layout:
+    """How one kind of study is reported. Subclasses set :attr:`kind` and :attr:`Options` and
+    write their sections; the defaults below suit studies that vary depth and heads."""
+
+    #: the ``[report] kind`` this layout answers to
+    kind: ClassVar[str]
+    #: the class that validates the layout's keys of the ``[report]`` table
+    Options: ClassVar[type[LayoutOptions]] = LayoutOptions
+    #: whether the report measures the attention conditioning of the final models
+    conditioning: ClassVar[bool] = True
+    #: what the conditioning figure's x axis shows (see :meth:`conditioning_x`), and its caption's words
+    conditioning_label: ClassVar[str] = "total attention heads"
+    conditioning_caption: ClassVar[str] = "total heads"
+
+    def __init__(self, study: StudyRuns, options: LayoutOptions, probes: Probes,
+                 echo: Callable[[str], None]) -> None:
+        self.study = study
+        self.options: Any = options
+        self.probes = probes
+        self.echo = echo
+        self.setup()
+
+    def setup(self) -> None:
+        """Derive what the layout's sections share (series, baseline, grid) from the study."""
+
+    def sections(self, doc: Document) -> list[str]:
+        """Write the layout's own sections into ``doc``; returns the findings for the summary."""
+        raise NotImplementedError
+
+    def group(self, v: VariantRuns) -> str:
+        """The colour group of a variant in the time and conditioning figures."""
+        return self.panel(v)
+
+    def panel(self, v: VariantRuns) -> str:
+        """The eval-curve panel a variant is drawn in."""
+        return f"{v.n_layers} layers"
+
+    def panel_order(self, first: dict[str, VariantRuns]) -> list[str]:
+        """Panels (each with its first variant) in the order they are drawn: by depth, then by
+        sequence length."""
+        return sorted(first, key=lambda t: (first[t].n_layers or 0, first[t].n_points or 0))
+
+    def conditioning_x(self, v: VariantRuns) -> float:
+        """Where a variant sits on the conditioning figure's x axis."""
+        return float(v.total_heads or 0)
+
+
+_LAYOUTS: dict[str, type[Layout]] = {}
+_discovered = False
+
+
+def register_layout(cls: type[Layout]) -> type[Layout]:
+    """Class decorator: make ``cls`` the layout of ``cls.kind`` (a kind is registered once)."""
+    old = _LAYOUTS.get(cls.kind)
+    if old is not None and old is not cls:
+        raise HeadwiseError(f"report kind {cls.kind!r} is registered twice ({old.__module__}, {cls.__module__})")
+    _LAYOUTS[cls.kind] = cls
+    return cls
+
+
+def _discover() -> None:
+    """Import every module of :mod:`headwise.report.layouts` (each registers its layouts)."""
+    global _discovered
+    if _discovered:
+        return
+    package = importlib.import_module("headwise.report.layouts")
+    for info in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{package.__name__}.{info.name}")
+    _discovered = True
+
+
+def layout_kinds() -> list[str]:
+    """The registered kinds, sorted."""
+    _discover()
+    return sorted(_LAYOUTS)
+
+
+def get_layout(kind: str) -> type[Layout]:
+    """The layout registered for ``kind``; an unknown kind is a one-line HeadwiseError."""
+    _discover()
+    if kind in _LAYOUTS:
+        return _LAYOUTS[kind]
+    hint = difflib.get_close_matches(kind, _LAYOUTS, n=1)
+    extra = f"; did you mean {hint[0]!r}?" if hint else ""
+    raise HeadwiseError(f"unknown report kind {kind!r}{extra} (kinds: {', '.join(sorted(_LAYOUTS))})")
