@@ -8,7 +8,7 @@ import torch
 from headwise.errors import HeadwiseError
 from headwise.model import Transformer
 from headwise.spec import ModelSpec
-from headwise.train.generate import filter_logits, generate, next_token
+from headwise.train.generate import filter_logits, generate, next_token, vector_predictions
 
 INF = float("-inf")
 
@@ -93,3 +93,7 @@ def test_stops_at_the_stop_token_and_refuses_bad_input():
     vectors = Transformer(ModelSpec(vocab_size=None, d_model=8, n_layers=1, heads=[1], max_seq_len=4))
     with pytest.raises(HeadwiseError, match="takes vectors"):
         generate(vectors, [1], 3)
+    # a vector model shorter than the task's samples: one clear line, not the model's own error
+    points = torch.nn.functional.normalize(torch.randn(2, 6, 8), dim=-1)
+    with pytest.raises(HeadwiseError, match="cannot read the task's samples: sequence of 6 positions"):
+        vector_predictions(vectors, points, points)

@@ -17,9 +17,10 @@ import tomli_w
 from headwise.cli import main
 from headwise.errors import HeadwiseError, RunFailure
 from headwise.study import load_study, run_study
-from headwise.study.layout import load_study_record
+from headwise.config import read_toml
+from headwise.study.layout import load_study_record, save_study
 from headwise.run import RunStatus, read_summary
-from headwise.study.runner import plan_action
+from headwise.study.runner import plan_action, prepare_study_dir
 
 BASE = {
     "model": {"preset": "amsel-nn", "d_model": 8, "heads": 1, "head_dim": 8, "mlp_hidden": 16, "max_seq_len": 16},
@@ -198,3 +199,20 @@ def test_ray_backend_runs_a_study_on_a_local_cluster(tmp_path):
     assert sorted(outcome.ran) == ["a/seed0", "b/seed0"] and not outcome.failed
     assert [r.status for r in outcome.results] == [RunStatus.COMPLETED] * 2
     assert read_summary(tmp_path / "study" / "runs" / "b" / "seed0").heads == (2,)
+
+
+def test_a_study_saved_with_another_report_table_is_the_same_study(tmp_path):
+    # study.toml files written before the paper values moved into [report] (or by a user who
+    # changed only how the study is shown) still match the study on a rerun
+    src = write_study(tmp_path / "s.toml", [{"name": "x", "set": {}}])
+    study = load_study(str(src))
+    save_study(study, tmp_path / "out", seeds=1)
+    saved = read_toml(tmp_path / "out" / "study.toml")
+    saved["definition"]["report"] = {"kind": "heads", "at_heads": 4}
+    saved["fingerprint"] = "0123456789abcdef"
+    (tmp_path / "out" / "study.toml").write_text(tomli_w.dumps(saved))
+    assert prepare_study_dir(study, tmp_path / "out", seeds_given=False) == 1
+    saved["definition"]["base"]["optim"]["lr"] = 0.5  # what is run did change: another study
+    (tmp_path / "out" / "study.toml").write_text(tomli_w.dumps(saved))
+    with pytest.raises(HeadwiseError, match="holds a different study"):
+        prepare_study_dir(study, tmp_path / "out", seeds_given=False)

@@ -96,6 +96,9 @@ def test_overrides_apply_to_the_base_and_change_the_identity():
     assert plain.fingerprint() != over.fingerprint()
     # the seed count is not part of the identity (seeds can be added to a study)
     assert resolve_study(raw, "test", seeds=3).fingerprint() == plain.fingerprint()
+    # nor how it is run or reported: both can change between reruns of one study
+    shown = resolve_study({**raw, "report": {"kind": "rank"}, "runner": {"jobs": 2}}, "test")
+    assert shown.fingerprint() == plain.fingerprint()
     with pytest.raises(HeadwiseError, match="key=value"):
         resolve_study(raw, "test", overrides=["optim.lr"])
 

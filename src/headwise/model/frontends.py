@@ -84,8 +84,7 @@ class VectorInputs(FrontEnd):
 
     @staticmethod
     def build(spec: ModelSpec) -> dict[str, nn.Module | None]:
-        # tok_emb None says "no vocabulary" to callers that check for one (headwise.train.generate)
-        return {"tok_emb": None, "pos_emb": learned_positions(spec)}
+        return {"pos_emb": learned_positions(spec)}
 
     @staticmethod
     def param_counts(spec: ModelSpec) -> dict[str, int]:

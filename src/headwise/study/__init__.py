@@ -34,7 +34,7 @@ def __getattr__(name: str) -> Any:
 
         return run_study
     if name == "write_report":
-        from headwise.study.report import write_report
+        from headwise.report import write_report
 
         return write_report
     raise AttributeError(f"module 'headwise.study' has no attribute {name!r}")

@@ -15,6 +15,7 @@ One failing run never stops the others; ``results.csv`` is rewritten as each run
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import signal
 import subprocess
@@ -30,11 +31,11 @@ import tomli_w
 
 from headwise.config import atomic_write_text
 from headwise.errors import HeadwiseError, RunFailure
+from headwise.run import RunStatus, read_summary
 from headwise.study import layout
 from headwise.study.layout import StudyRecord, load_study_record, save_study
-from headwise.run import RunStatus, read_summary
 from headwise.study.results import RunResult, update_results
-from headwise.study.spec import RunSpec, Study
+from headwise.study.spec import RunSpec, Study, study_identity
 from headwise.train.checkpoint import latest_checkpoint
 
 BACKENDS = ("local", "ray")
@@ -138,7 +139,10 @@ def prepare_study_dir(study: Study, study_dir: Path, seeds_given: bool) -> int:
             raise HeadwiseError(f"--out {study_dir} is not empty and holds no study; choose another directory")
         return study.seeds
     record = load_study_record(study_dir)
-    if record.fingerprint != study.fingerprint():
+    # Compared by definition rather than by the saved fingerprint, so that a study saved by an
+    # older headwise (whose fingerprint also covered the report table) still matches.
+    saved_identity = study_identity(record.name, record.preset, record.definition)
+    if json.dumps(saved_identity, sort_keys=True) != json.dumps(study.identity(), sort_keys=True):
         what = f"study {record.name!r}" + (f" (preset {record.preset!r})" if record.preset else "")
         raise HeadwiseError(
             f"--out {study_dir} holds a different study ({what}, defined differently); "
@@ -226,7 +230,7 @@ def run_study(
         results = update_results(record)
     outcome = StudyOutcome(study_dir, results, [j.key for j in todo], done, failed)
     if make_report:
-        from headwise.study.report import write_report
+        from headwise.report import write_report
 
         outcome.report = write_report(study_dir, echo=echo)
         echo(f"report: {outcome.report}")
@@ -243,23 +247,24 @@ def run_study(
 
 
 def _prepare_data(jobs: list[RunJob], echo: Callable[[str], None]) -> None:
-    """Tokenize each distinct language dataset once, before the runs start, so that parallel
-    runs share one token cache instead of each building it."""
-    from headwise.data.cache import prepare
-    from headwise.tasks.config import LMTaskConfig, parse_task_config
+    """Prepare each distinct task's data once (e.g. tokenize a dataset), before the runs start, so
+    that parallel runs share one cache instead of each building it."""
+    from headwise.tasks.config import parse_task_config
 
     seen: set[str] = set()
     for job in jobs:
         task = job.spec.config.get("task", {})
         key = repr(sorted(task.items()))
-        if key in seen or task.get("kind", "lm") != "lm":
+        if key in seen:
             continue
         seen.add(key)
         cfg = parse_task_config(task)
-        assert isinstance(cfg, LMTaskConfig)
-        echo(f"  preparing data: {cfg.source} ({cfg.tokenizer})")
+        what = cfg.data_description()
+        if what is None:
+            continue  # made on the fly: nothing to prepare
+        echo(f"  preparing data: {what}")
         try:
-            prepare(cfg)
+            cfg.prepare()
         except HeadwiseError as exc:  # the runs that need it fail with this in their logs; others go on
             echo(f"  data not ready ({exc}); runs on it will fail")
 

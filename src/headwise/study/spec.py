@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from itertools import product
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
@@ -72,6 +72,7 @@ from headwise.config import Config, parse_value, read_toml, set_dotted
 from headwise.errors import HeadwiseError
 from headwise.plans import Plan
 from headwise.presets import preset_dict
+from headwise.report.spec import ReportSpec
 from headwise.spec import ModelSpec
 from headwise.train.config import RunConfig, resolve_spec
 
@@ -159,25 +160,6 @@ class ExplicitVariant(Config):
         return _check_name(v, "variant name")
 
 
-class ReportSpec(Config):
-    """How ``headwise report`` lays the study out."""
-
-    #: heads: loss vs total heads per series with fits (the blog);
-    #: depth: Leaner Transformers' Table 2 and loss vs heads per depth; rank: Amsel et al.'s figures
-    kind: Literal["heads", "depth", "rank"] = "heads"
-    #: the axis whose values form the series (e.g. ``scheme``)
-    series: str | None = None
-    #: the series value (heads) or variant name (depth) that the others are compared against
-    baseline: str | None = None
-    #: total heads at which fitted curves are compared (None: the largest total every series reaches)
-    at_heads: float | None = None
-    #: depth: the variants of the headline table (None: all), baseline first
-    table: list[str] | None = None
-    prompt: str = "Once upon a time there was"
-    temperature: float = Field(default=0.9, gt=0)
-    sample_tokens: int = Field(default=500, gt=0)
-
-
 class RunnerDefaults(Config):
     """How many runs at a time and torch threads per run, unless ``--jobs`` / ``--threads`` say
     otherwise (not part of the study's identity: they change how fast, not what is run)."""
@@ -261,12 +243,12 @@ class Study:
         return out
 
     def identity(self) -> dict[str, Any]:
-        """What makes two studies the same study (seeds excluded: they may be added later)."""
-        definition = self.config.to_dict()
-        definition.pop("runner", None)
-        return {"name": self.name, "preset": self.preset, "definition": definition}
+        """What makes two studies the same study: what is run, not how many seeds (they may be
+        added later), how fast (``[runner]``) or how it is reported (``[report]``)."""
+        return study_identity(self.name, self.preset, self.config.to_dict())
 
     def fingerprint(self) -> str:
+        """A short hash of :meth:`identity`."""
         blob = json.dumps(self.identity(), sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -282,6 +264,13 @@ class Study:
             "definition": self.config.to_dict(),
             "variants": [{"name": v.name, "labels": v.labels} for v in self.variants],
         }
+
+
+def study_identity(name: str, preset: str | None, definition: dict[str, Any]) -> dict[str, Any]:
+    """The identity of a study from its name, preset and resolved definition (see
+    :meth:`Study.identity`); also how a saved study is compared with a new one."""
+    what_runs = {k: v for k, v in definition.items() if k not in ("runner", "report")}
+    return {"name": name, "preset": preset or None, "definition": what_runs}
 
 
 def _check_name(v: str, what: str) -> str:
@@ -448,14 +437,7 @@ def _broadcast_heads(cfg: dict[str, Any]) -> None:
 
 def resolve_run_model(cfg: dict[str, Any]) -> tuple[ModelSpec, Plan]:
     """Check a run config as ``headwise train`` would before it starts (the tables, the model the
-    preset and plan resolve to, its context against the task, a vector model's width) and return
-    the model's spec and head plan. The task is judged from its config alone: no data is prepared."""
+    preset and plan resolve to against the task) and return the model's spec and head plan. The
+    task is judged from its config alone: no data is prepared."""
     run = RunConfig.parse(cfg, source="run config")
-    shape = run.task.shape()
-    spec, plan = resolve_spec(run.model, shape, source="run config")
-    if shape.input_dim is not None and spec.d_model != shape.input_dim:
-        raise HeadwiseError(
-            f"model.d_model {spec.d_model} differs from the task's vector size {shape.input_dim}: "
-            "a vector model's width is the data's dimension"
-        )
-    return spec, plan
+    return resolve_spec(run.model, run.task.shape(), source="run config")

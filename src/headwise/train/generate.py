@@ -17,7 +17,7 @@ from torch import Tensor
 from headwise.config import read_toml
 from headwise.data.tokenizer import BPETokenizer, Tokenizer, gpt_neo_tokenizer, parse_tokenizer_spec
 from headwise.errors import HeadwiseError
-from headwise.model import SPEC_FILE, Transformer, load_pretrained
+from headwise.model import SPEC_FILE, SequenceTooLong, Transformer, load_pretrained
 from headwise.spec import ModelSpec
 from headwise.tasks.nearest import pick
 from headwise.train.checkpoint import latest_checkpoint
@@ -59,8 +59,8 @@ def generate(model: Transformer, prompt_ids: list[int], max_new_tokens: int, *, 
     ``temperature`` 0 is greedy decoding; ``seed`` makes sampling reproducible. The model is put
     in eval mode (no dropout) and left there.
     """
-    if model.tok_emb is None:
-        raise HeadwiseError("this model takes vectors, not tokens: there is nothing to generate from a prompt")
+    if model.spec.inputs != "tokens":
+        raise HeadwiseError(f"this model takes {model.spec.inputs}, not tokens: there is nothing to generate from a prompt")
     if not prompt_ids:
         raise HeadwiseError("the prompt is empty: give at least one token")
     if temperature < 0 or (top_k is not None and top_k < 1) or (top_p is not None and not 0 < top_p <= 1):
@@ -160,7 +160,10 @@ def vector_predictions(model: Transformer, inputs: Tensor, targets: Tensor) -> d
     candidate point its output is closest to, against the target's (see
     :func:`headwise.tasks.nearest.pick`), with the accuracy and loss over the batch."""
     model.eval()
-    outputs = model(inputs)
+    try:
+        outputs = model(inputs)
+    except SequenceTooLong as exc:  # e.g. --checkpoint of a model with a shorter context
+        raise HeadwiseError(f"this model cannot read the task's samples: {exc}") from None
     chosen, truth = pick(outputs, inputs, targets)
     scored = outputs[:, -targets.shape[1]:, : targets.shape[-1]].float()
     return {
