@@ -37,10 +37,12 @@ A study file is TOML::
     jobs = 2
     threads = 1
 
-    [report]                          # how ``headwise report`` lays the study out
-    kind = "heads"                    # heads | depth | rank
-    series = "scheme"
-    baseline = "constant"
+    [report]                          # how ``headwise report`` lays the study out (not part of
+    kind = "heads"                    #   the study's identity); kind: a registered layout (heads,
+    series = "scheme"                 #   depth, rank; default: the task family's), the other keys
+    baseline = "constant"             #   are the layout's own (see headwise.report.layouts)
+    [report.paper]                    # reference values the report quotes beside the study's
+    at_heads = 180
 
     [presets.tiny]                    # deep-merged over everything above (lists replaced)
     summary = "one line about the preset"
