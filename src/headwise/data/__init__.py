@@ -4,6 +4,7 @@
     stream = PackedStream(cache.tokens("train"), block_size=256, micro_batch=8, seed=0)
 """
 
+from headwise.data.batch import Batch, BatchStream
 from headwise.data.cache import (
     CacheInvalid,
     TokenCache,
@@ -26,6 +27,8 @@ from headwise.data.tokenizer import (
 
 __all__ = [
     "BPETokenizer",
+    "Batch",
+    "BatchStream",
     "CacheInvalid",
     "DataConfig",
     "DataPlan",

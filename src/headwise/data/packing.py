@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from headwise.data.batch import Batch, BatchStream
 from headwise.errors import HeadwiseError
-from headwise.tasks.base import Batch, BatchStream
 
 
 def num_blocks(num_tokens: int, block_size: int) -> int:

@@ -20,6 +20,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from headwise.config import atomic_write_text
 from headwise.errors import HeadwiseError
 
 EOT_TEXT = "<|endoftext|>"
@@ -235,8 +236,6 @@ class BPETokenizer(Tokenizer):
 
     def save(self, path: Path) -> None:
         """Write the tokenizer's JSON (the exact bytes that :attr:`sha256` hashes)."""
-        from headwise.config import atomic_write_text
-
         atomic_write_text(Path(path), self.json)
 
     @property

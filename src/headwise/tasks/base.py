@@ -13,44 +13,39 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from torch import Tensor
 
+# Batch and BatchStream live in the data layer, which produces them; re-exported as part of the
+# interface tasks give the trainer.
+from headwise.data.batch import Batch, BatchStream
 
-@dataclass
-class Batch:
-    """One micro-batch. ``inputs`` goes to the model; ``targets`` to :meth:`Task.loss`."""
-
-    inputs: Tensor
-    targets: Tensor
-
-    def to(self, device: Any) -> "Batch":
-        return Batch(self.inputs.to(device, non_blocking=True), self.targets.to(device, non_blocking=True))
+__all__ = ["Batch", "BatchStream", "Task", "TaskShape"]
 
 
-class BatchStream(ABC, Iterator[Batch]):
-    """An endless, seeded stream of training batches whose position can be saved and restored."""
+@dataclass(frozen=True)
+class TaskShape:
+    """What a model must fit of a task: what :func:`headwise.train.config.resolve_spec` reads.
+    A task's config knows it before any data is prepared; the task itself knows it exactly."""
 
-    @property
-    @abstractmethod
-    def epoch(self) -> float:
-        """Fractional number of passes over the training data so far (0.0 for endless tasks)."""
-
-    @abstractmethod
-    def state_dict(self) -> dict[str, Any]:
-        """Everything needed to continue the stream exactly where it is."""
-
-    @abstractmethod
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from a state returned by :meth:`state_dict`."""
+    #: the model front end the inputs need and the output head the loss scores (names registered
+    #: in headwise.model)
+    inputs: str
+    outputs: str
+    #: the vocabulary of token inputs; None for other inputs
+    vocab_size: int | None
+    seq_len: int
+    #: the width of vector inputs, which is the model's d_model; None for other inputs
+    input_dim: int | None = None
 
 
 class Task(ABC):
     """A training objective with its data."""
 
-    #: "lm" (token ids in, logits out) or "vectors" (float vectors in, vectors out)
-    io: str
+    #: the model front end this task's inputs need and the output head its loss scores
+    inputs: str
+    outputs: str
 
     @property
     @abstractmethod
@@ -77,6 +72,23 @@ class Task(ABC):
     @abstractmethod
     def tokens_per_epoch(self) -> int | None:
         """Training tokens in one pass over the data (None for endless tasks)."""
+
+    @property
+    def input_dim(self) -> int | None:
+        """The width of vector inputs (None for other inputs)."""
+        return None
+
+    def shape(self) -> TaskShape:
+        """What a model must fit of this task."""
+        return TaskShape(self.inputs, self.outputs, self.vocab_size, self.seq_len, self.input_dim)
+
+    #: the names of :meth:`metrics`, the same for every batch
+    metric_names: tuple[str, ...] = ()
+
+    def metrics(self, outputs: Tensor, batch: Batch) -> dict[str, Tensor]:
+        """Evaluation metrics besides the loss (one per :attr:`metric_names`), each a scalar
+        tensor averaged over ``batch``, e.g. accuracy; logged as ``eval_<name>``."""
+        return {}
 
     def describe(self) -> dict[str, Any]:
         """Facts about the task worth recording in a run's summary (e.g. the baseline loss)."""

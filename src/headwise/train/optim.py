@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from headwise.train.config import RunConfig
+from headwise.train.config import OptimConfig
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -24,13 +24,12 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     ]
 
 
-def build_optimizer(model: nn.Module, cfg: RunConfig, device: torch.device) -> torch.optim.AdamW:
-    """AdamW over :func:`param_groups`, with torch's fused kernel (one pass over each tensor: on
-    CPU 20-33 ms against 217-239 ms for the per-op loop, 67M parameters on 2 cores;
-    ``benchmarks/bench_kernels.py``)."""
-    o = cfg.optim
+def build_optimizer(model: nn.Module, optim: OptimConfig, device: torch.device) -> torch.optim.AdamW:
+    """AdamW with the ``[optim]`` table's settings over :func:`param_groups`, with torch's fused
+    kernel (one pass over each tensor: on CPU 20-33 ms against 217-239 ms for the per-op loop,
+    67M parameters on 2 cores; ``benchmarks/bench_kernels.py``)."""
     return torch.optim.AdamW(
-        param_groups(model, o.weight_decay), lr=o.lr, betas=tuple(o.betas), eps=o.eps,
+        param_groups(model, optim.weight_decay), lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps,
         fused=device.type in ("cpu", "cuda"),
     )
 
