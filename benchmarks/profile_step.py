@@ -19,8 +19,10 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from headwise.bench.cases import model_spec
+from headwise.bench.config import BenchConfig
 from headwise.bench.core import tune_cpu_allocator
-from headwise.bench.suite import BenchConfig, make_optimizer, make_train_step, model_spec
+from headwise.bench.training import make_optimizer, make_train_step
 from headwise.model import Transformer
 
 # Operator name fragments -> the part of the step they belong to

@@ -11,11 +11,15 @@ import pytest
 import torch
 
 from headwise.bench import core, suite
+from headwise.bench.cases import grid_plans, model_spec, plan_label, share_parameters
+from headwise.bench.config import BenchConfig
 from headwise.bench.report import evaluate_targets, render_markdown, write_results
-from headwise.bench.suite import BenchConfig, Plan, grid_plans, model_spec, share_parameters
+from headwise.bench.tokenize import bench_tokenize
+from headwise.bench.tokenize import main as tokenize_main
 from headwise.cli import main
 from headwise.model import Transformer
 from headwise.params import flops_per_token
+from headwise.plans import Plan, Scheme
 
 transformers = pytest.importorskip("transformers", reason="the suite compares against transformers' GPT-Neo")
 
@@ -81,8 +85,9 @@ def test_matmul_peak_is_a_flop_rate():
 
 def test_grid_is_the_blogs():
     plans = grid_plans(BenchConfig())
-    assert [p.heads for p in plans if p.total == 180] == [(48,) * 4, (12, 24, 48, 96), (96, 48, 24, 12)]
-    assert Plan("constant", 45, (12,) * 4).label == "4x12"
+    assert [p.heads for p in plans if p.requested_total == 180] == [(48,) * 4, (12, 24, 48, 96), (96, 48, 24, 12)]
+    assert [plan_label(p) for p in plans[:4]] == ["4x12", "4x24", "4x48", "asce 3,6,12,24"]
+    assert plan_label(Plan(Scheme.DESCENDING, (96, 48, 24, 12))) == "desc 96,48,24,12"
 
 
 def test_shared_models_compute_what_separate_models_compute():
@@ -147,7 +152,7 @@ def test_tiny_run_measures_every_case_and_derives_consistent_numbers(tiny_result
     assert vs["4x8"] == {"plan": "4x8", "heads": [8] * 4, "reference": "hf 4x8",
                          **core.ratio_stats(hw["tokens_per_s"], hf["tokens_per_s"], quiet)}
     assert vs["4x8"]["paired"] == pytest.approx([a / b for a, b in zip(hw["tokens_per_s"], hf["tokens_per_s"])])
-    assert {row["plan"] for row in s["comparisons"]["penalty"]} == {p.label for p in grid_plans(TINY)} - {"4x2"}
+    assert {row["plan"] for row in s["comparisons"]["penalty"]} == {plan_label(p) for p in grid_plans(TINY)} - {"4x2"}
     assert any("round 2/2" in line for line in r["log"])
 
 
@@ -201,10 +206,17 @@ def test_targets_by_hand():
     assert got["KV-cache / no-cache generation at 500 new tokens"] == (6.0, True)
 
 
-def test_tokenize_section_uses_the_data_helpers_script(shared_data, monkeypatch):
+def test_tokenize_section_runs_the_packaged_measurement(shared_data, monkeypatch, tmp_path):
     monkeypatch.setenv("HEADWISE_DATA", str(shared_data))
-    res = suite.bench_tokenize(dataclasses.replace(TINY, tokenize_repeats=1), log=lambda m: None)
+    monkeypatch.chdir(tmp_path)  # needs no source checkout: only the installed package and the data
+    res = bench_tokenize(1, log=lambda m: None)
     assert res["benchmark"] == "tokenize" and res["tokens"] > 0 and res["tokens_per_second_median"] > 0
+
+
+def test_tokenize_without_the_sample_says_where_it_looked(tmp_path, capsys):
+    assert tokenize_main(["--data", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert str(tmp_path / "tinystories-train-sample.txt") in err and len(err.splitlines()) == 1
 
 
 def test_cli_writes_json_and_markdown(tmp_path, monkeypatch, capsys):

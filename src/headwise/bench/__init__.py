@@ -4,11 +4,19 @@ penalty, MFU, bf16, generation, tokenization), interleaved and reported as JSON 
     from headwise.bench import BenchConfig, run_bench, write_results
     result = run_bench(BenchConfig.quick_config(), log=print)
     write_results(result, "benchmarks/results")
+
+The suite itself loads on first use of :func:`run_bench`: the ``headwise`` command imports every
+command module at start, and ``headwise bench``'s options need only :mod:`headwise.bench.config`,
+not the models, the trainer and generation the suite imports.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
+from headwise.bench.config import SECTIONS, BenchConfig
 from headwise.bench.core import interleave, matmul_peak, tune_cpu_allocator
 from headwise.bench.report import evaluate_targets, render_markdown, write_results
-from headwise.bench.suite import SECTIONS, BenchConfig, run_bench
 
 __all__ = [
     "SECTIONS",
@@ -21,3 +29,12 @@ __all__ = [
     "tune_cpu_allocator",
     "write_results",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # run_bench on first use (PEP 562), see the module doc
+    if name == "run_bench":
+        from headwise.bench.suite import run_bench
+
+        return run_bench
+    raise AttributeError(f"module 'headwise.bench' has no attribute {name!r}")

@@ -161,7 +161,7 @@ def render_markdown(result: dict[str, Any]) -> str:
                   f"{gen['speedup']['ratio']:.1f}x | {gen['greedy_tokens_agree']} / {gen['new_tokens']} |", ""]
     tok = result.get("tokenize")
     if tok is not None:
-        lines += ["## Tokenization (GPT-Neo, benchmarks/bench_tokenize.py)", ""]
+        lines += ["## Tokenization (GPT-Neo, headwise.bench.tokenize)", ""]
         if "skipped" in tok:
             lines.append(f"skipped: {tok['skipped']}")
         else:

@@ -7,7 +7,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from headwise.bench.suite import SECTION_HELP, SECTIONS
+from headwise.bench.config import SECTION_HELP, SECTIONS
 
 NAME = "bench"
 HELP = "measure training/generation speed against Hugging Face GPT-Neo (JSON + markdown table)"
@@ -42,6 +42,7 @@ def _positive(text: str) -> int:
 
 
 def configure(p: argparse.ArgumentParser) -> None:
+    """The options of ``headwise bench``."""
     p.epilog = "sections: " + "; ".join(f"{k}: {v}" for k, v in SECTION_HELP.items())
     p.add_argument("--quick", action="store_true",
                    help="smoke-sized run (~1-2 min on 2 idle cores): vocab 8192, 512 tokens per step, "
@@ -58,6 +59,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the suite as the options say and write ``latest.json`` and ``latest.md`` under ``--out``."""
     import dataclasses
 
     from headwise.bench import BenchConfig, run_bench, tune_cpu_allocator, write_results

@@ -1,0 +1,55 @@
+"""What one benchmark run measures: its sections and its sizes (:class:`BenchConfig`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SECTIONS: tuple[str, ...] = ("hf", "penalty", "mfu", "bf16", "generate", "tokenize", "gpu")
+SECTION_HELP = {
+    "hf": "training tokens/s vs transformers' GPTNeoForCausalLM (eager attention)",
+    "penalty": "tokens/s of every plan of the blog's grid relative to 4 x 12 heads",
+    "mfu": "model FLOP/s over the measured matmul peak",
+    "bf16": "bf16 autocast training vs fp32",
+    "generate": "generation tokens/s with and without the KV cache",
+    "tokenize": "GPT-Neo tokenization tokens/s (headwise.bench.tokenize)",
+    "gpu": "the training sections at bf16 with peak memory, when CUDA is available",
+}
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """Sizes of one benchmark run. :meth:`quick_config` is the ~1-2 minute smoke-sized variant."""
+
+    d_model: int = 768
+    n_layers: int = 4
+    vocab_size: int = 50257
+    seq_lens: tuple[int, ...] = (256, 512)
+    tokens_per_step: int = 1024  # batch = tokens_per_step // seq_len
+    rounds: int = 5
+    warmup: int = 1
+    schemes: tuple[str, ...] = ("constant", "ascending", "descending")
+    totals: tuple[int, ...] = (45, 90, 180)
+    bf16_totals: tuple[int, ...] = (45, 180)  # constant plans also timed under bf16 autocast (longest T)
+    peak_n: int = 2048
+    idle_wait: float = 30.0  # seconds to wait, before each round, for other jobs to go quiet
+    threads: int | None = None  # torch.set_num_threads; None keeps torch's default (one per core)
+    gen_new_tokens: int = 500
+    gen_prompt_tokens: int = 16
+    gen_rounds: int = 2
+    tokenize_repeats: int = 3
+    gpu_tokens_per_step: int = 16384
+    gpu_rounds: int = 5
+    gpu_warmup: int = 2
+    gpu_peak_n: int = 8192
+    seed: int = 0
+    quick: bool = False
+
+    @classmethod
+    def quick_config(cls) -> BenchConfig:
+        """Vocabulary 8192, 512 tokens per step, three rounds, 100 generated tokens."""
+        return cls(vocab_size=8192, tokens_per_step=512, rounds=3, gen_new_tokens=100, gen_rounds=1,
+                   tokenize_repeats=1, gpu_rounds=3, gpu_warmup=1, idle_wait=5.0, quick=True)
+
+    def batch(self, seq_len: int, tokens_per_step: int | None = None) -> int:
+        """Sequences per step at ``seq_len`` (at least one)."""
+        return max(1, (tokens_per_step or self.tokens_per_step) // seq_len)
