@@ -1,10 +1,16 @@
 """Entry point of one study run: ``python -m headwise.study.worker LOCK -- train CONFIG --out RUN ...``.
 
-It is ``python -m headwise train ...`` with two guards a study needs:
+It becomes ``python -m headwise train ...`` (``os.execv``: the same process, so the runner's
+signals, exit status and log reach the run itself) with two guards a study needs:
 - the run's lock file is held (``flock``) for the whole run, so a rerun of the study waits for a
   run still finishing from a killed study instead of writing into the same directory;
 - on Linux the process asks for SIGTERM when its parent dies (``PR_SET_PDEATHSIG``), so killing
   the study runner makes its runs checkpoint and stop rather than carry on unobserved.
+
+Both survive the exec: an flock belongs to the open file description, which the exec'd program
+keeps because the descriptor is made inheritable, and the parent-death signal is kept across
+exec of a binary that is not set-user-ID. Running the command by exec rather than by importing
+it keeps this library module independent of the command layer.
 """
 
 from __future__ import annotations
@@ -31,17 +37,17 @@ def _die_with_parent(parent: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """Hold the lock named by ``argv[0]`` and run the headwise command after ``--``."""
+    """Hold the lock named by ``argv[0]``, then replace this process with the headwise command
+    after ``--``; returns only on bad usage."""
     if len(argv) < 3 or argv[1] != "--":
         print("usage: python -m headwise.study.worker LOCKFILE -- COMMAND ...", file=sys.stderr)
         return 2
     # the runner passes its pid: if it died before prctl took effect, getppid() differs already
     _die_with_parent(int(os.environ.get("HEADWISE_PARENT_PID", os.getppid())))
-    lock = open(argv[0], "a+")  # noqa: SIM115 - held until the process exits
+    lock = os.open(argv[0], os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
     fcntl.flock(lock, fcntl.LOCK_EX)
-    from headwise.cli import main as cli_main
-
-    return cli_main(argv[2:])
+    os.set_inheritable(lock, True)  # held by the command until it exits
+    os.execv(sys.executable, [sys.executable, "-m", "headwise", *argv[2:]])
 
 
 if __name__ == "__main__":

@@ -1,0 +1,85 @@
+"""The study worker: it waits for its run's lock, then becomes ``python -m headwise train ...``
+(same process) and that run holds the lock until it exits."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import tomli_w
+
+from headwise.study.worker import main
+
+CONFIG = {
+    "model": {"preset": "amsel-nn", "d_model": 8, "heads": [1], "head_dim": 8, "mlp_hidden": 16, "max_seq_len": 16},
+    "task": {"kind": "nearest", "dim": 8, "n_points": 4, "eval_batches": 1, "eval_batch_size": 32},
+    "optim": {"lr": 0.01, "weight_decay": 0.0},
+    "train": {"micro_batch": 16, "steps": 1_000_000, "device": "cpu", "log_every": 1},
+    "eval": {"every": 1_000_000},
+    "checkpoint": {"every": 1_000_000, "keep": 1},
+}
+
+
+def _wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def _locked_by_another(lock: Path) -> bool:
+    with open(lock, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False
+
+
+def _cmdline(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+
+
+def test_bad_usage_exits_2(capsys):
+    assert main(["lock"]) == 2
+    assert "usage:" in capsys.readouterr().err
+
+
+def test_the_run_holds_the_lock_after_the_worker_waited_for_it(tmp_path):
+    if not Path("/proc/self/cmdline").exists():
+        pytest.skip("needs /proc to see what the process runs")
+    config, run, lock = tmp_path / "run.toml", tmp_path / "run", tmp_path / "run.lock"
+    config.write_text(tomli_w.dumps(CONFIG))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    holder = open(lock, "a+")  # a run of an earlier study, still finishing
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    proc = subprocess.Popen([sys.executable, "-m", "headwise.study.worker", str(lock), "--",
+                             "train", str(config), "--out", str(run)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        time.sleep(2.0)
+        assert proc.poll() is None and "headwise.study.worker" in _cmdline(proc.pid)  # still waiting
+        assert not run.exists()
+        holder.close()  # releases the lock
+        metrics = run / "metrics.jsonl"
+        _wait_for(lambda: proc.poll() is not None or (metrics.is_file() and metrics.stat().st_size > 0), 120,
+                  "the run to train")
+        assert proc.poll() is None, proc.communicate()[0].decode()[-2000:]
+        assert _cmdline(proc.pid)[1:4] == ["-m", "headwise", "train"]  # the same process, exec'd
+        assert _locked_by_another(lock)
+        proc.send_signal(signal.SIGTERM)  # as the runner stops its runs
+        proc.wait(timeout=60)
+    finally:
+        holder.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert not _locked_by_another(lock)
