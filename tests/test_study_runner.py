@@ -19,7 +19,8 @@ from headwise.errors import HeadwiseError, RunFailure
 from headwise.study import load_study, run_study
 from headwise.config import read_toml
 from headwise.study.layout import load_study_record, save_study
-from headwise.run import RunStatus, read_summary
+from headwise.plans import Plan
+from headwise.run import RunStatus, RunSummary, read_summary, write_summary
 from headwise.study.runner import plan_action, prepare_study_dir
 
 BASE = {
@@ -139,14 +140,18 @@ def test_only_a_committed_checkpoint_makes_a_run_resume(tmp_path):
     run = tmp_path / "run"
     assert plan_action(run) == "start"
     (run / "checkpoints" / ".tmp_step_00000025").mkdir(parents=True)  # a save cut short
-    (run / "summary.json").write_text(json.dumps({"status": "interrupted"}))
+    write_summary(run, _summary(RunStatus.INTERRUPTED))
     assert plan_action(run) == "restart"
     (run / "checkpoints" / "step_00000025").mkdir()
     (run / "checkpoints" / "step_00000025" / "trainer.pt").write_bytes(b"")
     (run / "checkpoints" / "latest").write_text("step_00000025")
     assert plan_action(run) == "resume"
-    (run / "summary.json").write_text(json.dumps({"status": "completed"}))
+    write_summary(run, _summary(RunStatus.COMPLETED))
     assert plan_action(run) is None
+
+
+def _summary(status: RunStatus) -> RunSummary:
+    return RunSummary(status=status, params=1, plan=Plan.explicit((1,), (8,)))
 
 
 def test_killed_study_finishes_on_rerun_without_redoing_finished_runs(tmp_path):

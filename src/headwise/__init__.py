@@ -2,14 +2,35 @@
 
 The pipeline: spec (:mod:`headwise.spec`, :mod:`headwise.plans`) -> model (:mod:`headwise.model`)
 -> tasks and data (:mod:`headwise.tasks`, :mod:`headwise.data`) -> training (:mod:`headwise.train`)
--> studies (:mod:`headwise.study`) -> reports and analysis (:mod:`headwise.analysis`).
+-> studies (:mod:`headwise.study`) -> reports (:mod:`headwise.report`) and analysis
+(:mod:`headwise.analysis`).
 """
 
-from headwise.model import Transformer, load_pretrained, save_pretrained
-from headwise.params import count_params
-from headwise.plans import Plan, Scheme, plan_heads
-from headwise.spec import ModelSpec
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["ModelSpec", "Transformer", "Plan", "Scheme", "plan_heads", "count_params", "save_pretrained",
-           "load_pretrained", "__version__"]
+
+# The package's main names, loaded on first use (PEP 562): importing `headwise` alone (the CLI,
+# a study's per-run worker) then does not pay for torch.
+_EXPORTS = {
+    "ModelSpec": "headwise.spec",
+    "Transformer": "headwise.model",
+    "save_pretrained": "headwise.model",
+    "load_pretrained": "headwise.model",
+    "count_params": "headwise.params",
+    "Plan": "headwise.plans",
+    "Scheme": "headwise.plans",
+    "plan_heads": "headwise.plans",
+}
+__all__ = [*_EXPORTS, "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'headwise' has no attribute {name!r}")
