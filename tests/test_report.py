@@ -16,7 +16,8 @@ import tomli_w
 from headwise.cli import main
 from headwise.plans import Plan, plan_heads
 from headwise.run import RunDir, RunStatus, RunSummary, write_summary
-from headwise.study import load_study, write_report
+from headwise.report import write_report
+from headwise.study import load_study
 from headwise.study.layout import RESULTS_CSV, run_dir, save_study
 from headwise.study.spec import load_study_file
 

@@ -55,7 +55,7 @@ def test_study_runs_records_failures_and_reruns_resumably(tmp_path):
     out = tmp_path / "study"
     lines: list[str] = []
     with pytest.raises(RunFailure, match=r"1 of 3 runs did not complete: broken/seed0"):
-        run_study(load_study(str(src)), out, make_report=False, echo=lines.append)
+        run_study(load_study(str(src)), out, echo=lines.append)
     assert any("[3/3]" in line for line in lines)  # the failure did not stop the run after it
     record = load_study_record(out)
     assert record.name == "mini" and record.seeds == 1
@@ -75,7 +75,7 @@ def test_study_runs_records_failures_and_reruns_resumably(tmp_path):
     # rerun: completed runs are skipped, the failed one is tried again (and fails again)
     lines.clear()
     with pytest.raises(RunFailure):
-        run_study(load_study(str(src)), out, make_report=False, echo=lines.append)
+        run_study(load_study(str(src)), out, echo=lines.append)
     assert "2 already finished, 1 to run" in lines[0]
     assert (out / "runs" / "one-head" / "seed0" / "summary.json").stat().st_mtime_ns == finished
     assert (out / "logs" / "broken-seed0.log").read_text().count("====") == 2
@@ -93,16 +93,16 @@ def test_output_dir_of_another_study_is_refused(tmp_path, capsys):
     b = write_study(tmp_path / "b.toml", [{"name": "x", "set": {"optim.lr": 0.02}}], name="a")
     out = tmp_path / "study"
     study_a = load_study(str(a))
-    run_study(study_a, out, make_report=False, echo=quiet)
+    run_study(study_a, out, echo=quiet)
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
     assert main(["study", str(b), "--out", str(out), "--no-report"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "holds a different study" in err
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == before
     # a rerun of the same study finds nothing to do; more seeds run only the new ones
-    again = run_study(load_study(str(a)), out, make_report=False, echo=quiet)
+    again = run_study(load_study(str(a)), out, echo=quiet)
     assert again.ran == [] and again.skipped == ["x/seed0"]
-    more = run_study(load_study(str(a), seeds=2), out, make_report=False, echo=quiet)
+    more = run_study(load_study(str(a), seeds=2), out, echo=quiet)
     assert more.ran == ["x/seed1"] and more.skipped == ["x/seed0"]
     assert load_study_record(out).seeds == 2 and [r.seed for r in more.results] == [0, 1]
     assert read_summary(out / "runs" / "x" / "seed1").status is RunStatus.COMPLETED
@@ -110,7 +110,7 @@ def test_output_dir_of_another_study_is_refused(tmp_path, capsys):
     other.mkdir()
     (other / "notes.txt").write_text("mine")
     with pytest.raises(HeadwiseError, match="not empty and holds no study"):
-        run_study(study_a, other, make_report=False, echo=quiet)
+        run_study(study_a, other, echo=quiet)
     assert sorted(p.name for p in other.iterdir()) == ["notes.txt"]
 
 
@@ -180,7 +180,7 @@ def test_killed_study_finishes_on_rerun_without_redoing_finished_runs(tmp_path):
         if proc.poll() is None:
             proc.kill()
     lines: list[str] = []
-    outcome = run_study(load_study(str(src)), out, make_report=False, echo=lines.append)
+    outcome = run_study(load_study(str(src)), out, echo=lines.append)
     assert outcome.skipped == ["first/seed0"] and outcome.ran == ["second/seed0"]
     assert any("resuming second/seed0" in line for line in lines)
     assert (out / "runs" / "first" / "seed0" / "summary.json").stat().st_mtime_ns == first_done
@@ -198,7 +198,7 @@ def test_ray_backend_runs_a_study_on_a_local_cluster(tmp_path):
                                                                                              "model.head_dim": 4}}])
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        outcome = run_study(load_study(str(src)), tmp_path / "study", backend="ray", make_report=False, echo=quiet)
+        outcome = run_study(load_study(str(src)), tmp_path / "study", backend="ray", echo=quiet)
     finally:
         ray.shutdown()
     assert sorted(outcome.ran) == ["a/seed0", "b/seed0"] and not outcome.failed

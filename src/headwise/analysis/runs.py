@@ -28,6 +28,7 @@ from headwise.errors import HeadwiseError
 from headwise.model import WEIGHTS_FILE, load_pretrained
 from headwise.run import RunDir, RunStatus, read_summary
 from headwise.run.layout import CONFIG_FILE, SUMMARY_FILE
+from headwise.tasks.config import parse_task_config
 
 CHECKPOINT_RE = re.compile(r"^step_(\d+)$")
 RUN_COLUMNS = ["step", "layer", "heads", "head_dim", "width", "attention", "cond_mean", "cond_median",
@@ -51,12 +52,11 @@ def find_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
 
 
 def eval_inputs(run_dir: str | Path, batches: int) -> list[Tensor]:
-    """The inputs of the first ``batches`` evaluation batches of the run's task."""
-    from headwise.tasks.config import build_task
-    from headwise.train.config import RunConfig
-
-    cfg = RunConfig.load(RunDir(run_dir).config)
-    return [b.inputs for b in build_task(cfg.task).eval_batches()[:batches]]
+    """The inputs of the first ``batches`` evaluation batches of the run's task (its config's
+    ``[task]`` table: the analysis needs the task, not the whole run config)."""
+    path = RunDir(run_dir).config
+    task = parse_task_config(read_toml(path).get("task", {}), source=f"{path} [task]")
+    return [b.inputs for b in task.build().eval_batches()[:batches]]
 
 
 def _check_run_dir(run_dir: Path) -> None:

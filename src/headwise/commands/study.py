@@ -50,6 +50,7 @@ def _list() -> int:
 
 def run(args: argparse.Namespace) -> int:
     from headwise.errors import HeadwiseError
+    from headwise.report import write_report
     from headwise.study import load_study
     from headwise.study.runner import describe_plan, run_study
 
@@ -62,5 +63,5 @@ def run(args: argparse.Namespace) -> int:
         print(describe_plan(study))
         return 0
     run_study(study, args.out, jobs=args.jobs, threads=args.threads, backend=args.backend, address=args.address,
-              seeds_given=args.seeds is not None, make_report=not args.no_report)
+              seeds_given=args.seeds is not None, report=None if args.no_report else write_report)
     return 0

@@ -1,9 +1,11 @@
-"""Studies: many runs from one definition, run resumably (locally or on Ray), and their reports.
+"""Studies: many runs from one definition, run resumably (locally or on Ray), with their results.
 
-    from headwise.study import load_study, run_study, write_report
+    from headwise.report import write_report
+    from headwise.study import load_study, run_study
     study = load_study("progression", preset="tiny", seeds=1)
-    outcome = run_study(study, "studies_out/progression-tiny", jobs=2)
-    write_report(outcome.study_dir)
+    outcome = run_study(study, "studies_out/progression-tiny", jobs=2, report=write_report)
+
+The report (:mod:`headwise.report`) reads a study directory; the study does not depend on it.
 
 Nothing heavy is imported with the package itself: every run starts through
 :mod:`headwise.study.worker`, which should not pay for plotting and statistics.
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["load_study", "run_study", "write_report"]
+__all__ = ["load_study", "run_study"]
 
 
 def load_study(name_or_path: str, preset: str | None = None, seeds: int | None = None,
@@ -28,13 +30,9 @@ def load_study(name_or_path: str, preset: str | None = None, seeds: int | None =
 
 
 def __getattr__(name: str) -> Any:
-    # run_study and write_report on first use (PEP 562)
+    # run_study on first use (PEP 562)
     if name == "run_study":
         from headwise.study.runner import run_study
 
         return run_study
-    if name == "write_report":
-        from headwise.report import write_report
-
-        return write_report
     raise AttributeError(f"module 'headwise.study' has no attribute {name!r}")

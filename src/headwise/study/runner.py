@@ -36,6 +36,7 @@ from headwise.study import layout
 from headwise.study.layout import StudyRecord, load_study_record, save_study
 from headwise.study.results import RunResult, update_results
 from headwise.study.spec import RunSpec, Study, study_identity
+from headwise.tasks.config import parse_task_config
 from headwise.train.checkpoint import latest_checkpoint
 
 BACKENDS = ("local", "ray")
@@ -188,10 +189,11 @@ def run_study(
     backend: str = "local",
     address: str | None = None,
     seeds_given: bool = True,
-    make_report: bool = True,
+    report: Callable[[Path], Path] | None = None,
     echo: Callable[[str], None] = print,
 ) -> StudyOutcome:
-    """Run (or resume) every run of ``study`` into ``out_dir``, then write the report.
+    """Run (or resume) every run of ``study`` into ``out_dir``, then call ``report`` (e.g.
+    :func:`headwise.report.write_report`) on the study directory, whatever the runs' outcome.
 
     Raises HeadwiseError (nothing written) when ``out_dir`` holds something else, and
     RunFailure after the report when some runs failed (rerunning retries them).
@@ -229,10 +231,8 @@ def run_study(
             failed = progress.failed
         results = update_results(record)
     outcome = StudyOutcome(study_dir, results, [j.key for j in todo], done, failed)
-    if make_report:
-        from headwise.report import write_report
-
-        outcome.report = write_report(study_dir, echo=echo)
+    if report is not None:
+        outcome.report = report(study_dir)
         echo(f"report: {outcome.report}")
     if failed:
         stopped = [f"{r.variant}/seed{r.seed}" for r in results if r.status is RunStatus.INTERRUPTED]
@@ -249,8 +249,6 @@ def run_study(
 def _prepare_data(jobs: list[RunJob], echo: Callable[[str], None]) -> None:
     """Prepare each distinct task's data once (e.g. tokenize a dataset), before the runs start, so
     that parallel runs share one cache instead of each building it."""
-    from headwise.tasks.config import parse_task_config
-
     seen: set[str] = set()
     for job in jobs:
         task = job.spec.config.get("task", {})

@@ -35,6 +35,7 @@ from headwise.tasks.config import build_task
 from headwise.train.checkpoint import (
     checkpoint_spec,
     clean_uncommitted,
+    config_difference,
     latest_checkpoint,
     load_state,
     rng_state,
@@ -46,11 +47,6 @@ from headwise.train.config import RunConfig, batch_layout, min_lr, resolve_spec,
 from headwise.train.distributed import DistContext, init_distributed, resolve_device
 from headwise.train.metrics import MetricsLog, Progress, default_peak_flops, peak_memory_bytes
 from headwise.train.optim import build_optimizer, build_scheduler
-
-#: Settings a resumed run may change: how long it runs and what it records. Anything else
-#: would make the continued run a different run from the one its checkpoints come from.
-RESUMABLE_CHANGES = ("train.steps", "train.epochs", "train.tokens", "train.log_every", "train.compile",
-                     "train.device", "train.peak_flops", "eval.", "checkpoint.", "analysis.")
 
 # Sentinel for "no non-finite loss yet" in the on-device first-bad-step tracker.
 _NO_STEP = float("inf")
@@ -77,24 +73,6 @@ def run_training(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, o
         return Trainer(cfg, Path(out_dir), ctx, resume=resume, overwrite=overwrite, task=task).run()
     finally:
         ctx.close()
-
-
-def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def config_difference(saved: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Dotted keys whose values differ between two config dicts, excluding RESUMABLE_CHANGES."""
-    a, b = _flatten(saved), _flatten(new)
-    keys = sorted(set(a) | set(b))
-    return [k for k in keys if a.get(k) != b.get(k) and not any(
-        k == r or (r.endswith(".") and k.startswith(r)) for r in RESUMABLE_CHANGES)]
 
 
 class Trainer:
