@@ -45,8 +45,12 @@ class Config(BaseModel):
     def load(cls: type[C], path: str | Path, overrides: list[str] | None = None) -> C:
         """Load from a TOML file, apply ``key=value`` overrides, validate."""
         data = read_toml(path)
-        apply_overrides(data, overrides or [])
-        return cls.parse(data, source=str(path))
+        bare = apply_overrides(data, overrides or [])
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            message = describe_validation_error(cls, exc, str(path))
+            raise HeadwiseError(message + _quoting_hint(cls, exc, bare)) from None
 
     def to_dict(self) -> dict[str, Any]:
         """A plain dict, None values dropped (TOML has no null), ready for TOML or JSON."""
@@ -68,6 +72,11 @@ def _drop_none(value: Any) -> Any:
 def read_toml(path: str | Path) -> dict[str, Any]:
     """Read a TOML file; a missing or malformed file is a HeadwiseError."""
     p = Path(path)
+    if p.is_dir():
+        inside = p / "config.toml"
+        hint = (f" (a run's own config is {inside}; `--resume --out {p}` continues that run)"
+                if inside.is_file() else "")
+        raise HeadwiseError(f"config file {p} is a directory, not a file: pass the path of a .toml file{hint}")
     if not p.is_file():
         raise HeadwiseError(f"config file {p} does not exist: pass the path of a .toml file")
     try:
@@ -99,13 +108,61 @@ def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
     node[parts[-1]] = copy.deepcopy(value)  # the same value may be set into several configs
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> None:
-    """Apply ``section.key=value`` overrides to a nested dict, in place."""
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, str]:
+    """Apply ``section.key=value`` overrides to a nested dict, in place. Returns the overrides
+    whose value was not a TOML literal and was taken as a bare string (key -> text), so that a
+    validation error on one of them can hint at quoting. A value that looks like a list, table or
+    quoted string but is not valid TOML (the shell ate its quotes) is refused with that hint."""
+    bare: dict[str, str] = {}
     for item in overrides:
         if "=" not in item:
             raise HeadwiseError(f"override {item!r} is not of the form key=value (e.g. optim.lr=3e-4)")
         key, _, raw = item.partition("=")
-        set_dotted(data, key, parse_value(raw.strip()))
+        key, raw = key.strip(), raw.strip()
+        try:
+            value = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:  # not a TOML literal: a bare string
+            value = raw
+            if raw[:1] in ("[", "{", '"', "'"):
+                raise HeadwiseError(f"--set {key}={raw}: {raw} is not a valid TOML value; {quoting_example(key, raw)}")
+            bare[key] = raw
+        set_dotted(data, key, value)
+    return bare
+
+
+def quoting_example(key: str, raw: str, as_list: bool = False) -> str:
+    """How to quote ``key=raw`` on a shell command line so that TOML reads it as meant (a list
+    when ``raw`` looks like one or ``as_list``)."""
+    text = raw.strip("[]{}\"'")
+    if raw.startswith("[") or as_list:
+        items = [t.strip().strip("\"'") for t in text.split(",") if t.strip()]
+        shown = ",".join(t if _is_number(t) else f'"{t}"' for t in items)
+        example = f"[{shown}]"
+    else:
+        example = f'"{text}"'
+    return f"quote strings inside it and the whole argument for the shell, e.g. --set '{key}={example}'"
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return text in ("true", "false")
+
+
+def _quoting_hint(cls: type[BaseModel], exc: ValidationError, bare: dict[str, str]) -> str:
+    """A hint at quoting when the failing key was set by ``--set`` with a bare (unquoted) string."""
+    if not bare:
+        return ""
+    err = _chosen_error(exc)
+    path, _ = _resolve_loc(cls, tuple(err["loc"]))
+    key = ".".join(path)
+    as_list = err["type"] in ("list_type", "tuple_type")
+    for set_key, raw in bare.items():
+        if key == set_key or key.startswith(set_key + "."):
+            return f" ({set_key}={raw} was read as the string {raw!r}: {quoting_example(set_key, raw, as_list)})"
+    return ""
 
 
 def _model_in(annotation: Any, tag: Any = None) -> type[BaseModel] | None:
@@ -147,28 +204,45 @@ def _resolve_loc(cls: type[BaseModel], loc: tuple[Any, ...]) -> tuple[list[str],
     return path, list(model.model_fields) if isinstance(model, type) and issubclass(model, BaseModel) else []
 
 
+def _chosen_error(exc: ValidationError) -> dict[str, Any]:
+    """The error to report: a misspelt key first, since it usually also explains a "missing" one."""
+    errors = exc.errors()
+    return next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+
+
 def describe_validation_error(cls: type[BaseModel], exc: ValidationError, source: str) -> str:
     """Turn the most useful pydantic error into one readable line (a misspelt key first, since
     it usually also explains a "missing" one)."""
-    errors = exc.errors()
-    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    err = _chosen_error(exc)
     loc = tuple(err["loc"])
     path, _ = _resolve_loc(cls, loc)
-    where = ".".join(path) or "(top level)"
-    if err["type"] == "extra_forbidden":
+    where = ".".join(path)
+    kind, value = err["type"], err.get("input")
+    if kind == "extra_forbidden":
         name = str(loc[-1])
         _, known = _resolve_loc(cls, loc[:-1])
         hint = difflib.get_close_matches(name, known, n=1)
         suggestion = f"; did you mean {hint[0]!r}?" if hint else f"; valid keys: {', '.join(known)}"
         return f"{source}: unknown key {where!r}{suggestion}"
+    ctx = err.get("ctx") or {}
+    # A check of a whole table (a model validator) names its own keys: no location to add.
+    prefix = f"{source}: {where}: " if where else f"{source}: "
+    if kind == "union_tag_invalid":
+        tags = ", ".join(t.strip().strip("'") for t in str(ctx.get("expected_tags", "")).split(","))
+        table = path[-1] if path else "table"
+        return f"{prefix}unknown {table} kind {ctx.get('tag')!r}; use one of: {tags}"
+    if kind in ("union_tag_not_found", "model_type", "dict_type"):
+        table = f"[{where}]" if where else "the config"
+        return f"{prefix}expected a table ({table} with its keys), got {value!r}"
+    if kind == "missing":
+        if loc and isinstance(loc[-1], int):  # a fixed-length list (tuple) is short of items
+            return f"{prefix}expected more items, got {value!r}"
+        return f"{source}: missing required key {where!r}"
     msg = err["msg"]
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
-    if err["type"] == "missing":
-        return f"{source}: missing required key {where!r}"
-    value = err.get("input")
     shown = "" if isinstance(value, dict) else f" (got {value!r})"
-    return f"{source}: {where}: {msg}{shown}"
+    return f"{prefix}{msg}{shown}"
 
 
 def atomic_write_text(path: Path, text: str) -> None:

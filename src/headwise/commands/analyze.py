@@ -83,7 +83,35 @@ def _run_dir(args: argparse.Namespace, run_dir: Path) -> int:
     png2 = plot_head_stats_vs_step(rows, out / "head_stats.png", title=f"Head statistics: {title}")
     print(format_table(rows, RUN_COLUMNS))
     print(f"wrote {csv_path}, {png}, {png2}")
+    note = _few_points_note(run_dir, sorted({r["step"] for r in rows}), args.checkpoints or "all")
+    if note:
+        print(note)
     return 0
+
+
+#: fewer checkpoints than this and the "vs step" curves get a note on why and how to get more
+FEW_POINTS = 5
+
+
+def _few_points_note(run_dir: Path, steps: list[int], mode: str) -> str | None:
+    """Why a run's "condition number vs step" curve has only these few points, and how to get more."""
+    from headwise.config import read_toml
+
+    if mode != "all" or len(steps) >= FEW_POINTS:
+        return None
+    cfg = read_toml(RunDir(run_dir).config)
+    ckpt, every = cfg.get("checkpoint", {}), cfg.get("analysis", {}).get("every", 0)
+    keep, ckpt_every = ckpt.get("keep", 2), ckpt.get("every", 0)
+    total = cfg.get("train", {}).get("steps")
+    saved = f"one every {ckpt_every} steps" if ckpt_every else "only at the end"
+    why = (f"note: only {len(steps)} point{'s' if len(steps) != 1 else ''} (steps {', '.join(map(str, steps))}): "
+           f"the run saved checkpoints {saved}{f' of {total}' if total and ckpt_every else ''} and keeps the "
+           f"last {keep} (checkpoint.keep = {keep})")
+    if every:
+        return f"{why}; the condition number was also logged every {every} steps during training: see " \
+               f"{RunDir(run_dir).metrics}"
+    return (f"{why}. For more points, train with --set checkpoint.keep=K (and a smaller checkpoint.every), or "
+            f"--set analysis.every=K to log the condition number every K steps during training (metrics.jsonl)")
 
 
 def _study_dir(args: argparse.Namespace, study_dir: Path) -> int:
@@ -92,7 +120,8 @@ def _study_dir(args: argparse.Namespace, study_dir: Path) -> int:
     from headwise.analysis.runs import STUDY_COLUMNS, condition_vs_heads, write_csv
 
     if args.checkpoints is not None:
-        raise HeadwiseError("--checkpoints applies to a run directory; a study is analysed at each run's final model")
+        raise HeadwiseError(f"{study_dir} is not a run directory (no config.toml): --checkpoints applies to a run "
+                            "directory; a study is analysed at each run's final model")
     rows = condition_vs_heads(study_dir, args.batches, device=_device(args.device), progress=print)
     rows.sort(key=lambda r: (r["scheme"], r["total_heads"], r["seed"]))
     out = args.out or study_dir / "analysis"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 NAME = "generate"
@@ -28,13 +29,25 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def _check_sampling(args: argparse.Namespace) -> None:
+    from headwise.errors import HeadwiseError
+
+    if args.max_new_tokens < 1:
+        raise HeadwiseError(f"--max-new-tokens {args.max_new_tokens}: give at least 1")
+    if not args.temperature >= 0 or math.isinf(args.temperature):
+        raise HeadwiseError(f"--temperature {args.temperature}: give 0 (greedy) or a positive number")
+    if args.top_k is not None and args.top_k < 1:
+        raise HeadwiseError(f"--top-k {args.top_k}: give at least 1 (or leave it out to sample from every token)")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        raise HeadwiseError(f"--top-p {args.top_p}: give a probability in (0, 1]")
+
+
 def run(args: argparse.Namespace) -> int:
     from headwise.errors import HeadwiseError
     from headwise.tasks.config import build_task
     from headwise.train.generate import generate_text, load_run_model, run_config, vector_predictions
 
-    if args.max_new_tokens < 1:
-        raise HeadwiseError(f"--max-new-tokens {args.max_new_tokens}: give at least 1")
+    _check_sampling(args)
     run_dir = Path(args.run_dir)
     cfg = run_config(run_dir)
     if cfg.task.kind == "lm":

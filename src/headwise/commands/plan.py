@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from headwise.errors import HeadwiseError
 from headwise.params import count_params
 from headwise.plans import SCHEMES, plan_heads
 from headwise.spec import ModelSpec
@@ -35,7 +36,22 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def _check_args(args: argparse.Namespace) -> None:
+    """Refuse flags the scheme would silently ignore, and a missing budget, in the flags' own words."""
+    if args.scheme == "explicit":
+        if args.total_heads is not None:
+            raise HeadwiseError("--total-heads does not apply to --scheme explicit: the --heads list sets the total")
+        return
+    if args.heads is not None:
+        raise HeadwiseError(f"--heads gives the counts themselves: use it with --scheme explicit, or give "
+                            f"--total-heads for --scheme {args.scheme}")
+    if args.total_heads is None:
+        raise HeadwiseError(f"--scheme {args.scheme} needs --total-heads N, the budget of heads over all "
+                            f"{args.layers} layers (e.g. --total-heads {4 * max(args.layers, 1)})")
+
+
 def run(args: argparse.Namespace) -> int:
+    _check_args(args)
     plan = plan_heads(args.scheme, args.layers, args.d_model, args.total_heads,
                       ratio=args.ratio, heads=args.heads, head_dim=args.head_dim)
     spec = ModelSpec.parse(dict(

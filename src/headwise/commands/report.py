@@ -5,12 +5,23 @@ from __future__ import annotations
 import argparse
 
 NAME = "report"
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a positive number of heads")
+    return value
+
 HELP = "write a study's report (report.md, PNG figures and the CSV behind each) from its run directories"
 
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("study_dir", metavar="STUDY_DIR", help="a directory written by headwise study")
-    p.add_argument("--at-heads", type=float, metavar="T",
+    p.add_argument("--at-heads", type=_positive_float, metavar="T",
                    help="total heads at which fitted curves are compared (default: the study's, else the "
                         "largest total every scheme reaches)")
     p.add_argument("--no-samples", action="store_true", help="skip text samples from the models")

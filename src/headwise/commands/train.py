@@ -36,7 +36,14 @@ def run(args: argparse.Namespace) -> int:
     if args.config is None:
         if not (args.resume and args.out):
             raise HeadwiseError("give a config file (or --resume --out DIR to continue a run with its own config)")
-        config = RunDir(args.out).config
+        run_dir = RunDir(args.out)
+        if not run_dir.path.is_dir():
+            raise HeadwiseError(f"{args.out} does not exist, so it holds no run to resume: give the --out of a "
+                                "run, or a config file to start one")
+        if not run_dir.has_run():
+            raise HeadwiseError(f"{args.out} holds no run to resume (no {run_dir.config.name}): give the --out of "
+                                "a run, or a config file to start one")
+        config = run_dir.config
     else:
         config = Path(args.config)
     out = Path(args.out) if args.out else Path("runs") / config.stem
