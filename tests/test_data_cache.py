@@ -243,9 +243,49 @@ def test_token_dtype_and_default_dir(monkeypatch, tmp_path):
     assert default_cache_dir() == Path.home() / ".cache" / "headwise"
 
 
-def test_a_large_vocabulary_is_stored_as_uint32(small):
+def test_a_large_vocabulary_is_stored_as_uint32(small, monkeypatch):
+    # a vocabulary past 65,536 needs far more text than a test has: store a small one as uint32
+    monkeypatch.setattr(cache_mod, "token_dtype", lambda vocab_size: np.dtype(np.uint32))
     cfg, root = small
-    cache = prepare(cfg.model_copy(update={"tokenizer": "bpe:70000"}), cache_dir=root)
+    cache = prepare(cfg.model_copy(update={"tokenizer": "bpe:300"}), cache_dir=root)
     assert cache.dtype == np.uint32
-    assert int(np.asarray(cache.tokens("train")).max()) == 69999  # end-of-text
+    assert int(np.asarray(cache.tokens("train")).max()) == 299  # end-of-text
     assert os.path.getsize(cache.path / "train.bin") == 4 * cache.num_tokens("train")
+
+
+def test_a_bpe_larger_than_the_text_supports_is_refused(data_env, tmp_path):
+    # five stories learn 838 tokens: bpe:70000 would leave ~69k embedding rows no token uses
+    cfg = DataConfig(source="tinystories-tiny-fixture.txt", validation="tinystories-valid-sample.txt",
+                     tokenizer="bpe:70000")
+    with pytest.raises(HeadwiseError, match=r"'bpe:70000': the training text supports only 839 tokens "
+                                            r"\(838 learnt \+ end-of-text\); use 'bpe:839' or fewer") as info:
+        prepare(cfg, cache_dir=tmp_path / "cache")
+    assert "\n" not in str(info.value) and list((tmp_path / "cache").iterdir()) == []
+    # the number it names is what the text supports: exactly that many tokens, all used
+    cache = prepare(cfg.model_copy(update={"tokenizer": "bpe:839"}), cache_dir=tmp_path / "cache")
+    assert cache.vocab_size == 839 and cache.tokenizer._tok.get_vocab_size() == 838
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (lambda m: m["tokenizer"].update(vocab_size=70000), "dtype uint16 for a vocabulary of 70,000"),
+        (lambda m: m["tokenizer"].update(vocab_size=1000), "vocab_size 1,000, but its tokenizer bpe:300 has 300"),
+        (lambda m: m.update(dtype="int8"), "dtype 'int8'"),
+    ],
+)
+def test_a_meta_whose_vocabulary_does_not_fit_is_damaged(small, change, reason):
+    cfg, root = small
+    cache = prepare(cfg.model_copy(update={"tokenizer": "bpe:300"}), cache_dir=root)
+    _edit_meta(cache.path, change)
+    with pytest.raises(CacheInvalid, match=reason):
+        TokenCache.open(cache.path)
+
+
+def test_a_source_without_text_is_refused_before_building(tmp_path, monkeypatch):
+    only_separators = tmp_path / "seps.txt"
+    only_separators.write_bytes(b"<|endoftext|>\n  \n<|endoftext|>\n")
+    monkeypatch.setattr(cache_mod, "_Progress", None)  # nothing may be drawn (or built)
+    with pytest.raises(HeadwiseError, match="holds no text"):
+        prepare(DataConfig(source=str(only_separators)), cache_dir=tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()

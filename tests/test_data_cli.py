@@ -94,3 +94,58 @@ def test_module_entry_point_exit_code(env):
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("headwise: error: data source 'missing-file.txt' not found")
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_list_of_a_file_or_a_missing_folder_says_so(env, tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    assert main(["data", "list", "--cache-dir", str(tmp_path / "file")]) == 2
+    assert "is a file" in capsys.readouterr().err
+    assert main(["data", "list", "--cache-dir", str(tmp_path / "absent")]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and err.count("\n") == 1
+    assert main(["data", "list"]) == 0  # the default folder, not made yet, just holds no caches
+
+
+def test_info_refuses_a_meta_whose_vocabulary_does_not_fit_its_dtype(env, capsys):
+    built = run_json(capsys, "data", "prepare", "tinystories-tiny-fixture.txt", "--tokenizer", "bpe:300",
+                     "--validation", "fraction:0.4")
+    meta_path = f"{built['cache']}/meta.json"
+    with open(meta_path) as f:
+        meta = json.load(f)
+    assert meta["dtype"] == "uint16"
+    meta["tokenizer"]["vocab_size"] = 70000
+    with open(meta_path, "w") as f:
+        json.dump(meta, f)
+    assert main(["data", "info", built["cache"]]) == 2
+    err = capsys.readouterr().err
+    assert "vocabulary of 70,000" in err and "damaged" in err and err.count("\n") == 1
+
+
+def test_prepare_draws_no_bars_into_a_log_file(env, tmp_path):
+    log = tmp_path / "prepare.log"
+    with open(log, "w") as f:
+        proc = subprocess.run(
+            [sys.executable, "-m", "headwise", "data", "prepare", "tinystories-tiny-fixture.txt",
+             "--tokenizer", "bpe:300", "--validation", "fraction:0.4"],
+            stdout=subprocess.PIPE, stderr=f, text=True, timeout=120,
+        )
+    assert proc.returncode == 0 and "train_tokens" in proc.stdout
+    assert log.read_text() == ""  # no bar frames, no escape codes
+
+
+def test_a_terminal_gets_a_bar_but_not_before_an_error(env, tmp_path, capsys, monkeypatch):
+    import sys as _sys
+
+    monkeypatch.setattr(_sys.stderr, "isatty", lambda: True)
+    empty = tmp_path / "seps.txt"
+    empty.write_bytes(b"<|endoftext|>\n<|endoftext|>\n")
+    assert main(["data", "prepare", str(empty)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("headwise: error: ") and "holds no text" in err and err.count("\n") == 1
+    # an empty hold-out is only known once the bar is drawn: the bar is erased before the error
+    assert main(["data", "prepare", "tinystories-tiny-fixture.txt", "--tokenizer", "bpe:300"]) == 2
+    err = capsys.readouterr().err
+    assert "tokenizing" in err and "\x1b[1A\x1b[2Kheadwise: error: the validation set is empty" in err
+    assert main(["data", "prepare", "tinystories-tiny-fixture.txt", "--tokenizer", "bpe:300",
+                 "--validation", "fraction:0.4"]) == 0
+    assert "tokenizing" in capsys.readouterr().err

@@ -119,13 +119,28 @@ def test_txt_cut_mid_character_drops_the_incomplete_character(tmp_path):
 def test_invalid_utf8_is_refused_with_its_offset(tmp_path):
     path = tmp_path / "bad.txt"
     path.write_bytes(b"one\n<|endoftext|>\nbad \xff byte\n<|endoftext|>\nthree")
-    src = open_source(str(path))
     with pytest.raises(HeadwiseError, match=r"not UTF-8 text \(invalid byte at offset 22\)"):
+        open_source(str(path))  # found when the file is opened
+    deep = tmp_path / "deep.txt"
+    deep.write_bytes(b"one\n<|endoftext|>\n" + b"a" * (sources._SNIFF + 10) + b"\xff\n")
+    src = open_source(str(deep))  # past the head that opening reads: found while reading
+    with pytest.raises(HeadwiseError, match=r"not UTF-8 text \(invalid byte at offset"):
         list(src.documents())
     stream = tmp_path / "bad-stream.txt"
     stream.write_bytes(b"ok \xfe\xff and more")
     with pytest.raises(HeadwiseError, match="not UTF-8"):
         docs(str(stream))
+
+
+def test_binary_garbage_is_called_not_utf8_before_anything_else(tmp_path):
+    # without a story separator it is a stream, which cannot be held out from: what is wrong
+    # first is that it is not text at all
+    garbage = tmp_path / "garbage.txt"
+    garbage.write_bytes(bytes(range(256)) * 64)
+    with pytest.raises(HeadwiseError, match=r"garbage.txt is not UTF-8 text \(invalid byte at offset 128\)"):
+        open_source(str(garbage))
+    with pytest.raises(HeadwiseError, match="not UTF-8 text"):
+        open_source(str(garbage), format="stories")
 
 
 def test_missing_and_empty_files(tmp_path):

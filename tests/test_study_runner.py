@@ -43,13 +43,17 @@ def quiet(_line: str) -> None:
 
 
 def test_study_runs_records_failures_and_reruns_resumably(tmp_path):
+    (tmp_path / "train.txt").write_text("A cat sat.\n<|endoftext|>\nA dog ran.\n")
+    (tmp_path / "valid.txt").write_text("A bird sang.\n")
     src = write_study(tmp_path / "mini.toml", [
         {"name": "one-head", "set": {}},
-        # passes validation (the tokenizer spec is fine) but the run fails: the data is missing
-        {"name": "broken", "set": {"task": {"kind": "lm", "source": str(tmp_path / "missing.txt"),
-                                            "tokenizer": "bpe:300", "block_size": 8},
+        # passes every check before the runs (spec, data) but the run fails: its data holds fewer
+        # tokens than one block
+        {"name": "broken", "set": {"task": {"kind": "lm", "source": str(tmp_path / "train.txt"),
+                                            "validation": str(tmp_path / "valid.txt"), "block_size": 32,
+                                            "cache_dir": str(tmp_path / "cache")},
                                    "model.preset": "tiny-lm", "model.d_model": 8, "model.head_dim": 8,
-                                   "model.mlp_hidden": 16}},
+                                   "model.mlp_hidden": 16, "model.max_seq_len": 32}},
         {"name": "two-heads", "set": {"model.heads": 2, "model.head_dim": 4}},
     ])
     out = tmp_path / "study"
@@ -61,7 +65,7 @@ def test_study_runs_records_failures_and_reruns_resumably(tmp_path):
     assert record.name == "mini" and record.seeds == 1
     rows = {r["variant"]: r for r in _read_csv(out / "results.csv")}
     assert rows["broken"]["status"] == "failed" and rows["one-head"]["status"] == "completed"
-    assert "missing.txt" in rows["broken"]["error"]  # why it failed, from its log
+    assert "fewer than one block" in rows["broken"]["error"]  # why it failed, from its log
     for name in ("one-head", "two-heads"):
         summary = read_summary(out / "runs" / name / "seed0")
         row = rows[name]

@@ -5,6 +5,10 @@
     headwise data info tinystories-train-sample.txt  # the plan and whether its cache is ready
     headwise data info ~/.cache/headwise/<cache>     # a cache's contents, checked
     headwise data list
+
+``bpe:N`` is refused when the training text cannot fill N tokens (the error names how many it
+supports): a cache's vocabulary is always what its tokenizer spec says, as the model's shape
+computed before the data exists assumes.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--rebuild", action="store_true", help="build again even if a cache exists (also replaces a bad one)"
     )
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no progress bar (one is drawn only when stderr is a terminal)")
     p = sub.add_parser("info", help="show a cache folder (checked), or what a source would give")
     _data_options(p)
     p = sub.add_parser("list", help="list the caches in the cache folder")

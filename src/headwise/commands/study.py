@@ -4,6 +4,11 @@
     headwise study rank --preset tiny --jobs 2 --out studies_out/rank
     headwise study my-study.toml --seeds 3 --backend ray --address auto
     headwise study --list
+
+Before any run starts and before the study directory is made, the study checks what its runs
+share (see :mod:`headwise.study.preflight`): its data is prepared (tokenized into the token cache),
+CUDA runs need a CUDA device, ``--out`` must be usable. A study that fails a check is refused
+with one line (exit 2) and leaves nothing behind. ``--dry-run`` checks only the variants' specs.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address", help="join this Ray cluster (e.g. auto or ray://host:10001) with --backend ray")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a key of the base run config, e.g. --set train.device=cuda (repeatable)")
-    p.add_argument("--dry-run", action="store_true", help="list the variants and their settings, run nothing")
+    p.add_argument("--dry-run", action="store_true", help="list the variants and their settings, run nothing (prepares no data)")
     p.add_argument("--no-report", action="store_true", help="do not write the report at the end")
     p.add_argument("--list", action="store_true", help="list the built-in studies and their presets")
 

@@ -129,6 +129,7 @@ class TokenCache:
             tokenizer = _cache_tokenizer(path, meta)
             if tokenizer.sha256 != meta["tokenizer"]["sha256"]:
                 raise invalid("its tokenizer differs from the one it was built with")
+            _check_vocab(meta, tokenizer, invalid)
             itemsize = np.dtype(meta["dtype"]).itemsize
             for split in SPLITS:
                 info = meta["splits"][split]
@@ -147,6 +148,19 @@ class TokenCache:
         except (KeyError, TypeError, ValueError) as exc:
             raise invalid(f"{META} lacks or garbles {exc}") from None
         return cls(path=path, meta=meta, tokenizer=tokenizer)
+
+
+def _check_vocab(meta: dict[str, Any], tokenizer: Tokenizer, invalid: Any) -> None:
+    """The recorded vocabulary must be the tokenizer's, and every id must fit the token dtype."""
+    vocab, dtype = int(meta["tokenizer"]["vocab_size"]), meta["dtype"]
+    if dtype not in ("uint16", "uint32"):
+        raise invalid(f"{META} records dtype {dtype!r}; token files are uint16 or uint32 (damaged)")
+    if vocab - 1 > np.iinfo(np.dtype(dtype)).max:
+        raise invalid(f"{META} records dtype {dtype} for a vocabulary of {vocab:,}, whose ids do not fit it (damaged)")
+    if vocab != tokenizer.vocab_size:
+        raise invalid(
+            f"{META} records vocab_size {vocab:,}, but its tokenizer {tokenizer.spec} has {tokenizer.vocab_size:,} (damaged)"
+        )
 
 
 def _cache_tokenizer(path: Path, meta: dict[str, Any]) -> Tokenizer:
@@ -184,7 +198,8 @@ def prepare(
             return TokenCache.open(final, request)
         except CacheInvalid as exc:
             raise CacheInvalid(f"{exc}; rebuild it (headwise data prepare --rebuild) or delete the folder") from None
-    root.mkdir(parents=True, exist_ok=True)
+    _check_not_empty(plan)
+    _make_root(root)
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}.", suffix=".tmp"))
     try:
         _build(plan, request, tmp, progress)
@@ -193,6 +208,22 @@ def prepare(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return TokenCache.open(final, request)
+
+
+def _check_not_empty(plan: DataPlan) -> None:
+    """Refuse a source without a single document before anything is drawn or written."""
+    for source, what in ((plan.train, "training"), (plan.valid, "validation")):
+        if source is not None and next(iter(source.documents()), None) is None:
+            raise HeadwiseError(f"the {what} source {source.label()} holds no text: check the source")
+
+
+def _make_root(root: Path) -> None:
+    if root.exists() and not root.is_dir():
+        raise HeadwiseError(f"cache folder {root} is a file: give a folder (--cache-dir, cache_dir or HEADWISE_CACHE)")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise HeadwiseError(f"cannot create cache folder {root}: {exc.strerror}; give another (--cache-dir or HEADWISE_CACHE)") from None
 
 
 def _share(folder: Path) -> None:
@@ -263,12 +294,12 @@ def _build(plan: DataPlan, request: dict[str, Any], tmp: Path, progress: bool) -
         finally:
             for w in writers.values():
                 w.close()
-    for split, what in (("train", "training"), ("valid", "validation")):
-        if writers[split].tokens == 0:
-            hint = "check the source"
-            if split == "valid":
-                hint = "raise the fraction (validation = 'fraction:0.2') or give a validation file"
-            raise HeadwiseError(f"the {what} set is empty ({plan.describe()}): {hint}")
+        for split, what in (("train", "training"), ("valid", "validation")):  # raised with the bar up: erased
+            if writers[split].tokens == 0:
+                hint = "check the source"
+                if split == "valid":
+                    hint = "raise the fraction (validation = 'fraction:0.2') or give a validation file"
+                raise HeadwiseError(f"the {what} set is empty ({plan.describe()}): {hint}")
     meta = {
         "format": CACHE_FORMAT,
         "request": request,
@@ -304,7 +335,8 @@ class _Progress:
     """A rich progress display on stderr while a cache is built (silent when disabled)."""
 
     def __init__(self, enabled: bool, plan: DataPlan) -> None:
-        self.enabled = enabled
+        # Bars redrawn into a log file or a pipe only fill it with frames.
+        self.enabled = enabled and sys.stderr.isatty()
         self.total = plan.subset
         self.tokens = 0
 
@@ -337,14 +369,23 @@ class _Progress:
                 tokens=f"{self.tokens:,} tokens",
             )
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
         if self.enabled:
+            # A failed build erases its bar, so that the error line stands alone.
+            self.progress.live.transient = exc_type is not None
             self.progress.stop()
 
 
 def list_caches(root: str | Path | None = None) -> list[Path]:
-    """Cache folders under ``root`` (default :func:`default_cache_dir`), hidden temporaries excluded."""
+    """Cache folders under ``root`` (default :func:`default_cache_dir`), hidden temporaries
+    excluded. A ``root`` given that is missing, and any root that is a file, are HeadwiseErrors;
+    the default folder not made yet holds no caches."""
+    given = root is not None
     root = Path(root or default_cache_dir()).expanduser()
+    if root.exists() and not root.is_dir():
+        raise HeadwiseError(f"cache folder {root} is a file, not a folder of token caches")
     if not root.is_dir():
+        if given:
+            raise HeadwiseError(f"cache folder {root} does not exist (caches are made by `headwise data prepare`)")
         return []
     return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))

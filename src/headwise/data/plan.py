@@ -41,7 +41,8 @@ class DataConfig(Config):
     field: str | None = None
     #: the hub split to train on
     split: str = "train"
-    #: "gpt-neo" (GPT-2's 50,257-token BPE) or "bpe:N" (a byte-level BPE of N tokens trained here)
+    #: "gpt-neo" (GPT-2's 50,257-token BPE) or "bpe:N" (a byte-level BPE of N tokens trained here;
+    #: refused when the training text cannot fill N, with the number it supports)
     tokenizer: str = "gpt-neo"
     #: use only K training stories
     subset: int | None = Field(default=None, gt=0)

@@ -123,7 +123,12 @@ def open_source(
     if format == "hub" or (local is None and looks_like_hub):
         return _open_hub(str(local) if local else name, field, split)
     if local is None:
-        where = f" or under HEADWISE_DATA={data_root()}" if data_root() else " (HEADWISE_DATA is not set)"
+        if data_root() is not None:
+            where = f" or under HEADWISE_DATA={data_root()}"
+        elif not Path(name).is_absolute():
+            where = " (HEADWISE_DATA is not set: set it to the folder that holds this file, or give its full path)"
+        else:
+            where = ""
         raise HeadwiseError(
             f"data source {name!r} not found as a path{where}; give a file or folder, "
             "or a hub name like roneneldan/TinyStories"
@@ -133,6 +138,8 @@ def open_source(
         if f.stat().st_size == 0:
             raise HeadwiseError(f"data file {f} is empty")
     kind = _kind(files, format)
+    if kind in ("stories", "stream"):
+        _check_text(files[0])
     if kind in ("jsonl", "parquet"):
         field = _choose_field(field, _fields_of(files[0], kind), str(files[0]))
     elif field is not None and strict_field:
@@ -178,6 +185,14 @@ def _kind(files: tuple[Path, ...], format: str) -> str:
     with open(files[0], "rb") as f:
         head = f.read(_SNIFF)
     return "stories" if _SEPARATOR.search(head) else "stream"
+
+
+def _check_text(path: Path) -> None:
+    """Refuse a file that is not UTF-8 text (binary data, another encoding) when it is opened,
+    before anything else is said about it."""
+    with open(path, "rb") as f:
+        head = f.read(_SNIFF)
+    _decode(head, path, 0, final=True)  # a character cut by the sniff's end is not an error
 
 
 def _fields_of(path: Path, kind: str) -> list[str]:

@@ -190,9 +190,10 @@ class GPTNeoTokenizer(Tokenizer):
 
 
 class BPETokenizer(Tokenizer):
-    """A byte-level BPE trained with ``tokenizers``: BPE tokens take ids below ``N-1`` (all of them
-    unless the text has too few pairs to merge), ``N-1`` is end-of-text (kept out of the BPE so
-    that text can never produce it)."""
+    """A byte-level BPE trained with ``tokenizers``: BPE tokens take ids below ``N-1``, ``N-1`` is
+    end-of-text (kept out of the BPE so that text can never produce it). Training refuses an ``N``
+    that the text cannot fill (too few pairs to merge): the vocabulary is always exactly ``N``, as
+    the task's shape (computed from ``bpe:N`` before any data exists) says."""
 
     def __init__(self, vocab_size: int, tokenizer_json: str) -> None:
         from tokenizers import Tokenizer as HFTokenizer
@@ -222,6 +223,13 @@ class BPETokenizer(Tokenizer):
             show_progress=False,
         )
         tok.train_from_iterator(texts, trainer)
+        learnt = tok.get_vocab_size()
+        if learnt < vocab_size - 1:
+            # Recording N anyway would give every model N - learnt - 1 embedding rows no token uses.
+            raise HeadwiseError(
+                f"tokenizer 'bpe:{vocab_size}': the training text supports only {learnt + 1} tokens "
+                f"({learnt} learnt + end-of-text); use 'bpe:{learnt + 1}' or fewer, or more training text"
+            )
         return cls(vocab_size, tok.to_str())
 
     @classmethod

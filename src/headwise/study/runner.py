@@ -9,6 +9,8 @@ starting, the state of every run directory decides what happens to it:
 - a run directory without a checkpoint: started again with ``--overwrite``;
 - no run directory: started.
 
+What all runs share (output directory, device, data) is checked first, by
+:mod:`headwise.study.preflight`: a study that cannot run is refused before anything is written.
 One failing run never stops the others; ``results.csv`` is rewritten as each run ends.
 """
 
@@ -34,9 +36,9 @@ from headwise.errors import HeadwiseError, RunFailure
 from headwise.run import RunStatus, read_summary
 from headwise.study import layout
 from headwise.study.layout import StudyRecord, load_study_record, save_study
+from headwise.study.preflight import check_data, check_devices, check_out_dir
 from headwise.study.results import RunResult, update_results
 from headwise.study.spec import RunSpec, Study, study_identity
-from headwise.tasks.config import parse_task_config
 from headwise.train.checkpoint import latest_checkpoint
 
 BACKENDS = ("local", "ray")
@@ -195,8 +197,9 @@ def run_study(
     """Run (or resume) every run of ``study`` into ``out_dir``, then call ``report`` (e.g.
     :func:`headwise.report.write_report`) on the study directory, whatever the runs' outcome.
 
-    Raises HeadwiseError (nothing written) when ``out_dir`` holds something else, and
-    RunFailure after the report when some runs failed (rerunning retries them).
+    Raises HeadwiseError (nothing written, no study directory made) when ``out_dir`` holds
+    something else or when what the runs share is not there (see :mod:`headwise.study.preflight`),
+    and RunFailure after the report when some runs failed (rerunning retries them).
     """
     if backend not in BACKENDS:
         raise HeadwiseError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
@@ -210,26 +213,36 @@ def run_study(
     threads = threads or study.config.runner.threads
     study_dir = Path(out_dir) if out_dir is not None else default_out_dir(study)
     recorded_seeds = prepare_study_dir(study, study_dir, seeds_given)
-    study_dir.mkdir(parents=True, exist_ok=True)
+    check_out_dir(study_dir)
     study_dir = study_dir.resolve()
-    with _DirLock(study_dir):
-        save_study(study, study_dir, recorded_seeds)
-        record = load_study_record(study_dir)
-        todo, done = plan_jobs(study, study_dir)
-        _write_inputs(todo)
-        update_results(record)
-        where = f"{backend}" + (f" at {address}" if address else "")
-        echo(f"study {study.name}" + (f" (preset {study.preset})" if study.preset else "")
-             + f": {len(study.runs())} runs, {len(done)} already finished, {len(todo)} to run ({where}) -> {study_dir}")
-        if backend == "local":
-            _prepare_data(todo, echo)
-        failed: list[str] = []
-        if todo:
-            runner = _LocalBackend(jobs or 1, threads) if backend == "local" else _RayBackend(jobs, address, threads)
-            progress = _Progress(record, len(todo), echo)
-            runner.run(todo, progress)
-            failed = progress.failed
-        results = update_results(record)
+    todo, done = plan_jobs(study, study_dir)  # reads the run directories only
+    where = f"{backend}" + (f" at {address}" if address else "")
+    echo(f"study {study.name}" + (f" (preset {study.preset})" if study.preset else "")
+         + f": {len(study.runs())} runs, {len(done)} already finished, {len(todo)} to run ({where}) -> {study_dir}")
+    if backend == "local":
+        runner: Any = _LocalBackend(jobs or 1, threads)
+    else:
+        from headwise.study.ray_backend import RayBackend
+
+        runner = RayBackend(jobs, address, threads)
+    try:
+        # Nothing is written into the study directory before every run's shared needs are met.
+        runner.preflight([j.spec for j in todo], echo)
+        study_dir.mkdir(parents=True, exist_ok=True)
+        with _DirLock(study_dir):
+            save_study(study, study_dir, recorded_seeds)
+            record = load_study_record(study_dir)
+            todo, done = plan_jobs(study, study_dir)
+            _write_inputs(todo)
+            update_results(record)
+            failed: list[str] = []
+            if todo:
+                progress = _Progress(record, len(todo), echo)
+                runner.run(todo, progress)
+                failed = progress.failed
+            results = update_results(record)
+    finally:
+        runner.close()
     outcome = StudyOutcome(study_dir, results, [j.key for j in todo], done, failed)
     if report is not None:
         outcome.report = report(study_dir)
@@ -244,27 +257,6 @@ def run_study(
             "rerun the same command to finish them"
         )
     return outcome
-
-
-def _prepare_data(jobs: list[RunJob], echo: Callable[[str], None]) -> None:
-    """Prepare each distinct task's data once (e.g. tokenize a dataset), before the runs start, so
-    that parallel runs share one cache instead of each building it."""
-    seen: set[str] = set()
-    for job in jobs:
-        task = job.spec.config.get("task", {})
-        key = repr(sorted(task.items()))
-        if key in seen:
-            continue
-        seen.add(key)
-        cfg = parse_task_config(task)
-        what = cfg.data_description()
-        if what is None:
-            continue  # made on the fly: nothing to prepare
-        echo(f"  preparing data: {what}")
-        try:
-            cfg.prepare()
-        except HeadwiseError as exc:  # the runs that need it fail with this in their logs; others go on
-            echo(f"  data not ready ({exc}); runs on it will fail")
 
 
 class _Progress:
@@ -310,7 +302,7 @@ def _child_env(threads: int | None) -> dict[str, str]:
     return env
 
 
-def _open_log(job: RunJob) -> Any:
+def open_log(job: RunJob) -> Any:
     log = open(job.log_path, "ab")  # noqa: SIM115 - closed by the caller
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     log.write(f"\n==== {stamp} {job.action} {job.key}: python {' '.join(job.argv())}\n".encode())
@@ -340,6 +332,18 @@ class _LocalBackend:
         self.lock = threading.Lock()
         self.stopping = False
 
+    def preflight(self, specs: list[RunSpec], echo: Callable[[str], None]) -> None:
+        """Refuse CUDA runs on a machine without CUDA; prepare the data here."""
+        if not specs:
+            return
+        import torch
+
+        check_devices(specs, torch.cuda.device_count() if torch.cuda.is_available() else 0, "this machine")
+        check_data(specs, echo)
+
+    def close(self) -> None:
+        pass
+
     def _one(self, job: RunJob, progress: _Progress) -> None:
         if self.stopping:
             return
@@ -347,7 +351,7 @@ class _LocalBackend:
         t0 = time.monotonic()
         rc: int | None = None
         try:
-            with _open_log(job) as log:
+            with open_log(job) as log:
                 proc = subprocess.Popen([sys.executable, *job.argv()], stdout=log, stderr=subprocess.STDOUT,
                                         env=_child_env(self.threads))
                 with self.lock:
@@ -385,80 +389,6 @@ class _LocalBackend:
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
-
-
-def ray_train(argv: list[str], log_path: str, threads: int | None) -> int:
-    """The body of one Ray task: run the worker command on this node, logging to ``log_path``.
-
-    Needs headwise installed on every node and the study directory on a filesystem that every
-    node sees at the same path."""
-    env = dict(os.environ)
-    env["HEADWISE_PARENT_PID"] = str(os.getpid())
-    if threads:
-        env["OMP_NUM_THREADS"] = str(threads)
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen([sys.executable, *argv], stdout=log, stderr=subprocess.STDOUT, env=env)
-        try:
-            return proc.wait()
-        except BaseException:  # ray.cancel: let the run checkpoint and stop
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=GRACE_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-            raise
-
-
-class _RayBackend:
-    """Each run as a Ray task (one GPU when the run is on CUDA), on a local or remote cluster."""
-
-    def __init__(self, jobs: int | None, address: str | None, threads: int | None) -> None:
-        self.jobs, self.address, self.threads = jobs, address, threads
-
-    def run(self, jobs: list[RunJob], progress: _Progress) -> None:
-        try:
-            import ray
-        except ImportError:
-            raise HeadwiseError("--backend ray needs Ray: pip install 'headwise[ray]'") from None
-        started_here = not ray.is_initialized()
-        if started_here:
-            try:
-                ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
-                         configure_logging=False)
-            except (ConnectionError, ValueError, RuntimeError) as exc:
-                raise HeadwiseError(f"cannot join Ray cluster {self.address or '(local)'}: {exc}") from None
-        cluster_gpus = ray.cluster_resources().get("GPU", 0)
-        task = ray.remote(ray_train)
-        refs: dict[Any, tuple[RunJob, float]] = {}
-        queue = list(jobs)
-        try:
-            while queue or refs:
-                while queue and (self.jobs is None or len(refs) < self.jobs):
-                    job = queue.pop(0)
-                    device = str(job.spec.config.get("train", {}).get("device", "auto"))
-                    gpu = device == "cuda" or (device == "auto" and cluster_gpus > 0)
-                    with _open_log(job):
-                        pass
-                    progress.started(job)
-                    cpus = self.threads or 1
-                    ref = task.options(num_cpus=cpus, num_gpus=1 if gpu else 0, max_retries=0).remote(
-                        job.argv(), str(job.log_path), cpus)
-                    refs[ref] = (job, time.monotonic())
-                ready, _ = ray.wait(list(refs), num_returns=1, timeout=1.0)
-                for ref in ready:
-                    job, t0 = refs.pop(ref)
-                    try:
-                        rc = ray.get(ref)
-                    except Exception:  # a lost node or a crashed worker is one failed run
-                        rc = None
-                    progress.done(job, rc, time.monotonic() - t0)
-        except KeyboardInterrupt:
-            for ref in refs:
-                ray.cancel(ref)
-            raise
-        finally:
-            if started_here:
-                ray.shutdown()
 
 
 def describe_plan(study: Study) -> str:

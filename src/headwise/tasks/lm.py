@@ -117,7 +117,9 @@ class LMTaskConfig(DataConfig, TaskConfigBase):
     eval_batch_size: int = Field(default=8, gt=0)
 
     def dims(self) -> tuple[int | None, int, int | None]:
-        """``bpe:N`` learns N tokens, ``gpt-neo`` has its own; no vector inputs."""
+        """``bpe:N`` has exactly N tokens (preparing data that cannot fill them is refused, so the
+        shape known before the data exists is the one the cache gets), ``gpt-neo`` has its own;
+        no vector inputs."""
         return parse_tokenizer_spec(self.tokenizer) or GPT_NEO_VOCAB, self.block_size, None
 
     def data_description(self) -> str:

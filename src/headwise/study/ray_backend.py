@@ -1,0 +1,121 @@
+"""The Ray backend of the study runner: each run as a Ray task (one GPU when the run is on CUDA),
+on a local or remote cluster.
+
+Needs headwise installed on every node and the study directory on a filesystem that every node
+sees at the same path. Before any run (and before the study directory is made) the preflight joins
+the cluster, refuses CUDA runs on a cluster without GPUs and prepares each distinct ``[task]``
+table's data in a Ray task, so data that the cluster cannot find stops the study at once. The
+runs read data as their node sees it (``HEADWISE_DATA`` and ``HEADWISE_CACHE`` of the node): a
+cluster without a shared cache folder tokenizes again on each node.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Callable
+
+from headwise.errors import HeadwiseError, RunFailure
+from headwise.study.preflight import check_data, check_devices, prepare_task_data
+from headwise.study.runner import GRACE_S, RunJob, _Progress, open_log
+from headwise.study.spec import RunSpec
+
+
+def ray_train(argv: list[str], log_path: str, threads: int | None) -> int:
+    """The body of one Ray task: run the worker command on this node, logging to ``log_path``."""
+    env = dict(os.environ)
+    env["HEADWISE_PARENT_PID"] = str(os.getpid())
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen([sys.executable, *argv], stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            return proc.wait()
+        except BaseException:  # ray.cancel: let the run checkpoint and stop
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            raise
+
+
+class RayBackend:
+    """Each run as a Ray task (one GPU when the run is on CUDA), on a local or remote cluster."""
+
+    def __init__(self, jobs: int | None, address: str | None, threads: int | None) -> None:
+        self.jobs, self.address, self.threads = jobs, address, threads
+        self.started_here = False
+
+    def _connect(self) -> Any:
+        try:
+            import ray
+        except ImportError:
+            raise HeadwiseError("--backend ray needs Ray: pip install 'headwise[ray]'") from None
+        if not ray.is_initialized():
+            try:
+                ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
+                         configure_logging=False)
+            except (ConnectionError, ValueError, RuntimeError) as exc:
+                raise HeadwiseError(f"cannot join Ray cluster {self.address or '(local)'}: {exc}") from None
+            self.started_here = True
+        return ray
+
+    def preflight(self, specs: list[RunSpec], echo: Callable[[str], None]) -> None:
+        """Join the cluster, refuse CUDA runs on a cluster without GPUs, and prepare the data on
+        the cluster (one Ray task per distinct [task] table), where the runs will read it."""
+        if not specs:
+            return
+        ray = self._connect()
+        check_devices(specs, ray.cluster_resources().get("GPU", 0), "the Ray cluster")
+        task = ray.remote(prepare_task_data).options(num_cpus=self.threads or 1, max_retries=0)
+
+        def on_cluster(tables: list[dict[str, Any]]) -> list[str | None]:
+            try:
+                return ray.get([task.remote(t) for t in tables])
+            except Exception as exc:  # a lost node or a crashed worker: not the user's input
+                raise RunFailure(f"preparing the study's data on the Ray cluster failed: {exc}") from None
+
+        check_data(specs, echo, prepare=on_cluster)
+
+    def close(self) -> None:
+        if self.started_here:
+            import ray
+
+            ray.shutdown()
+            self.started_here = False
+
+    def run(self, jobs: list[RunJob], progress: _Progress) -> None:
+        ray = self._connect()
+        cluster_gpus = ray.cluster_resources().get("GPU", 0)
+        task = ray.remote(ray_train)
+        refs: dict[Any, tuple[RunJob, float]] = {}
+        queue = list(jobs)
+        try:
+            while queue or refs:
+                while queue and (self.jobs is None or len(refs) < self.jobs):
+                    job = queue.pop(0)
+                    device = str(job.spec.config.get("train", {}).get("device", "auto"))
+                    gpu = device == "cuda" or (device == "auto" and cluster_gpus > 0)
+                    with open_log(job):
+                        pass
+                    progress.started(job)
+                    cpus = self.threads or 1
+                    ref = task.options(num_cpus=cpus, num_gpus=1 if gpu else 0, max_retries=0).remote(
+                        job.argv(), str(job.log_path), cpus)
+                    refs[ref] = (job, time.monotonic())
+                ready, _ = ray.wait(list(refs), num_returns=1, timeout=1.0)
+                for ref in ready:
+                    job, t0 = refs.pop(ref)
+                    try:
+                        rc = ray.get(ref)
+                    except Exception:  # a lost node or a crashed worker is one failed run
+                        rc = None
+                    progress.done(job, rc, time.monotonic() - t0)
+        except KeyboardInterrupt:
+            for ref in refs:
+                ray.cancel(ref)
+            raise
