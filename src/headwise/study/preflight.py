@@ -58,14 +58,15 @@ def check_devices(specs: Iterable[RunSpec], gpus: float, where: str) -> None:
         )
 
 
-def prepare_task_data(task: dict[str, Any]) -> str | None:
+def prepare_task_data(task: dict[str, Any], progress: bool = False) -> str | None:
     """Prepare one ``[task]`` table's data; returns why it cannot be had (one line), else None.
 
-    The body of the Ray preflight task, and of the local one."""
+    The body of the Ray preflight task, and of the local one (which shows progress: a bar when
+    stderr is a terminal)."""
     from headwise.tasks.config import parse_task_config
 
     try:
-        parse_task_config(task).prepare()
+        parse_task_config(task).prepare(progress=progress)
     except HeadwiseError as exc:
         return str(exc)
     return None
@@ -88,7 +89,7 @@ def check_data(specs: list[RunSpec], echo: Callable[[str], None],
         return
     for _, _, what in todo:
         echo(f"  preparing data: {what}")
-    outcomes = prepare([t for t, _, _ in todo]) if prepare else [prepare_task_data(t) for t, _, _ in todo]
+    outcomes = prepare([t for t, _, _ in todo]) if prepare else [prepare_task_data(t, progress=True) for t, _, _ in todo]
     for (_, n, what), problem in zip(todo, outcomes):
         if problem is not None:
             runs = "the study's run" if n == 1 else f"{n} runs"
