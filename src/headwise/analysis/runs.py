@@ -16,6 +16,7 @@ import io
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -44,7 +45,7 @@ def find_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
     if root.is_dir():
         for p in root.iterdir():
             m = CHECKPOINT_RE.match(p.name)
-            if m and p.is_dir() and (p / WEIGHTS_FILE).is_file():
+            if m and p.is_dir():  # one without weights is reported when it is loaded
                 found.append((int(m.group(1)), p))
     if not found:
         raise HeadwiseError(f"{run_dir} has no checkpoints (expected {root}/step_XXXXXXXX/{WEIGHTS_FILE})")
@@ -76,24 +77,40 @@ def analyze_run(
 ) -> list[dict[str, Any]]:
     """Analyse a run's checkpoints (``"all"`` or ``"last"``) on its first ``batches`` evaluation
     batches (or on ``inputs``); one row per checkpoint and layer (columns :data:`RUN_COLUMNS`),
-    plus a ``layer = "all"`` row per checkpoint with the averages over layers."""
+    plus a ``layer = "all"`` row per checkpoint with the averages over layers.
+
+    A checkpoint that cannot be loaded (a damaged file) is skipped with a one-line warning
+    through ``progress`` (stderr without it); ``"last"`` is then the newest that loads. None
+    loading is a HeadwiseError."""
     run_dir = Path(run_dir)
     _check_run_dir(run_dir)
     if checkpoints not in ("all", "last"):
         raise HeadwiseError(f"checkpoints must be 'all' or 'last', not {checkpoints!r}")
     found = find_checkpoints(run_dir)
-    if checkpoints == "last":
-        found = found[-1:]
     if inputs is None:
         inputs = eval_inputs(run_dir, batches)
-    rows = []
-    for step, path in found:
-        result = analyze_model(load_pretrained(path, map_location=device), inputs)
+    rows, skipped = [], []
+    for step, path in reversed(found) if checkpoints == "last" else found:
+        try:
+            model = load_pretrained(path, map_location=device)
+        except HeadwiseError as exc:  # a damaged file, or weights that do not fit spec.json
+            skipped.append(f"skipped checkpoint {path.name}: {exc}")
+            (progress or _stderr)(f"warning: {skipped[-1]}")
+            continue
+        result = analyze_model(model, inputs)
         for row in result.rows():
             rows.append({"step": step, **row})
         if progress:
             progress(f"step {step}: condition number {result.cond_mean:.4g} (mean over layers)")
+        if checkpoints == "last":
+            break
+    if not rows:
+        raise HeadwiseError(f"no checkpoint of {run_dir} can be loaded ({skipped[-1]}): resume or train the run again")
     return rows
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr)
 
 
 def find_runs(study_dir: str | Path) -> list[Path]:
@@ -163,7 +180,12 @@ def condition_vs_heads(
         key = json.dumps(config.get("task", {}), sort_keys=True)
         if key not in cached_inputs:
             cached_inputs[key] = eval_inputs(run, batches)
-        c = final_conditioning(run, cached_inputs[key], device)
+        try:
+            c = final_conditioning(run, cached_inputs[key], device)
+        except HeadwiseError as exc:  # its final weights are damaged
+            if progress:
+                progress(f"{name}: skipped ({exc})")
+            continue
         plan = summary.plan
         rows.append(dict(
             run=name, scheme=plan.scheme.value, seed=config.get("train", {}).get("seed", 0),

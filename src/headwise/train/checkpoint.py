@@ -5,11 +5,17 @@ fsynced, the directory is renamed into place, and only then is ``checkpoints/lat
 file naming it) replaced atomically. ``latest`` is the commit point: a kill at any moment
 leaves the previous checkpoint as the latest, loadable, and :func:`clean_uncommitted` removes
 whatever a killed save left behind.
+
+Each checkpoint directory holds ``model.safetensors``, ``spec.json``, ``trainer.pt`` (optimiser,
+schedule, every RNG state, data positions) and, written last before the rename,
+``manifest.json`` with each file's size and sha256 (see :mod:`headwise.model.pretrained`).
+:func:`load_checkpoint` checks a checkpoint against it (or, for checkpoints older than
+manifests, checks what can be checked without one) and names a damaged file in one line;
+``--resume`` then falls back to an older checkpoint (:mod:`headwise.train.resume`).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import re
@@ -22,7 +28,8 @@ import torch
 
 from headwise.config import atomic_write_text
 from headwise.errors import HeadwiseError
-from headwise.model import SPEC_FILE, Transformer, save_pretrained
+from headwise.model import SPEC_FILE, WEIGHTS_FILE, Transformer, save_pretrained
+from headwise.model.pretrained import DamagedFile, load_pretrained, read_spec, verify_model_dir, write_manifest
 from headwise.run.layout import CHECKPOINTS_DIR
 from headwise.spec import ModelSpec
 
@@ -30,6 +37,12 @@ LATEST = "latest"
 STATE_FILE = "trainer.pt"
 _STEP_DIR = re.compile(r"step_(\d{8,})")
 _TMP_PREFIX = ".tmp_"
+#: a damaged checkpoint that ``--resume`` skipped is renamed to this prefix + its name
+DAMAGED_PREFIX = "damaged_"
+#: what every trainer state holds (and each of its ``ranks``)
+_STATE_KEYS = ("step", "tokens", "train_time_s", "wall_time_s", "last_eval_loss", "world_size", "optimizer",
+               "scheduler", "ranks")
+_RANK_KEYS = ("rng", "stream", "loss_sum", "unlogged")
 
 
 def step_dir_name(step: int) -> str:
@@ -66,14 +79,30 @@ def checkpoint_dirs(run_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def read_latest(run_dir: Path) -> str | None:
+    """The checkpoint name ``checkpoints/latest`` holds, or None when there is no such file
+    (DamagedFile when it holds no checkpoint name)."""
+    pointer = Path(run_dir) / CHECKPOINTS_DIR / LATEST
+    if not pointer.exists():
+        return None
+    try:
+        name = pointer.read_bytes().decode("utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DamagedFile(pointer, f"it cannot be read ({type(exc).__name__})") from None
+    if not _STEP_DIR.fullmatch(name):
+        raise DamagedFile(pointer, f"it holds {name[:40]!r}, not a checkpoint name like step_00001000")
+    return name
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
     """The checkpoint ``checkpoints/latest`` names, or None when the run has none."""
-    pointer = Path(run_dir) / CHECKPOINTS_DIR / LATEST
-    if not pointer.is_file():
+    name = read_latest(run_dir)
+    if name is None:
         return None
-    path = pointer.parent / pointer.read_text(encoding="utf-8").strip()
+    path = Path(run_dir) / CHECKPOINTS_DIR / name
     if not (path / STATE_FILE).is_file():
-        raise HeadwiseError(f"{pointer} names {path.name}, which is missing or incomplete: the run directory was altered")
+        raise DamagedFile(path.parent / LATEST, f"it names {name}, which is missing or incomplete: the run "
+                                                "directory was altered")
     return path
 
 
@@ -110,8 +139,9 @@ def save_checkpoint(run_dir: Path, step: int, model: Transformer, state: dict[st
     tmp = root / f"{_TMP_PREFIX}{final.name}"
     if tmp.exists():
         shutil.rmtree(tmp)
-    save_pretrained(model, tmp)
+    save_pretrained(model, tmp, manifest=False)
     torch.save(state, tmp / STATE_FILE)
+    write_manifest(tmp, (WEIGHTS_FILE, SPEC_FILE, STATE_FILE))
     _fsync_tree(tmp)
     if final.exists():  # the same step saved twice (e.g. a periodic save that is also the last step)
         shutil.rmtree(final)
@@ -125,18 +155,62 @@ def save_checkpoint(run_dir: Path, step: int, model: Transformer, state: dict[st
 
 
 def load_state(path: Path) -> dict[str, Any]:
-    """The trainer state of a checkpoint directory.
+    """The trainer state of a checkpoint directory (DamagedFile when it cannot be read as one).
 
     Loaded with ``weights_only=False``: it holds the task stream's own state, which may be any
     picklable object, and headwise wrote the file itself. Only load checkpoints you trust.
     """
-    return torch.load(Path(path) / STATE_FILE, map_location="cpu", weights_only=False)
+    file = Path(path) / STATE_FILE
+    if not file.is_file():
+        raise DamagedFile(file)
+    try:
+        state = torch.load(file, map_location="cpu", weights_only=False)
+    except Exception as exc:  # unpickling a damaged file can fail in any number of ways
+        lines = str(exc).strip().splitlines()
+        raise DamagedFile(file, f"it cannot be loaded ({type(exc).__name__}: {lines[0] if lines else ''})") from None
+    missing = [k for k in _STATE_KEYS if not isinstance(state, dict) or k not in state]
+    if not missing and (not isinstance(state["ranks"], list) or len(state["ranks"]) != state["world_size"]):
+        missing = ["one entry per process in 'ranks'"]
+    if not missing:
+        missing = [k for r in state["ranks"] for k in _RANK_KEYS if not isinstance(r, dict) or k not in r][:1]
+    if missing:
+        raise DamagedFile(file, f"it is not a trainer state (it lacks {missing[0]})")
+    return state
+
+
+def load_checkpoint(path: Path) -> tuple[Transformer, dict[str, Any]]:
+    """The model (on the CPU) and trainer state of a checkpoint directory, after checking its
+    files against its manifest (or, without one, what can be checked without it). A damaged or
+    inconsistent checkpoint raises HeadwiseError (DamagedFile when a file is damaged)."""
+    path = Path(path)
+    verify_model_dir(path, extra=(STATE_FILE,))
+    model = load_pretrained(path, verify=False)
+    return model, load_state(path)
 
 
 def checkpoint_spec(path: Path) -> ModelSpec:
     """The model spec saved with a checkpoint."""
-    spec_path = Path(path) / SPEC_FILE
-    return ModelSpec.parse(json.loads(spec_path.read_text(encoding="utf-8")), source=str(spec_path))
+    return read_spec(Path(path) / SPEC_FILE)
+
+
+def move_damaged(path: Path) -> Path:
+    """Rename a damaged checkpoint directory out of the way (``damaged_step_XXXXXXXX``, with a
+    suffix if that is taken), so that it neither counts towards ``checkpoint.keep`` nor is
+    taken for a committed checkpoint. Returns the new path."""
+    target = path.with_name(DAMAGED_PREFIX + path.name)
+    n = 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{DAMAGED_PREFIX}{path.name}.{n}")
+    os.replace(path, target)
+    return target
+
+
+def point_latest(run_dir: Path, path: Path) -> None:
+    """Make ``checkpoints/latest`` name ``path`` (atomically)."""
+    root = Path(run_dir) / CHECKPOINTS_DIR
+    atomic_write_text(root / LATEST, Path(path).name)
+    _fsync_path(root)
 
 
 def spec_difference(a: ModelSpec, b: ModelSpec) -> str | None:

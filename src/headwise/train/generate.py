@@ -9,7 +9,7 @@ decoding without a cache does, so the two agree throughout.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
@@ -17,7 +17,8 @@ from torch import Tensor
 from headwise.config import read_toml
 from headwise.data.tokenizer import BPETokenizer, Tokenizer, gpt_neo_tokenizer, parse_tokenizer_spec
 from headwise.errors import HeadwiseError
-from headwise.model import SPEC_FILE, SequenceTooLong, Transformer, load_pretrained
+from headwise.model import SPEC_FILE, WEIGHTS_FILE, SequenceTooLong, Transformer, load_pretrained
+from headwise.model.pretrained import DamagedFile
 from headwise.spec import ModelSpec
 from headwise.tasks.nearest import pick
 from headwise.train.checkpoint import latest_checkpoint
@@ -119,15 +120,36 @@ def load_run_model(run_dir: Path, checkpoint: Path | None = None, untrained: boo
         torch.manual_seed(cfg.train.seed if seed is None else seed)
         return Transformer(spec), "untrained (fresh initialisation)"
     if checkpoint is not None:
-        return load_pretrained(checkpoint), str(checkpoint)
+        return _load(checkpoint, "pass another --checkpoint"), str(checkpoint)
     final = RunDir(run_dir).model
-    if (final / SPEC_FILE).is_file():
-        return load_pretrained(final), str(final)
-    ckpt = latest_checkpoint(run_dir)
+    if (final / SPEC_FILE).is_file() or (final / WEIGHTS_FILE).is_file():
+        def advice() -> str:
+            try:
+                ckpt = latest_checkpoint(run_dir)
+            except HeadwiseError:
+                ckpt = None
+            if ckpt is None:
+                return "the run has no checkpoint to write it again from: train the run again (--overwrite)"
+            return (f"`headwise train --resume --out {run_dir}` writes it again from the latest checkpoint, or "
+                    f"--checkpoint {ckpt} generates from that checkpoint")
+        return _load(final, advice), str(final)
+    try:
+        ckpt = latest_checkpoint(run_dir)
+    except DamagedFile as exc:
+        raise HeadwiseError(f"{exc}; pass a checkpoint folder with --checkpoint, or resume the run (which "
+                            "repairs it)") from None
     if ckpt is None:
         raise HeadwiseError(f"{run_dir} has no final weights and no checkpoint yet: nothing to generate from "
                             "(--untrained samples a fresh model of its spec)")
-    return load_pretrained(ckpt), str(ckpt)
+    return _load(ckpt, "pass an older checkpoint with --checkpoint, or resume the run to write a new one"), str(ckpt)
+
+
+def _load(directory: Path, advice: str | Callable[[], str]) -> Transformer:
+    """:func:`load_pretrained`, a damaged file named with ``advice`` (what to do) in one line."""
+    try:
+        return load_pretrained(directory)
+    except DamagedFile as exc:
+        raise HeadwiseError(f"{exc}; {advice if isinstance(advice, str) else advice()}") from None
 
 
 def run_tokenizer(run_dir: Path, cfg: RunConfig) -> Tokenizer:

@@ -15,7 +15,7 @@ import torch
 
 from headwise.config import atomic_write_text
 from headwise.run.layout import METRICS_FILE, TENSORBOARD_DIR
-from headwise.run.metrics import read_metrics
+from headwise.run.metrics import scan_metrics
 
 
 # Peak dense FLOP/s per device for the MFU estimate, by precision. GPU figures are NVIDIA's
@@ -57,12 +57,16 @@ def peak_memory_bytes(device: torch.device) -> int:
 class MetricsLog:
     """Appends one JSON object per logged step to ``metrics.jsonl`` and mirrors the numbers to
     TensorBoard (when ``tensorboard`` is installed). On resume, rows after the checkpoint's
-    step are dropped, since the resumed run records those steps again."""
+    step are dropped, since the resumed run records those steps again, and so are damaged lines
+    (counted in ``dropped``): the file is rewritten from the rows that read back."""
 
     def __init__(self, run_dir: Path, resume_step: int | None = None) -> None:
         self.path = Path(run_dir) / METRICS_FILE
+        #: damaged lines of the file that a resume dropped (see :func:`headwise.run.metrics.scan_metrics`)
+        self.dropped = 0
         if resume_step is not None:
-            kept = [r for r in read_metrics(run_dir) if r.get("step", 0) <= resume_step]
+            rows, self.dropped = scan_metrics(run_dir)
+            kept = [r for r in rows if r["step"] <= resume_step]
             atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
         self._file: TextIO = open(self.path, "a", encoding="utf-8")
         self.tb = None

@@ -21,32 +21,23 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_model
 from torch.nn.parallel import DistributedDataParallel
 
 from headwise.analysis.conditioning import training_metrics
 from headwise.config import read_toml
 from headwise.errors import HeadwiseError, RunFailure
-from headwise.model import WEIGHTS_FILE, Transformer, save_pretrained
+from headwise.model import Transformer, save_pretrained
 from headwise.params import count_params, flops_per_token
 from headwise.run import RunDir, RunStatus, RunSummary, write_summary
 from headwise.tasks.base import Task
 from headwise.tasks.config import build_task
-from headwise.train.checkpoint import (
-    checkpoint_spec,
-    clean_uncommitted,
-    config_difference,
-    latest_checkpoint,
-    load_state,
-    rng_state,
-    save_checkpoint,
-    set_rng_state,
-    spec_difference,
-)
+from headwise.train.checkpoint import clean_uncommitted, config_difference, latest_checkpoint, rng_state, \
+    save_checkpoint, set_rng_state
 from headwise.train.config import RunConfig, batch_layout, min_lr, resolve_spec, resolved_config, warmup_steps
 from headwise.train.distributed import DistContext, init_distributed, resolve_device
 from headwise.train.metrics import MetricsLog, Progress, default_peak_flops, peak_memory_bytes
 from headwise.train.optim import build_optimizer, build_scheduler
+from headwise.train.resume import ResumePoint, check_resume, commit_fallback
 
 # Sentinel for "no non-finite loss yet" in the on-device first-bad-step tracker.
 _NO_STEP = float("inf")
@@ -98,8 +89,8 @@ class Trainer:
         self.peak_flops, self.peak_source = (
             (t.peak_flops, "train.peak_flops") if t.peak_flops else default_peak_flops(self.device, t.precision)
         )
-        self.resume_state: dict[str, Any] | None = None
         self.resume_from = self._check_run_dir(resume, overwrite)
+        self.resume_notes: list[str] = []
         self._init_progress()
         # Every process has read the directory before rank 0 changes it.
         ctx.barrier()
@@ -109,31 +100,12 @@ class Trainer:
 
     # ----------------------------------------------------------------- run directory
 
-    def _check_run_dir(self, resume: bool, overwrite: bool) -> Path | None:
-        """Refuse what cannot be done, before anything is written. Returns the checkpoint to resume."""
+    def _check_run_dir(self, resume: bool, overwrite: bool) -> ResumePoint | None:
+        """Refuse what cannot be done, before anything is written. Returns the checkpoint to
+        resume, loaded and verified (:func:`headwise.train.resume.check_resume`)."""
         out, has_run = self.out, self.run_dir.has_run()
         if resume:
-            if not has_run:
-                raise HeadwiseError(f"{out} holds no run to resume (no {self.run_dir.config.name})")
-            ckpt = latest_checkpoint(out)
-            if ckpt is None:
-                raise HeadwiseError(f"{out} has no checkpoint to resume from: start the run again with --overwrite")
-            diff = spec_difference(checkpoint_spec(ckpt), self.spec)
-            if diff:
-                raise HeadwiseError(f"checkpoint {ckpt} holds a model of another spec ({diff}): it cannot be resumed "
-                                    "with this config")
-            changed = config_difference(read_toml(self.run_dir.config), self.cfg.to_dict())
-            if changed:
-                raise HeadwiseError(
-                    f"the config differs from the run in {out} in {', '.join(changed[:3])}; a resumed run may "
-                    "change only its length and its logging, eval, checkpoint and analysis settings"
-                )
-            self.resume_state = load_state(ckpt)
-            if self.resume_state["world_size"] != self.ctx.world_size:
-                n = self.resume_state["world_size"]
-                raise HeadwiseError(f"checkpoint {ckpt} was written by {n} processes; resume it with the same number "
-                                    f"(torchrun --nproc_per_node={n})")
-            return ckpt
+            return check_resume(self.run_dir, self.spec, self.cfg.to_dict(), self.ctx.world_size)
         if out.exists() and not out.is_dir():
             raise HeadwiseError(f"{out} is a file, not a run directory")
         if out.is_dir() and any(out.iterdir()):
@@ -149,6 +121,7 @@ class Trainer:
         if overwrite and self.run_dir.has_run():
             shutil.rmtree(self.out)
         if self.resume_from is not None:
+            self.resume_notes = commit_fallback(self.out, self.resume_from)
             clean_uncommitted(self.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.cfg.save(self.run_dir.config)
@@ -195,9 +168,10 @@ class Trainer:
         self.forward = forward
         self.autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=t.precision == "bf16")
 
-    def _restore(self, ckpt: Path) -> None:
-        load_model(self.model, str(ckpt / WEIGHTS_FILE), strict=True, device=str(self.device))
-        state, self.resume_state = self.resume_state, None
+    def _restore(self, point: ResumePoint) -> None:
+        self.model.load_state_dict(point.model.state_dict())
+        state = point.state
+        point.model = point.state = None  # type: ignore[assignment]  # free them
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.step, self.tokens, self.last_eval = state["step"], state["tokens"], state["last_eval_loss"]
@@ -247,6 +221,11 @@ class Trainer:
 
     def _announce(self) -> None:
         lay = self.layout
+        for line in self.resume_notes:
+            self.progress.message(line)
+        if self.metrics is not None and self.metrics.dropped:
+            self.progress.message(f"warning: {self.run_dir.metrics} had {self.metrics.dropped} damaged line(s); "
+                                  "dropped them, kept the rows that read back")
         where = f"resuming at step {self.step}" if self.resume_from is not None else "starting"
         self.progress.message(
             f"{where}: {count_params(self.spec):,} parameters, heads {self.spec.heads}, {lay.steps} steps x "
