@@ -80,8 +80,13 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise HeadwiseError(f"config file {p} does not exist: pass the path of a .toml file")
     try:
-        return tomllib.loads(p.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise HeadwiseError(f"{p} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}): "
+                            "save it as UTF-8, as TOML requires") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise HeadwiseError(f"{p} is not valid TOML: {exc}") from None
 
 
@@ -98,7 +103,7 @@ def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
     """Set ``a.b.c`` in a nested dict, creating tables on the way."""
     parts = [p for p in key.strip().split(".") if p]
     if not parts:
-        raise HeadwiseError(f"empty key in {key}={value!r}")
+        raise HeadwiseError(f"override {key}={value!r} has an empty key: give KEY=VALUE, e.g. optim.lr=3e-4")
     node = data
     for part in parts[:-1]:
         child = node.setdefault(part, {})
@@ -151,6 +156,10 @@ def _is_number(text: str) -> bool:
         return text in ("true", "false")
 
 
+#: pydantic errors of a string where a list was wanted (the quotes of its items lost to the shell)
+_LIST_ERRORS = ("list_type", "tuple_type", "set_type")
+
+
 def _quoting_hint(cls: type[BaseModel], exc: ValidationError, bare: dict[str, str]) -> str:
     """A hint at quoting when the failing key was set by ``--set`` with a bare (unquoted) string."""
     if not bare:
@@ -158,10 +167,11 @@ def _quoting_hint(cls: type[BaseModel], exc: ValidationError, bare: dict[str, st
     err = _chosen_error(exc)
     path, _ = _resolve_loc(cls, tuple(err["loc"]))
     key = ".".join(path)
-    as_list = err["type"] in ("list_type", "tuple_type")
+    if err["type"] not in _LIST_ERRORS:  # a wrong value, not a lost quote: quoting would not help
+        return ""
     for set_key, raw in bare.items():
         if key == set_key or key.startswith(set_key + "."):
-            return f" ({set_key}={raw} was read as the string {raw!r}: {quoting_example(set_key, raw, as_list)})"
+            return f" ({set_key}={raw} was read as the string {raw!r}: {quoting_example(set_key, raw, as_list=True)})"
     return ""
 
 

@@ -1,0 +1,430 @@
+"""A sweep of bad inputs across every subcommand and every config table.
+
+For each case: the exit status (2 for bad input, 1 for a failure while running), exactly one line
+on stderr that names what is wrong, no traceback, and everything already on disk (every file's
+bytes, and the list of files) unchanged; bad input also writes no new file.
+
+Cases run in-process through :func:`headwise.cli.main` (argparse errors leave it through
+``SystemExit(2)``); a few run as ``python -m headwise`` where the process boundary matters. One
+tiny nearest-neighbour run (2 steps) is trained once and shared; the files the cases read are
+written once into a module-scoped folder (see ``world``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, shared_data_dir
+from headwise.cli import main
+
+DATA = shared_data_dir()
+NEEDS_DATA = pytest.mark.skipif(DATA is None, reason="shared TinyStories samples not found (HEADWISE_DATA)")
+
+# Fixes other engineers are making now: the lead removes these marks once they land.
+DAMAGED = pytest.mark.xfail(strict=False, reason="item: damaged checkpoint/model files refused in one line "
+                                                 "(trainer/checkpoint work)")
+PREFLIGHT = pytest.mark.xfail(strict=False, reason="item: study data preflight with HEADWISE_DATA unset "
+                                                   "(study runner work)")
+BPE_VOCAB = pytest.mark.xfail(strict=False, reason="item: bpe:N larger than the text supports (data layer work)")
+DATA_LIST = pytest.mark.xfail(strict=False, reason="item: `data list` on a file (data layer work)")
+STUDY_SET = pytest.mark.xfail(strict=False, reason="study/spec.py applies --set with parse_value, not "
+                                                   "headwise.config.apply_overrides: no hint at quoting")
+STUDY_DIR = pytest.mark.xfail(strict=False, reason="study/spec.py: a directory given as the study says "
+                                                   "'unknown study', not that it is a directory")
+
+STUDY = """\
+name = "mini"
+[base]
+model.preset = "amsel-nn"
+model.d_model = 16
+model.head_dim = 16
+model.heads = [1]
+model.mlp_hidden = 32
+model.max_seq_len = 8
+task.kind = "nearest"
+task.dim = 16
+task.n_points = 8
+train.steps = 2
+train.micro_batch = 8
+"""
+AXIS = '[[axes]]\nname = "lr"\nkey = "optim.lr"\nvalues = [0.01]\n'
+LM_STUDY = """\
+name = "lm-mini"
+[base]
+model.preset = "tiny-lm"
+model.d_model = 32
+model.n_layers = 1
+model.heads = [2]
+model.max_seq_len = 32
+task.source = "tinystories-train-sample.txt"
+task.validation = "tinystories-valid-sample.txt"
+task.tokenizer = "bpe:300"
+task.block_size = 32
+train.steps = 1
+[[variants]]
+name = "one"
+set = {}
+"""
+
+# Files the cases read (name -> text); study files are the mini study plus one bad part.
+FILES = {
+    "bad.toml": "[model\nd_model = 3\n",
+    "tk.toml": '[model]\npreset = "amsel-nn"\n[task]\nkind = "translate"\n[train]\nsteps = 2\n',
+    "notask.toml": "[model]\nd_model = 16\n[train]\nsteps = 2\n",
+    "notes.txt": "not a config\n",
+    "s_ok.toml": STUDY + AXIS,
+    "s_lm.toml": LM_STUDY,
+    "s_badtoml.toml": 'name = "x"\n[base\n',
+    "s_top.toml": 'colour = "red"\n' + STUDY + AXIS,
+    "s_seeds.toml": "seeds = 0\n" + STUDY + AXIS,
+    "s_novariants.toml": STUDY,
+    "s_axis_empty.toml": STUDY + '[[axes]]\nname = "x"\nkey = "optim.lr"\nvalues = []\n',
+    "s_axis_name.toml": STUDY + '[[axes]]\nname = "a b"\nkey = "optim.lr"\nvalues = [1]\n',
+    "s_axis_label.toml": STUDY + '[[axes]]\nname = "y"\nkey = "optim.lr"\nlabel = "{nope}"\nvalues = [1]\n',
+    "s_axis_nokey.toml": STUDY + '[[axes]]\nname = "y"\nvalues = [1]\n',
+    "s_axis_badkey.toml": STUDY + '[[axes]]\nname = "x"\nkey = "optim.lrr"\nvalues = [1]\n',
+    "s_variant_key.toml": STUDY + '[[variants]]\nname = "v"\nset = { "train.stepz" = 3 }\n',
+    "s_variant_name.toml": STUDY + '[[variants]]\nname = "bad name"\nset = {}\n',
+    "s_presets.toml": "presets = 3\n" + STUDY + AXIS,
+    "s_preset_unknown.toml": STUDY + AXIS + '[presets.p]\nextends = "q"\n',
+    "s_preset_loop.toml": STUDY + AXIS + '[presets.p]\nextends = "q"\n[presets.q]\nextends = "p"\n',
+    "s_report_kind.toml": STUDY + AXIS + '[report]\nkind = "nope"\n',
+    "s_report_nokind.toml": STUDY + AXIS + '[report]\nseriez = "scheme"\n',
+    "s_report_key.toml": STUDY + AXIS + '[report]\nkind = "heads"\nseriez = "scheme"\n',
+    "s_report_temp.toml": STUDY + AXIS + "[report]\ntemperature = 0\n",
+    "s_runner.toml": STUDY + AXIS + "[runner]\njobs = 0\n",
+}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> Path:
+    """A folder with the files the cases read, an empty folder, one tiny trained run, and a copy
+    of it with every weights file damaged."""
+    root = tmp_path_factory.mktemp("bad-inputs")
+    for name, text in FILES.items():
+        (root / name).write_text(text)
+    (root / "latin1.toml").write_bytes(b"[model]\nname = \"caf\xe9\"\n")
+    shutil.copy(REPO / "configs" / "nearest-tiny.toml", root / "nn.toml")
+    shutil.copy(REPO / "configs" / "lm-tiny.toml", root / "lm.toml")
+    (root / "empty").mkdir()
+    old = Path.cwd()
+    os.chdir(root)
+    try:
+        code = main(["train", "nn.toml", "--out", "run", "--set", "train.steps=2", "--set", "checkpoint.every=1",
+                     "--set", "eval.every=0", "--set", "train.log_every=1"])
+    finally:
+        os.chdir(old)
+    assert code == 0
+    shutil.copytree(root / "run", root / "damaged")
+    for weights in (root / "damaged").rglob("model.safetensors"):
+        weights.write_bytes(weights.read_bytes()[:100])
+    return root
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """sha256 of every file under ``root``, by relative path."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    argv: list[str]
+    code: int = 2
+    #: words the one line must hold (case-insensitive): what is wrong, or how to fix it
+    says: tuple[str, ...] = ()
+    #: HEADWISE_DATA: "shared" (the samples), None (unset)
+    data: str | None = None
+    marks: tuple = field(default=())
+
+
+def c(id: str, *argv: str, code: int = 2, says: tuple[str, ...] | str = (), data: str | None = None,
+      marks: tuple = ()) -> Case:
+    return Case(id, list(argv), code, (says,) if isinstance(says, str) else tuple(says), data, marks)
+
+
+def train(*sets: str, config: str = "nn.toml", says: tuple[str, ...] | str = (), code: int = 2, **kw) -> Case:
+    """``headwise train CONFIG --out new-run --set ...`` (the id is the first override)."""
+    argv = ["train", config, "--out", "new-run"] + [a for s in sets for a in ("--set", s)]
+    return c(f"train-set-{sets[0] if sets else config}", *argv, code=code, says=says, **kw)
+
+
+CASES = [
+    # the command line itself
+    c("no-command", says="required"),
+    c("unknown-command", "fly", says="invalid choice"),
+    # plan
+    c("plan-no-budget", "plan", says="--total-heads"),
+    c("plan-heads-without-explicit", "plan", "--heads", "4,4", "--layers", "2", "--total-heads", "8",
+      says="--scheme explicit"),
+    c("plan-explicit-with-total", "plan", "--scheme", "explicit", "--heads", "4,4", "--layers", "2",
+      "--total-heads", "8", says="--total-heads"),
+    c("plan-explicit-no-heads", "plan", "--scheme", "explicit", says="--heads"),
+    c("plan-heads-not-ints", "plan", "--scheme", "explicit", "--heads", "2,x", says="comma-separated"),
+    c("plan-heads-count", "plan", "--scheme", "explicit", "--layers", "2", "--heads", "1,2,3", says="per layer"),
+    c("plan-heads-divide", "plan", "--scheme", "explicit", "--d-model", "100", "--layers", "2", "--heads", "3,3",
+      says="does not divide"),
+    c("plan-layers-0", "plan", "--layers", "0", "--total-heads", "4", says="n_layers"),
+    c("plan-d-model-negative", "plan", "--d-model", "-4", "--total-heads", "4", says="d_model"),
+    c("plan-unknown-scheme", "plan", "--scheme", "spiral", says="invalid choice"),
+    c("plan-ratio-0", "plan", "--scheme", "descending", "--total-heads", "8", "--ratio", "0", says="ratio"),
+    c("plan-head-dim-negative", "plan", "--total-heads", "8", "--head-dim", "-1", says="head_dim"),
+    c("plan-mlp-hidden-0", "plan", "--total-heads", "4", "--mlp-hidden", "0", says="mlp_hidden"),
+    c("plan-vocab-0", "plan", "--total-heads", "4", "--vocab-size", "0", says="vocab_size"),
+    c("plan-layers-not-int", "plan", "--layers", "four", says="invalid int"),
+    # train: the config file and the run directory
+    c("train-no-config", "train", says="config file"),
+    c("train-missing-config", "train", "nope.toml", "--out", "new-run", says="does not exist"),
+    c("train-config-is-dir", "train", "empty", "--out", "new-run", says=("directory", ".toml")),
+    c("train-config-is-run-dir", "train", "run", "--out", "new-run", says=("directory", "--resume")),
+    c("train-invalid-toml", "train", "bad.toml", "--out", "new-run", says="not valid TOML"),
+    c("train-not-utf8", "train", "latin1.toml", "--out", "new-run", says="not UTF-8"),
+    c("train-no-task", "train", "notask.toml", "--out", "new-run", says="task"),
+    c("train-unknown-task-kind", "train", "tk.toml", "--out", "new-run", says="unknown task kind 'translate'; use one of: lm, nearest"),
+    c("train-resume-empty-dir", "train", "--resume", "--out", "empty", says="holds no run to resume"),
+    c("train-resume-missing-dir", "train", "--resume", "--out", "missing", says="no run to resume"),
+    c("train-out-exists", "train", "nn.toml", "--out", "run", says="--resume"),
+    c("train-resume-and-overwrite", "train", "nn.toml", "--out", "run", "--resume", "--overwrite",
+      says="not allowed with"),
+    c("train-resume-other-config", "train", "nn.toml", "--out", "run", "--resume", "--set", "optim.lr=0.02",
+      says="lr"),
+    c("train-resume-damaged", "train", "--resume", "--out", "damaged", code=1, says="damaged", marks=(DAMAGED,)),
+    # --set overrides
+    c("set-no-equals", "train", "nn.toml", "--out", "new-run", "--set", "optim.lr", says="key=value"),
+    c("set-empty-key", "train", "nn.toml", "--out", "new-run", "--set", "=3", says="empty key"),
+    c("set-into-value", "train", "nn.toml", "--out", "new-run", "--set", "model.d_model.x=1", says="not a section"),
+    train("model.attention=[local,local]", says=("quote", "--set 'model.attention=[\"local\",\"local\"]'")),
+    train("model.attention=local", says=("valid list", "quote")),
+    train('optim.lr="abc', says="quote"),
+    train("foo.bar=1", says=("unknown key 'foo'", "valid keys")),
+    train("task=5", says=("task", "table")),
+    # [model] and [model.plan]
+    train("model.preset=nope", says="preset"),
+    train("model.d_model=0", says="d_model"),
+    train("model.n_layers=2", says="one per layer"),
+    train("model.dropout=1.5", says="dropout"),
+    train("model.norm=batch", says="norm"),
+    train("model.window=0", says="window"),
+    train("model.vocab_size=100", says="vocab"),
+    train("model.inputs=tokens", says="inputs"),
+    train("model.max_seq_len=4", says="max_seq_len"),
+    train("model.plan.scheme=weird", says="scheme"),
+    train("model.plan.total_heads=0", says="scheme"),
+    train("model.plan.scheme=descending", says="total_heads"),
+    train("model.dmodel=16", says="did you mean 'd_model'"),
+    # [task]: nearest, then lm (config checks before any data is read)
+    train("task.dim=0", says="task.dim"),
+    train("task.n_points=1", says="n_points"),
+    train("task.foo=1", says="unknown key 'task.foo'"),
+    train("task.kind=lm", says="unknown key 'task.dim'"),
+    train("task.tokenizer=bpe:0", config="lm.toml", says="tokenizer"),
+    train("task.tokenizer=spacy", config="lm.toml", says="tokenizer"),
+    train("task.block_size=0", config="lm.toml", says="block_size"),
+    train("task.validation=fraction:2", config="lm.toml", says="fraction"),
+    train("task.format=xml", config="lm.toml", says="format"),
+    train("task.subset=0", config="lm.toml", says="subset"),
+    c("train-lm-no-data", "train", "lm.toml", "--out", "new-run", says="HEADWISE_DATA"),
+    # [optim], [schedule], [train], [eval], [checkpoint], [analysis]
+    train("optim.lr=0", says="optim.lr"),
+    train("optim.weight_decay=-0.1", says="weight_decay"),
+    train("optim.betaz=1", says="did you mean 'betas'"),
+    train("optim.betas=[0.9]", says="optim.betas"),
+    train("schedule.warmup_frac=2", says="warmup_frac"),
+    train("schedule.warmup_steps=1", says="not both"),
+    train("train.micro_batch=0", says="micro_batch"),
+    train("train.epochs=1", says="exactly one of steps"),
+    train("train.precision=fp8", says="precision"),
+    train("train.device=tpu", says="device"),
+    train("train.tokens_per_step=7", says="multiple"),
+    train("train.steps=abc", says="train.steps"),
+    train("eval.every=-1", says="eval.every"),
+    train("eval.at_end=maybe", says="at_end"),
+    train("checkpoint.keep=0", says="checkpoint.keep"),
+    train("checkpoint.every=-5", says="checkpoint.every"),
+    train("analysis.every=-1", says="analysis.every"),
+    train("analysis.foo=1", says="valid keys: every"),
+    # a failure while running: exit 1, and nothing that was there before touched
+    train("optim.lr=1e30", "train.grad_clip=0", "train.steps=3", code=1, says="non-finite"),
+    # generate
+    c("generate-missing", "generate", "missing", says="not a headwise run"),
+    c("generate-empty", "generate", "empty", says="no config.toml"),
+    c("generate-a-file", "generate", "nn.toml", says="not a headwise run"),
+    c("generate-max-new-0", "generate", "run", "--max-new-tokens", "0", says="--max-new-tokens"),
+    c("generate-temperature", "generate", "run", "--temperature", "-1", says="--temperature"),
+    c("generate-top-k", "generate", "run", "--top-k", "0", says="--top-k"),
+    c("generate-top-p", "generate", "run", "--top-p", "2", says="--top-p"),
+    c("generate-bad-checkpoint", "generate", "run", "--checkpoint", "empty", says="not a saved headwise model"),
+    c("generate-damaged", "generate", "damaged", says="damaged", marks=(DAMAGED,)),
+    # data
+    c("data-no-action", "data", says="required"),
+    c("data-prepare-offline-hub", "data", "prepare", says="HEADWISE_DATA"),
+    c("data-prepare-missing", "data", "prepare", "nope.txt", says="not found"),
+    c("data-prepare-bpe-0", "data", "prepare", "tinystories-tiny-fixture.txt", "--tokenizer", "bpe:0",
+      data="shared", says="bpe"),
+    c("data-prepare-tokenizer", "data", "prepare", "tinystories-tiny-fixture.txt", "--tokenizer", "foo",
+      data="shared", says="tokenizer"),
+    c("data-prepare-subset-0", "data", "prepare", "tinystories-tiny-fixture.txt", "--subset", "0", data="shared",
+      says="subset"),
+    c("data-prepare-validation", "data", "prepare", "tinystories-tiny-fixture.txt", "--validation", "fraction:2",
+      data="shared", says="fraction"),
+    c("data-prepare-bpe-too-big", "data", "prepare", "tinystories-tiny-fixture.txt", "--tokenizer", "bpe:300000",
+      "--quiet", data="shared", says="bpe", marks=(BPE_VOCAB,)),
+    c("data-prepare-nearest-config", "data", "prepare", "x", "--config", "nn.toml", says="no text"),
+    c("data-prepare-unknown-kind", "data", "prepare", "x", "--config", "tk.toml", says="unknown task kind"),
+    c("data-info-missing", "data", "info", "nope.txt", says="not found"),
+    c("data-info-empty-folder", "data", "info", "empty", says="empty"),
+    c("data-list-file", "data", "list", "--cache-dir", "nn.toml", says="file", marks=(DATA_LIST,)),
+    c("data-list-missing", "data", "list", "--cache-dir", "missing", says="does not exist"),
+    # study (--dry-run where the study itself is good, so nothing runs)
+    c("study-nothing", "study", says="--list"),
+    c("study-unknown", "study", "nope", says="unknown study"),
+    c("study-a-directory", "study", "empty", says="directory", marks=(STUDY_DIR,)),
+    c("study-unknown-preset", "study", "progression", "--preset", "nope", says="no preset 'nope'"),
+    c("study-seeds-0", "study", "s_ok.toml", "--seeds", "0", "--dry-run", says="--seeds"),
+    c("study-jobs-0", "study", "s_ok.toml", "--jobs", "0", "--out", "new-study", says="--jobs"),
+    c("study-set-bad", "study", "s_ok.toml", "--set", "train.steps=x", "--dry-run", says="train.steps"),
+    c("study-set-no-equals", "study", "s_ok.toml", "--set", "foo", "--dry-run", says="key=value"),
+    c("study-set-unquoted-list", "study", "s_ok.toml", "--set", "model.attention=[local]", "--dry-run",
+      says="quote", marks=(STUDY_SET,)),
+    c("study-invalid-toml", "study", "s_badtoml.toml", "--dry-run", says="not valid TOML"),
+    c("study-top-key", "study", "s_top.toml", "--dry-run", says="unknown key 'colour'"),
+    c("study-seeds-key", "study", "s_seeds.toml", "--dry-run", says="seeds"),
+    c("study-no-variants", "study", "s_novariants.toml", "--dry-run", says="axes"),
+    c("study-axis-empty", "study", "s_axis_empty.toml", "--dry-run", says="axes.values"),
+    c("study-axis-name", "study", "s_axis_name.toml", "--dry-run", says="axis name"),
+    c("study-axis-label", "study", "s_axis_label.toml", "--dry-run", says="{value}"),
+    c("study-axis-no-key", "study", "s_axis_nokey.toml", "--dry-run", says="key"),
+    c("study-axis-bad-key", "study", "s_axis_badkey.toml", "--dry-run", says="did you mean 'lr'"),
+    c("study-variant-key", "study", "s_variant_key.toml", "--dry-run", says="did you mean 'steps'"),
+    c("study-variant-name", "study", "s_variant_name.toml", "--dry-run", says="variant name"),
+    c("study-presets-not-table", "study", "s_presets.toml", "--dry-run", says="presets"),
+    c("study-preset-extends-unknown", "study", "s_preset_unknown.toml", "--preset", "p", "--dry-run",
+      says="unknown preset 'q'"),
+    c("study-preset-loop", "study", "s_preset_loop.toml", "--preset", "p", "--dry-run", says="loop"),
+    c("study-report-kind", "study", "s_report_kind.toml", "--dry-run", says="report kind"),
+    c("study-report-no-kind", "study", "s_report_nokind.toml", "--dry-run", says="kind"),
+    c("study-report-key", "study", "s_report_key.toml", "--dry-run", says="did you mean 'series'"),
+    c("study-report-temperature", "study", "s_report_temp.toml", "--dry-run", says="temperature"),
+    c("study-runner-jobs", "study", "s_runner.toml", "--dry-run", says="runner.jobs"),
+    c("study-backend", "study", "s_ok.toml", "--backend", "slurm", says="invalid choice"),
+    c("study-data-preflight", "study", "s_lm.toml", "--out", "new-study", says="HEADWISE_DATA", marks=(PREFLIGHT,)),
+    # report
+    c("report-missing", "report", "missing", says="not a study directory"),
+    c("report-a-run", "report", "run", says="not a study directory"),
+    c("report-at-heads-negative", "report", "run", "--at-heads", "-5", says="positive"),
+    c("report-at-heads-zero", "report", "run", "--at-heads", "0", says="positive"),
+    c("report-at-heads-nan", "report", "run", "--at-heads", "nan", says="positive"),
+    c("report-at-heads-text", "report", "run", "--at-heads", "many", says="not a number"),
+    # analyze
+    c("analyze-nothing", "analyze", says="--theory"),
+    c("analyze-missing", "analyze", "missing", says="not a directory"),
+    c("analyze-empty", "analyze", "empty", says="no run"),
+    c("analyze-theory-and-dir", "analyze", "--theory", "run", says="--theory"),
+    c("analyze-batches-0", "analyze", "run", "--batches", "0", says="at least 1"),
+    c("analyze-checkpoints-some", "analyze", "run", "--checkpoints", "some", says="invalid choice"),
+    c("analyze-checkpoints-study", "analyze", "empty", "--checkpoints", "all", says="not a run directory"),
+    c("analyze-theory-seeds-0", "analyze", "--theory", "--seeds", "0", says="at least 1"),
+    c("analyze-damaged", "analyze", "damaged", says="damaged", marks=(DAMAGED,)),
+    # bench (argument checks, before anything is measured)
+    c("bench-rounds-0", "bench", "--rounds", "0", says="positive"),
+    c("bench-seq-lens", "bench", "--seq-lens", "0", says="sequence lengths"),
+    c("bench-only", "bench", "--only", "nope", says="unknown section"),
+    c("bench-threads", "bench", "--threads", "-1", says="positive"),
+]
+
+
+def check_outcome(case: Case, code: int, err: str, before: dict[str, str], after: dict[str, str]) -> None:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "Traceback" not in err, err
+    assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n{err}"
+    assert code == case.code, f"exit status {code}, expected {case.code}: {lines[0]}"
+    for word in case.says:
+        assert word.lower() in lines[0].lower(), f"{word!r} not in: {lines[0]}"
+    changed = [p for p, h in before.items() if after.get(p) != h]
+    assert not changed, f"files changed or lost: {changed}"
+    if case.code == 2:  # bad input writes nothing
+        assert set(after) == set(before), f"new files: {sorted(set(after) - set(before))}"
+
+
+def _set_data_env(monkeypatch, which: str | None) -> None:
+    if which == "shared":
+        if DATA is None:
+            pytest.skip("shared TinyStories samples not found (HEADWISE_DATA)")
+        monkeypatch.setenv("HEADWISE_DATA", str(DATA))
+    else:
+        monkeypatch.delenv("HEADWISE_DATA", raising=False)
+
+
+@pytest.mark.parametrize("case", [pytest.param(k, id=k.id, marks=k.marks) for k in CASES])
+def test_bad_input(case: Case, world: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(world)
+    monkeypatch.setenv("HEADWISE_CACHE", str(world / "cache"))
+    _set_data_env(monkeypatch, case.data)
+    before = snapshot(world)
+    capsys.readouterr()
+    try:
+        code = main(case.argv)
+    except SystemExit as exc:  # argparse: --help-style exit with a usage error
+        code = exc.code if isinstance(exc.code, int) else 1
+    err = capsys.readouterr().err
+    try:
+        check_outcome(case, code, err, before, snapshot(world))
+    finally:
+        if case.code == 1:  # what the failing run left (new files only) goes, for the next case
+            for name in ("new-run", "new-study"):
+                shutil.rmtree(world / name, ignore_errors=True)
+
+
+def test_case_ids_are_distinct() -> None:
+    ids = [k.id for k in CASES]
+    assert len(ids) == len(set(ids)) and len(ids) >= 60
+
+
+SUBPROCESS_CASES = [
+    c("argparse-error", "plan", "--layers", "four", says="invalid int"),
+    c("bad-set", "train", "nn.toml", "--out", "new-run", "--set", "model.attention=[local,local]", says="quote"),
+    c("config-is-dir", "train", "empty", says="directory"),
+    c("unknown-task-kind", "train", "tk.toml", "--out", "new-run", says="unknown task kind"),
+]
+
+
+@pytest.mark.parametrize("case", [pytest.param(k, id=k.id) for k in SUBPROCESS_CASES])
+def test_bad_input_process(case: Case, world: Path) -> None:
+    """The same checks across the process boundary: the real exit status and all of stderr."""
+    env = {k: v for k, v in os.environ.items() if k != "HEADWISE_DATA"}
+    env["HEADWISE_CACHE"] = str(world / "cache")
+    before = snapshot(world)
+    proc = subprocess.run([sys.executable, "-m", "headwise", *case.argv], cwd=world, env=env,
+                          capture_output=True, text=True, timeout=120)
+    check_outcome(case, proc.returncode, proc.stderr, before, snapshot(world))
+
+
+def test_analyze_says_why_few_points(world: Path, tmp_path: Path, capsys) -> None:
+    """A run that keeps 2 checkpoints draws a 2-point curve; the output says why and how to get more."""
+    assert main(["analyze", str(world / "run"), "--checkpoints", "all", "--batches", "1",
+                 "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "only 2 points" in out
+    assert "checkpoint.keep = 2" in out and "analysis.every" in out
+
+
+def test_whole_table_checks_name_no_made_up_location() -> None:
+    """A check of a whole table (a model validator) reports its own words, without "(top level)"."""
+    from headwise.errors import HeadwiseError
+    from headwise.spec import ModelSpec
+    from headwise.study.spec import StudyConfig
+
+    for cls, data in ((ModelSpec, {"vocab_size": 10, "d_model": 8, "n_layers": 1, "heads": [2], "mlp_hidden": 0}),
+                      (StudyConfig, {"name": "x", "base": {}})):
+        with pytest.raises(HeadwiseError) as info:
+            cls.parse(data, source="src")
+        assert "top level" not in str(info.value) and str(info.value).startswith("src: ")
