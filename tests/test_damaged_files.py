@@ -190,6 +190,18 @@ def test_analyze_skips_a_damaged_checkpoint(run, capsys):
     assert (run / "last" / "conditioning.csv").read_text().splitlines()[1].startswith("4,")
 
 
+def test_analyze_of_a_study_skips_a_run_whose_final_model_is_damaged(trained, tmp_path, capsys):
+    study = tmp_path / "study"
+    for name in ("a", "b"):
+        shutil.copytree(trained, study / name)
+    damage(study / "b" / "model" / "model.safetensors", "truncate")
+    assert main(["analyze", str(study)]) == 0
+    out = capsys.readouterr().out
+    assert "b: skipped (" in out and str(study / "b" / "model" / "model.safetensors") + " is damaged" in out
+    rows = (study / "analysis" / "condition_vs_heads.csv").read_text().splitlines()[1:]
+    assert [r.split(",")[0] for r in rows] == ["a"]
+
+
 def test_resume_writes_a_damaged_final_model_again(run):
     good = (run / "model" / "model.safetensors").read_bytes()
     damage(run / "model" / "model.safetensors", "truncate")

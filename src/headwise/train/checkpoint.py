@@ -185,7 +185,11 @@ def load_checkpoint(path: Path) -> tuple[Transformer, dict[str, Any]]:
     path = Path(path)
     verify_model_dir(path, extra=(STATE_FILE,))
     model = load_pretrained(path, verify=False)
-    return model, load_state(path)
+    state = load_state(path)
+    m = _STEP_DIR.fullmatch(path.name)
+    if m and state["step"] != int(m.group(1)):
+        raise DamagedFile(path / STATE_FILE, f"it holds the state of step {state['step']}, not of {path.name}")
+    return model, state
 
 
 def checkpoint_spec(path: Path) -> ModelSpec:

@@ -51,10 +51,6 @@ class ResumePoint:
     #: one line about ``checkpoints/latest`` when it was missing or damaged
     pointer_note: str | None = None
 
-    @property
-    def step(self) -> int:
-        return int(self.state["step"])
-
 
 def committed_checkpoints(run_dir: Path) -> tuple[list[tuple[int, Path]], str | None]:
     """The checkpoints a resume may use, oldest first: those up to the one ``latest`` names (a
