@@ -53,7 +53,9 @@ def run_training(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, o
     process calls this; rank 0 writes the files.
 
     Raises HeadwiseError on bad input (nothing on disk changed) and RunFailure when the loss
-    becomes non-finite (``summary.json`` then says ``diverged``; the last good checkpoint stays).
+    becomes non-finite (``summary.json`` then says ``diverged``; the last good checkpoint stays)
+    or when ``resume`` finds no checkpoint that verifies (nothing on disk changed; a damaged
+    newer checkpoint is skipped, see :mod:`headwise.train.resume`).
     A SIGINT or SIGTERM saves a checkpoint and returns with status ``interrupted``; a second
     SIGINT (Ctrl-C twice) stops at once, without saving.
     """
