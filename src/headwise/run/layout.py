@@ -5,8 +5,10 @@
       summary.json         :class:`~headwise.run.summary.RunSummary`
       metrics.jsonl        one JSON row per logged step
       tokenizer.json       the trained BPE, when the task trained one
-      checkpoints/         step_XXXXXXXX/ folders and a ``latest`` pointer
-      model/               the final model (``model.safetensors`` + ``spec.json``)
+      checkpoints/         step_XXXXXXXX/ folders (each with a ``manifest.json`` of its files'
+                           sizes and sha256) and a ``latest`` pointer; ``damaged_step_*`` are
+                           checkpoints a resume found damaged and set aside
+      model/               the final model (``model.safetensors`` + ``spec.json`` + ``manifest.json``)
       tb/                  TensorBoard events
 """
 
