@@ -246,7 +246,7 @@ def describe_validation_error(cls: type[BaseModel], exc: ValidationError, source
         return f"{prefix}expected a table ({table} with its keys), got {value!r}"
     if kind == "missing":
         if loc and isinstance(loc[-1], int):  # a fixed-length list (tuple) is short of items
-            return f"{prefix}expected more items, got {value!r}"
+            return f"{prefix}too few items (item {loc[-1] + 1} is missing), got {value!r}"
         return f"{source}: missing required key {where!r}"
     msg = err["msg"]
     if msg.startswith("Value error, "):

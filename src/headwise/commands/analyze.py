@@ -110,7 +110,10 @@ def _few_points_note(run_dir: Path, steps: list[int], mode: str) -> str | None:
     if every:
         return f"{why}; the condition number was also logged every {every} steps during training: see " \
                f"{RunDir(run_dir).metrics}"
-    return (f"{why}. For more points, train with --set checkpoint.keep=K (and a smaller checkpoint.every), or "
+    saved_all = total // ckpt_every if total and ckpt_every else None
+    keep_all = f"--set checkpoint.keep={saved_all} to keep every checkpoint" if saved_all and saved_all > keep \
+        else "--set checkpoint.keep=K"
+    return (f"{why}. For more points, train with {keep_all} (and a smaller checkpoint.every for more of them), or "
             f"--set analysis.every=K to log the condition number every K steps during training (metrics.jsonl)")
 
 
