@@ -193,6 +193,7 @@ CASES = [
     c("train-resume-empty-dir", "train", "--resume", "--out", "empty", says="holds no run to resume"),
     c("train-resume-missing-dir", "train", "--resume", "--out", "missing", says="no run to resume"),
     c("train-resume-config-empty-dir", "train", "nn.toml", "--resume", "--out", "empty", says="no run to resume"),
+    c("train-out-is-file", "train", "nn.toml", "--out", "notes.txt", says="file"),
     c("train-out-exists", "train", "nn.toml", "--out", "run", says="--resume"),
     c("train-resume-and-overwrite", "train", "nn.toml", "--out", "run", "--resume", "--overwrite",
       says="not allowed with"),
@@ -264,6 +265,7 @@ CASES = [
     c("generate-top-k", "generate", "run", "--top-k", "0", says="--top-k"),
     c("generate-top-p", "generate", "run", "--top-p", "2", says="--top-p"),
     c("generate-bad-checkpoint", "generate", "run", "--checkpoint", "empty", says="not a saved headwise model"),
+    c("generate-checkpoint-a-file", "generate", "run", "--checkpoint", "nn.toml", says="not a saved headwise model"),
     c("generate-damaged", "generate", "damaged", says="damaged", marks=(DAMAGED,)),
     # data
     c("data-no-action", "data", says="required"),
@@ -320,6 +322,7 @@ CASES = [
     c("study-data-preflight", "study", "s_lm.toml", "--out", "new-study", says="HEADWISE_DATA", marks=(PREFLIGHT,)),
     # report
     c("report-missing", "report", "missing", says="not a study directory"),
+    c("report-a-file", "report", "nn.toml", says="not a study directory"),
     c("report-a-run", "report", "run", says="not a study directory"),
     c("report-at-heads-negative", "report", "run", "--at-heads", "-5", says="positive"),
     c("report-at-heads-zero", "report", "run", "--at-heads", "0", says="positive"),
@@ -334,6 +337,9 @@ CASES = [
     c("analyze-checkpoints-some", "analyze", "run", "--checkpoints", "some", says="invalid choice"),
     c("analyze-checkpoints-study", "analyze", "empty", "--checkpoints", "all", says="not a run directory"),
     c("analyze-theory-seeds-0", "analyze", "--theory", "--seeds", "0", says="at least 1"),
+    c("analyze-out-is-file", "analyze", "run", "--out", "nn.toml", says=("--out", "file")),
+    c("analyze-theory-out-is-file", "analyze", "--theory", "--out", "nn.toml", says=("--out", "file")),
+    c("analyze-a-file", "analyze", "nn.toml", says="not a directory"),
     c("analyze-damaged", "analyze", "damaged", says="damaged", marks=(DAMAGED,)),
     # bench (argument checks, before anything is measured)
     c("bench-rounds-0", "bench", "--rounds", "0", says="positive"),

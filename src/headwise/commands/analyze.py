@@ -55,7 +55,14 @@ def _device(name: str) -> str:
     return name
 
 
+def _check_out(out: Path | None) -> None:
+    """Refuse an output folder that is a file before anything is measured."""
+    if out is not None and out.exists() and not out.is_dir():
+        raise HeadwiseError(f"--out {out} is a file: give a folder for the analysis (it is created if missing)")
+
+
 def run(args: argparse.Namespace) -> int:
+    _check_out(args.out)
     if args.theory:
         if args.path is not None:
             raise HeadwiseError("--theory takes no RUN_DIR/STUDY_DIR: give one or the other")
