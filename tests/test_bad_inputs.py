@@ -101,6 +101,10 @@ FILES = {
     "s_report_key.toml": STUDY + AXIS + '[report]\nkind = "heads"\nseriez = "scheme"\n',
     "s_report_temp.toml": STUDY + AXIS + "[report]\ntemperature = 0\n",
     "s_runner.toml": STUDY + AXIS + "[runner]\njobs = 0\n",
+    # study directories as `headwise study` leaves them (only study.toml matters to these cases)
+    "rank-study/study.toml": 'name = "mini"\nseeds = 1\nfingerprint = "0"\nvariants = []\n'
+                             '[definition.base.task]\nkind = "nearest"\n',
+    "broken-study/study.toml": 'name = "mini"\n',
 }
 
 
@@ -110,6 +114,7 @@ def world(tmp_path_factory) -> Path:
     of it with every weights file damaged."""
     root = tmp_path_factory.mktemp("bad-inputs")
     for name, text in FILES.items():
+        (root / name).parent.mkdir(exist_ok=True)
         (root / name).write_text(text)
     (root / "latin1.toml").write_bytes(b"[model]\nname = \"caf\xe9\"\n")
     shutil.copy(REPO / "configs" / "nearest-tiny.toml", root / "nn.toml")
@@ -323,6 +328,8 @@ CASES = [
     # report
     c("report-missing", "report", "missing", says="not a study directory"),
     c("report-a-file", "report", "nn.toml", says="not a study directory"),
+    c("report-at-heads-rank-study", "report", "rank-study", "--at-heads", "5", says=("'rank'", "--at-heads")),
+    c("report-broken-study", "report", "broken-study", says="damaged"),
     c("report-a-run", "report", "run", says="not a study directory"),
     c("report-at-heads-negative", "report", "run", "--at-heads", "-5", says="positive"),
     c("report-at-heads-zero", "report", "run", "--at-heads", "0", says="positive"),
@@ -434,3 +441,12 @@ def test_whole_table_checks_name_no_made_up_location() -> None:
         with pytest.raises(HeadwiseError) as info:
             cls.parse(data, source="src")
         assert "top level" not in str(info.value) and str(info.value).startswith("src: ")
+
+
+def test_at_heads_is_kept_for_heads_reports(tmp_path: Path) -> None:
+    """--at-heads is refused only where the layout fits no curves: a language study (heads layout) keeps it."""
+    from headwise.commands.report import _check_at_heads
+
+    (tmp_path / "study.toml").write_text('name = "lm"\nseeds = 1\nfingerprint = "0"\nvariants = []\n'
+                                         '[definition.base.task]\nkind = "lm"\n')
+    _check_at_heads(str(tmp_path), 90.0)

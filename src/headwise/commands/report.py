@@ -28,9 +28,31 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-conditioning", action="store_true", help="skip the condition numbers of the final models")
 
 
+def _check_at_heads(study_dir: str, at_heads: float) -> None:
+    """Refuse --at-heads for a study whose report layout fits no curves over total heads (it
+    would be ignored)."""
+    from headwise.errors import HeadwiseError
+    from headwise.report.registry import get_layout
+    from headwise.study.layout import load_study_record
+    from headwise.tasks.config import parse_task_config
+
+    record = load_study_record(study_dir)
+    kind = record.report.kind
+    if kind is None:
+        try:
+            kind = parse_task_config(dict(record.definition.get("base", {}).get("task", {}))).family.report_layout
+        except HeadwiseError:
+            return  # write_report says what is wrong with the study
+    if "at_heads" not in get_layout(kind).Options.model_fields:
+        raise HeadwiseError(f"--at-heads {at_heads:g}: the {kind!r} report of {study_dir} fits no curves over total "
+                            "heads; leave --at-heads out (it applies to 'heads' reports)")
+
+
 def run(args: argparse.Namespace) -> int:
     from headwise.report import write_report
 
+    if args.at_heads is not None:
+        _check_at_heads(args.study_dir, args.at_heads)
     path = write_report(args.study_dir, at_heads=args.at_heads, samples=not args.no_samples,
                         conditioning=not args.no_conditioning)
     print(f"report: {path}")
