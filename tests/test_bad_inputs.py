@@ -271,6 +271,11 @@ CASES = [
     c("generate-top-p", "generate", "run", "--top-p", "2", says="--top-p"),
     c("generate-bad-checkpoint", "generate", "run", "--checkpoint", "empty", says="not a saved headwise model"),
     c("generate-checkpoint-a-file", "generate", "run", "--checkpoint", "nn.toml", says="not a saved headwise model"),
+    c("generate-vector-run-prompt", "generate", "run", "--prompt", "hi", says=("'nearest' run", "--prompt")),
+    c("generate-vector-run-sampling", "generate", "run", "--temperature", "0", "--top-k", "3",
+      says=("--temperature, --top-k", "nothing to do")),
+    c("generate-checkpoint-and-untrained", "generate", "run", "--checkpoint", "run/model", "--untrained",
+      says="not allowed with"),
     c("generate-damaged", "generate", "damaged", says="damaged", marks=(DAMAGED,)),
     # data
     c("data-no-action", "data", says="required"),

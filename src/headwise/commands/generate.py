@@ -18,20 +18,29 @@ HELP = "sample text from a run's model (KV cache), or show a vector model's pred
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by headwise train")
-    p.add_argument("--prompt", default="Once upon a time there was", help="text to continue")
-    p.add_argument("--temperature", type=float, default=0.9, help="0 decodes greedily (default 0.9)")
-    p.add_argument("--max-new-tokens", type=int, default=200, help="at most this many tokens (default 200)")
+    p.add_argument("--prompt", help=f"text to continue (default {DEFAULTS['prompt']!r})")
+    p.add_argument("--temperature", type=float, help=f"0 decodes greedily (default {DEFAULTS['temperature']})")
+    p.add_argument("--max-new-tokens", type=int, help=f"at most this many tokens (default {DEFAULTS['max_new_tokens']})")
     p.add_argument("--top-k", type=int, help="sample only from the K most likely tokens")
     p.add_argument("--top-p", type=float, help="sample only from the smallest set of tokens with probability >= P")
     p.add_argument("--seed", type=int, help="seed for sampling (and for --untrained initialisation)")
-    p.add_argument("--checkpoint", metavar="PATH", help="a checkpoint or model folder (default: the final model)")
-    p.add_argument("--untrained", action="store_true", help="a freshly initialised model of the run's spec")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--checkpoint", metavar="PATH", help="a checkpoint or model folder (default: the final model)")
+    which.add_argument("--untrained", action="store_true", help="a freshly initialised model of the run's spec")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+#: the text options and their defaults (a vector run takes none of them)
+DEFAULTS = {"prompt": "Once upon a time there was", "temperature": 0.9, "max_new_tokens": 200, "top_k": None,
+            "top_p": None}
 
 
 def _check_sampling(args: argparse.Namespace) -> None:
     from headwise.errors import HeadwiseError
 
+    for name, default in DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
     if args.max_new_tokens < 1:
         raise HeadwiseError(f"--max-new-tokens {args.max_new_tokens}: give at least 1")
     if not args.temperature >= 0 or math.isinf(args.temperature):
@@ -47,9 +56,14 @@ def run(args: argparse.Namespace) -> int:
     from headwise.tasks.config import build_task
     from headwise.train.generate import generate_text, load_run_model, run_config, vector_predictions
 
+    given = [f"--{name.replace('_', '-')}" for name in DEFAULTS if getattr(args, name) is not None]
     _check_sampling(args)
     run_dir = Path(args.run_dir)
     cfg = run_config(run_dir)
+    if cfg.task.kind != "lm" and given:
+        raise HeadwiseError(f"{run_dir} is a {cfg.task.kind!r} run: its model reads vectors, not text, so "
+                            f"{', '.join(given)} {'has' if len(given) == 1 else 'have'} nothing to do; leave "
+                            f"{'it' if len(given) == 1 else 'them'} out to see the model's predictions")
     if cfg.task.kind == "lm":
         text, source = generate_text(run_dir, args.prompt, args.max_new_tokens, temperature=args.temperature,
                                      top_k=args.top_k, top_p=args.top_p, seed=args.seed,
