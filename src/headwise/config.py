@@ -90,12 +90,17 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise HeadwiseError(f"{p} is not valid TOML: {exc}") from None
 
 
-def parse_value(text: str) -> Any:
+def parse_value(text: str, key: str = "KEY") -> Any:
     """Parse an override's value as a TOML literal (numbers, booleans, lists, quoted strings);
-    anything that is not a TOML literal is taken as a bare string."""
+    anything else is taken as a bare string, except what looks like a list, table or quoted
+    string but is not valid TOML (the shell ate its quotes): that is a HeadwiseError with a hint
+    at quoting (``key`` names the override in it)."""
     try:
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
+        if text[:1] in ("[", "{", '"', "'"):
+            raise HeadwiseError(f"--set {key}={text}: {text} is not a valid TOML value; "
+                                f"{quoting_example(key, text)}") from None
         return text
 
 
@@ -117,19 +122,16 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, str
     """Apply ``section.key=value`` overrides to a nested dict, in place. Returns the overrides
     whose value was not a TOML literal and was taken as a bare string (key -> text), so that a
     validation error on one of them can hint at quoting. A value that looks like a list, table or
-    quoted string but is not valid TOML (the shell ate its quotes) is refused with that hint."""
+    quoted string but is not valid TOML (the shell ate its quotes) is refused with that hint
+    (see :func:`parse_value`)."""
     bare: dict[str, str] = {}
     for item in overrides:
         if "=" not in item:
             raise HeadwiseError(f"override {item!r} is not of the form key=value (e.g. optim.lr=3e-4)")
         key, _, raw = item.partition("=")
         key, raw = key.strip(), raw.strip()
-        try:
-            value = tomllib.loads(f"v = {raw}")["v"]
-        except tomllib.TOMLDecodeError:  # not a TOML literal: a bare string
-            value = raw
-            if raw[:1] in ("[", "{", '"', "'"):
-                raise HeadwiseError(f"--set {key}={raw}: {raw} is not a valid TOML value; {quoting_example(key, raw)}")
+        value = parse_value(raw, key)
+        if isinstance(value, str) and value == raw:  # a TOML string literal always loses its quotes
             bare[key] = raw
         set_dotted(data, key, value)
     return bare
