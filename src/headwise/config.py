@@ -240,7 +240,7 @@ def describe_validation_error(cls: type[BaseModel], exc: ValidationError, source
     # A check of a whole table (a model validator) names its own keys: no location to add.
     prefix = f"{source}: {where}: " if where else f"{source}: "
     if kind == "union_tag_invalid":
-        tags = ", ".join(t.strip().strip("'") for t in str(ctx.get("expected_tags", "")).split(","))
+        tags = ", ".join(sorted(t.strip().strip("'") for t in str(ctx.get("expected_tags", "")).split(",")))
         table = path[-1] if path else "table"
         return f"{prefix}unknown {table} kind {ctx.get('tag')!r}; use one of: {tags}"
     if kind in ("union_tag_not_found", "model_type", "dict_type"):
