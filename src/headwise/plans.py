@@ -185,7 +185,10 @@ def plan_heads(
                 valid = ", ".join(map(str, divisors(d_model)))
                 raise HeadwiseError(f"layer {i}: heads = {h} does not divide d_model {d_model}; valid counts: {valid}")
         return Plan(scheme, tuple(heads), widths(heads), requested_total=total_heads)
-    if total_heads is None or total_heads < n_layers:
+    if total_heads is None:
+        raise HeadwiseError(f"scheme {scheme.value!r} needs total_heads, the budget of heads over all layers "
+                            f"(at least {n_layers}, one head per layer)")
+    if total_heads < n_layers:
         raise HeadwiseError(
             f"total_heads = {total_heads}; scheme {scheme.value!r} needs a budget of at least {n_layers} (one head per layer)"
         )

@@ -316,6 +316,9 @@ def load_study_file(name_or_path: str) -> tuple[dict[str, Any], str]:
     path = Path(name_or_path)
     if path.is_file():
         return read_toml(path), str(path.resolve())
+    if path.is_dir():
+        hint = " (a study directory: `headwise report` writes its report)" if (path / "study.toml").is_file() else ""
+        raise HeadwiseError(f"{name_or_path} is a directory{hint}; pass a study's name or a study .toml file")
     if path.suffix == ".toml" or "/" in name_or_path:
         raise HeadwiseError(f"study file {name_or_path} does not exist")
     hint = difflib.get_close_matches(name_or_path, builtins, n=1)
@@ -359,7 +362,7 @@ def resolve_study(
         key, eq, value = item.partition("=")
         if not eq:
             raise HeadwiseError(f"override {item!r} is not of the form key=value (e.g. train.steps=200)")
-        set_dotted(raw["base"], key, parse_value(value.strip()))
+        set_dotted(raw["base"], key, parse_value(value.strip(), key.strip()))
     config = StudyConfig.parse(raw, source=source)
     n_seeds = seeds if seeds is not None else config.seeds
     if n_seeds < 1:

@@ -48,7 +48,7 @@ def parse_task_config(data: dict[str, Any], source: str = "[task]") -> TaskConfi
     """Validate a ``[task]`` table on its own, raising a one-line HeadwiseError on failure."""
     kind = _task_kind(data)
     if kind not in FAMILIES:
-        raise HeadwiseError(f"{source}: unknown task kind {kind!r}; use one of: {', '.join(FAMILIES)}")
+        raise HeadwiseError(f"{source}: unknown task kind {kind!r}; use one of: {', '.join(sorted(FAMILIES))}")
     return FAMILIES[kind].config.parse(data, source=source)
 
 

@@ -90,5 +90,5 @@ def register_family(family: TaskFamily) -> TaskFamily:
 def family_of(kind: str) -> TaskFamily:
     """The registered family of a ``[task] kind``; an unknown kind is a HeadwiseError."""
     if kind not in FAMILIES:
-        raise HeadwiseError(f"unknown task kind {kind!r}; use one of: {', '.join(FAMILIES)}")
+        raise HeadwiseError(f"unknown task kind {kind!r}; use one of: {', '.join(sorted(FAMILIES))}")
     return FAMILIES[kind]

@@ -103,7 +103,7 @@ def check_resume(run_dir: RunDir, spec: ModelSpec, config: dict[str, Any], world
     changed = config_difference(read_toml(run_dir.config), config)
     if changed:
         raise HeadwiseError(
-            f"the config differs from the run in {out} in {', '.join(changed[:3])}; a resumed run may "
+            f"the config differs from {out}'s run in {', '.join(changed[:3])}; a resumed run may "
             "change only its length and its logging, eval, checkpoint and analysis settings"
         )
     n = point.state["world_size"]
