@@ -129,6 +129,11 @@ def test_load_refuses_weights_of_another_spec(tmp_path):
     save_pretrained(a, tmp_path / "a")
     save_pretrained(b, tmp_path / "b")
     (tmp_path / "a" / "model.safetensors").replace(tmp_path / "b" / "model.safetensors")
+    # b's manifest no longer describes the file that is there
+    with pytest.raises(HeadwiseError, match="model.safetensors is damaged: .* manifest.json says"):
+        load_pretrained(tmp_path / "b")
+    # without a manifest (a folder assembled by hand), the weights are checked against the spec
+    (tmp_path / "b" / "manifest.json").unlink()
     with pytest.raises(HeadwiseError, match="does not match"):
         load_pretrained(tmp_path / "b")
 

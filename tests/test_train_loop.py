@@ -110,7 +110,7 @@ def test_refuses_to_mix_runs(tmp_path):
         run_training(tiny_config(steps=2, ckpt_every=0, eval_every=0), out, task=SyntheticLM())
     with pytest.raises(HeadwiseError, match="holds a different run"):
         run_training(tiny_config(steps=2, seed=5), out, task=SyntheticLM())
-    with pytest.raises(HeadwiseError, match="differs from the run .* in train.micro_batch"):
+    with pytest.raises(HeadwiseError, match="differs from .*'s run in train.micro_batch"):
         run_training(tiny_config(steps=2, micro_batch=2, ckpt_every=0, eval_every=0), out, resume=True,
                      task=SyntheticLM())
     other = tiny_config(steps=2, ckpt_every=0, eval_every=0)
