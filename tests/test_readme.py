@@ -21,3 +21,12 @@ def test_the_torch_pin_is_described_as_a_version_pin():
     assert pins == ["torch==2.13.0"]
     readme = (ROOT / "README.md").read_text()
     assert "pins the CPU build" not in readme and "pins PyTorch's *version* (2.13.0), not its build" in readme
+
+
+def test_output_piped_into_a_reader_that_quits_gives_no_traceback():
+    import subprocess
+    import sys
+
+    proc = subprocess.run(f"{sys.executable} -m headwise study --list | head -1", shell=True,
+                          capture_output=True, text=True)
+    assert proc.stdout.count("\n") == 1 and "Traceback" not in proc.stderr
