@@ -134,3 +134,37 @@ def test_sigint_on_the_command_line_saves_and_resumes(tmp_path):
     summary = read_summary(out)
     assert summary.status == "completed" and summary.steps == step + 3
     assert [r["step"] for r in read_metrics(out)][-1] == step + 3
+
+
+LATE_SIGNAL = f"""
+import os, signal, sys
+sys.path.insert(0, {str(TESTS)!r})
+from headwise.run import RunStatus
+from headwise.train import run_training
+from headwise.train.trainer import Trainer
+from test_train_synthetic import SyntheticLM, tiny_config
+
+write = Trainer._write_summary
+def write_after_another_sigterm(self):
+    # PR_SET_PDEATHSIG fires once per thread of a dying study runner: one more SIGTERM can
+    # arrive while the run is writing its final summary
+    if self.status is RunStatus.INTERRUPTED:
+        os.kill(os.getpid(), signal.SIGTERM)
+    write(self)
+Trainer._write_summary = write_after_another_sigterm
+
+def stop(position):
+    if position == 3:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+run_training(tiny_config(steps=10, ckpt_every=0), sys.argv[1], task=SyntheticLM(on_batch=stop))
+"""
+
+
+def test_a_sigterm_during_the_final_summary_does_not_lose_it(tmp_path):
+    script, out = tmp_path / "late.py", tmp_path / "run"
+    script.write_text(LATE_SIGNAL)
+    done = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = read_summary(out)
+    assert summary.status == "interrupted" and summary.steps == 4

@@ -213,12 +213,14 @@ class Trainer:
             self.status, self.error = RunStatus.FAILED, f"{type(exc).__name__}: {exc}"
             raise
         finally:
-            for sig, old in handlers.items():
-                signal.signal(sig, old)
             self.progress.close()
             if self.metrics is not None:
                 self.metrics.close()
             self._write_summary()
+            # Only now: a repeated SIGTERM (PR_SET_PDEATHSIG fires once per thread of a dying
+            # study runner) under the default handler would kill the process before the summary.
+            for sig, old in handlers.items():
+                signal.signal(sig, old)
         return self.summary()
 
     def _announce(self) -> None:
