@@ -8,6 +8,7 @@ import torch
 from headwise.errors import HeadwiseError
 from headwise.model import Transformer
 from headwise.spec import ModelSpec
+from headwise.tasks.nearest import NearestNeighbourTask
 from headwise.train.generate import filter_logits, generate, next_token, vector_predictions
 
 INF = float("-inf")
@@ -94,6 +95,6 @@ def test_stops_at_the_stop_token_and_refuses_bad_input():
     with pytest.raises(HeadwiseError, match="takes vectors"):
         generate(vectors, [1], 3)
     # a vector model shorter than the task's samples: one clear line, not the model's own error
-    points = torch.nn.functional.normalize(torch.randn(2, 6, 8), dim=-1)
+    task = NearestNeighbourTask(dim=8, n_points=6, eval_batches=1, eval_batch_size=2)
     with pytest.raises(HeadwiseError, match="cannot read the task's samples: sequence of 6 positions"):
-        vector_predictions(vectors, points, points)
+        vector_predictions(vectors, task, task.eval_batches()[0])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import hashlib
 import os
 import sys
 import tempfile
@@ -255,6 +256,15 @@ def describe_validation_error(cls: type[BaseModel], exc: ValidationError, source
         msg = msg[len("Value error, "):]
     shown = "" if isinstance(value, dict) else f" (got {value!r})"
     return f"{prefix}{msg}{shown}"
+
+
+def sha256_file(path: Path) -> str:
+    """The sha256 of a file's bytes (hex), read in blocks so that large files need no memory."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def atomic_write_text(path: Path, text: str) -> None:

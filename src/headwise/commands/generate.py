@@ -76,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     model, source = load_run_model(run_dir, Path(args.checkpoint) if args.checkpoint else None,
                                    args.untrained, args.seed)
-    batch = build_task(cfg.task).eval_batches()[0]
-    result = {"model": source, **vector_predictions(model, batch.inputs, batch.targets)}
+    task = build_task(cfg.task)
+    result = {"model": source, **vector_predictions(model, task, task.eval_batches()[0])}
     if args.json:
         print(json.dumps(result))
         return 0

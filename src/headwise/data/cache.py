@@ -33,7 +33,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from headwise.config import atomic_write_text
+from headwise.config import atomic_write_text, sha256_file
 from headwise.data.plan import DataConfig, DataPlan, plan_data
 from headwise.data.tokenizer import BPETokenizer, Tokenizer, gpt_neo_tokenizer, parse_tokenizer_spec
 from headwise.errors import HeadwiseError
@@ -139,7 +139,7 @@ class TokenCache:
                 expected = int(info["tokens"]) * itemsize
                 if file.stat().st_size != expected:
                     raise invalid(f"{info['file']} has {file.stat().st_size} bytes, expected {expected} (truncated?)")
-                if verify and _sha256_file(file) != info["sha256"]:
+                if verify and sha256_file(file) != info["sha256"]:
                     raise invalid(f"{info['file']} does not match its recorded sha256 (corrupted)")
         except CacheInvalid:
             raise
@@ -169,14 +169,6 @@ def _cache_tokenizer(path: Path, meta: dict[str, Any]) -> Tokenizer:
     if n is None:
         return gpt_neo_tokenizer()
     return BPETokenizer.load(path / TOKENIZER_FILE, n)
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 24), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def prepare(

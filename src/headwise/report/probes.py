@@ -124,8 +124,8 @@ class Probes:
         try:
             with one_thread():
                 model, _ = load_run_model(run.path)
-                batch = build_task(run.task).eval_batches()[0]
-                value = float(vector_predictions(model, batch.inputs, batch.targets)["accuracy"])
+                task = build_task(run.task)
+                value = float(vector_predictions(model, task, task.eval_batches()[0])["accuracy"])
         except HeadwiseError:
             return None
         self.cache.put("pick", run, "eval batch 0", value)

@@ -29,7 +29,7 @@ import torch
 from headwise.config import atomic_write_text
 from headwise.errors import HeadwiseError
 from headwise.model import SPEC_FILE, WEIGHTS_FILE, Transformer, save_pretrained
-from headwise.model.pretrained import DamagedFile, load_pretrained, read_spec, verify_model_dir, write_manifest
+from headwise.model.pretrained import DamagedFile, first_line, load_pretrained, read_spec, verify_model_dir, write_manifest
 from headwise.run.layout import CHECKPOINTS_DIR
 from headwise.spec import ModelSpec
 
@@ -166,8 +166,7 @@ def load_state(path: Path) -> dict[str, Any]:
     try:
         state = torch.load(file, map_location="cpu", weights_only=False)
     except Exception as exc:  # unpickling a damaged file can fail in any number of ways
-        lines = str(exc).strip().splitlines()
-        raise DamagedFile(file, f"it cannot be loaded ({type(exc).__name__}: {lines[0] if lines else ''})") from None
+        raise DamagedFile(file, f"it cannot be loaded ({first_line(exc)})") from None
     missing = [k for k in _STATE_KEYS if not isinstance(state, dict) or k not in state]
     if not missing and (not isinstance(state["ranks"], list) or len(state["ranks"]) != state["world_size"]):
         missing = ["one entry per process in 'ranks'"]
@@ -245,27 +244,3 @@ def set_rng_state(state: dict[str, Any]) -> None:
     name, keys, *rest = state["numpy"]
     np.random.set_state((name, keys.numpy(), *rest))
     random.setstate(state["python"])
-
-
-#: Settings a resumed run may change: how long it runs and what it records. Anything else
-#: would make the continued run a different run from the one its checkpoints come from.
-RESUMABLE_CHANGES = ("train.steps", "train.epochs", "train.tokens", "train.log_every", "train.compile",
-                     "train.device", "train.peak_flops", "eval.", "checkpoint.", "analysis.")
-
-
-def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def config_difference(saved: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Dotted keys whose values differ between two config dicts, excluding RESUMABLE_CHANGES."""
-    a, b = _flatten(saved), _flatten(new)
-    keys = sorted(set(a) | set(b))
-    return [k for k in keys if a.get(k) != b.get(k) and not any(
-        k == r or (r.endswith(".") and k.startswith(r)) for r in RESUMABLE_CHANGES)]

@@ -20,7 +20,8 @@ from headwise.errors import HeadwiseError
 from headwise.model import SPEC_FILE, WEIGHTS_FILE, SequenceTooLong, Transformer, load_pretrained
 from headwise.model.pretrained import DamagedFile
 from headwise.spec import ModelSpec
-from headwise.tasks.nearest import pick
+from headwise.tasks.base import Batch
+from headwise.tasks.nearest import NearestNeighbourTask, pick
 from headwise.train.checkpoint import latest_checkpoint
 from headwise.train.config import RunConfig
 from headwise.run import RunDir
@@ -177,20 +178,20 @@ def generate_text(run_dir: str | Path, prompt: str, max_new_tokens: int = 200, *
 
 
 @torch.no_grad()
-def vector_predictions(model: Transformer, inputs: Tensor, targets: Tensor) -> dict[str, Any]:
-    """What a vector model "generates" for the nearest-neighbour task: for each scored token, the
-    candidate point its output is closest to, against the target's (see
-    :func:`headwise.tasks.nearest.pick`), with the accuracy and loss over the batch."""
+def vector_predictions(model: Transformer, task: NearestNeighbourTask, batch: Batch) -> dict[str, Any]:
+    """What a vector model "generates" for the nearest-neighbour task: for each scored token of
+    the batch's first sample, the candidate point its output is closest to, against the target's
+    (see :func:`headwise.tasks.nearest.pick`), with the task's loss and pick accuracy over the
+    batch (as training evaluates them)."""
     model.eval()
     try:
-        outputs = model(inputs)
+        outputs = model(batch.inputs)
     except SequenceTooLong as exc:  # e.g. --checkpoint of a model with a shorter context
         raise HeadwiseError(f"this model cannot read the task's samples: {exc}") from None
-    chosen, truth = pick(outputs, inputs, targets)
-    scored = outputs[:, -targets.shape[1]:, : targets.shape[-1]].float()
+    chosen, truth = pick(outputs, batch.inputs, batch.targets)
     return {
-        "accuracy": (chosen == truth).float().mean().item(),
-        "loss": (scored - targets.float()).pow(2).sum(-1).mean().item(),
+        "accuracy": task.metrics(outputs, batch)["pick_accuracy"].item(),
+        "loss": task.loss(outputs, batch.targets).item(),
         "chosen": chosen[0].tolist(),
         "target": truth[0].tolist(),
     }

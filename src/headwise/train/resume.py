@@ -28,7 +28,6 @@ from headwise.spec import ModelSpec
 from headwise.train.checkpoint import (
     LATEST,
     checkpoint_dirs,
-    config_difference,
     load_checkpoint,
     move_damaged,
     point_latest,
@@ -36,6 +35,30 @@ from headwise.train.checkpoint import (
     spec_difference,
     step_of,
 )
+
+
+#: Settings a resumed run may change: how long it runs and what it records. Anything else
+#: would make the continued run a different run from the one its checkpoints come from.
+RESUMABLE_CHANGES = ("train.steps", "train.epochs", "train.tokens", "train.log_every", "train.compile",
+                     "train.device", "train.peak_flops", "eval.", "checkpoint.", "analysis.")
+
+
+def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def config_difference(saved: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Dotted keys whose values differ between two config dicts, excluding RESUMABLE_CHANGES."""
+    a, b = _flatten(saved), _flatten(new)
+    keys = sorted(set(a) | set(b))
+    return [k for k in keys if a.get(k) != b.get(k) and not any(
+        k == r or (r.endswith(".") and k.startswith(r)) for r in RESUMABLE_CHANGES)]
 
 
 @dataclass

@@ -31,13 +31,12 @@ from headwise.params import count_params, flops_per_token
 from headwise.run import RunDir, RunStatus, RunSummary, write_summary
 from headwise.tasks.base import Task
 from headwise.tasks.config import build_task
-from headwise.train.checkpoint import clean_uncommitted, config_difference, latest_checkpoint, rng_state, \
-    save_checkpoint, set_rng_state
+from headwise.train.checkpoint import clean_uncommitted, latest_checkpoint, rng_state, save_checkpoint, set_rng_state
 from headwise.train.config import RunConfig, batch_layout, min_lr, resolve_spec, resolved_config, warmup_steps
 from headwise.train.distributed import DistContext, init_distributed, resolve_device
 from headwise.train.metrics import MetricsLog, Progress, default_peak_flops, peak_memory_bytes
 from headwise.train.optim import build_optimizer, build_scheduler
-from headwise.train.resume import ResumePoint, check_resume, commit_fallback
+from headwise.train.resume import ResumePoint, check_resume, commit_fallback, config_difference
 
 # Sentinel for "no non-finite loss yet" in the on-device first-bad-step tracker.
 _NO_STEP = float("inf")
