@@ -27,11 +27,19 @@ def _random_spec(rng: random.Random) -> ModelSpec:
     head_dim = rng.choice([rng.randint(1, 9), [rng.randint(1, 9) for _ in range(n_layers)]])
     inputs = rng.choice(list(FRONT_ENDS))
     outputs = rng.choice([None] + [o for o in OUTPUT_HEADS if inputs == "tokens" or o != "lm"])
+    fields = {"max_seq_len": rng.randint(4, 32)}
+    if inputs == "images":  # positions follow from the image and patch sizes
+        patch = rng.choice([1, 2, 3])
+        fields = {"image_size": patch * rng.randint(1, 4), "patch_size": patch, "channels": rng.choice([1, 3]),
+                  "pooling": rng.choice(["cls", "mean"]), "causal": False}
+    if (outputs or DEFAULT_OUTPUTS[inputs]) == "classes":
+        fields["num_classes"] = rng.randint(2, 12)
     return ModelSpec(
         inputs=inputs, outputs=outputs, vocab_size=rng.randint(5, 40) if inputs == "tokens" else None,
-        d_model=d_model, n_layers=n_layers, max_seq_len=rng.randint(4, 32), heads=heads, head_dim=head_dim,
+        d_model=d_model, n_layers=n_layers, heads=heads, head_dim=head_dim,
         mlp_hidden=rng.choice([None, rng.randint(1, 30)]), norm=rng.choice(["layernorm_pre", "unitnorm_post"]),
         positions=rng.choice(["learned", "none"]), tie_embeddings=rng.random() < 0.5, qkv_bias=rng.random() < 0.5,
+        **fields,
     )
 
 

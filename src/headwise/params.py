@@ -56,12 +56,17 @@ def count_params(spec: ModelSpec) -> int:
 
 
 def flops_per_token(spec: ModelSpec, seq_len: int) -> int:
-    """Training FLOPs per token: 6N + 12 * sum over layers of (attention width x T).
+    """Training FLOPs per unit of a task whose examples are ``seq_len`` units long (tokens for
+    sequences; for images one image, ``seq_len = 1``): 6N T + 12 T^2 * sum of attention widths,
+    per example of T positions (the front end says how many), divided by ``seq_len``.
 
     N counts every matmul weight, the output head included (PaLM appendix B; nanoGPT's
-    ``estimate_mfu``); the second term is the attention score and value products, and
-    uses each layer's own attention width, so it is exact for heterogeneous layers.
+    ``estimate_mfu``); the second term is the attention score and value products, and uses each
+    layer's own attention width, so it is exact for heterogeneous layers. For sequences this is
+    6N + 12 T * widths per token. A classifier applied once per image is counted at every
+    position (under 1% of a ViT-B's FLOPs).
     """
+    t = FRONT_ENDS[spec.inputs].positions(spec, seq_len)
     n = count_params(spec) - position_params(spec)
-    attn = sum(12 * s.width * seq_len for s in spec.layers())
-    return 6 * n + attn
+    attn = sum(12 * s.width * t for s in spec.layers())
+    return round((6 * n + attn) * t / seq_len)

@@ -18,10 +18,12 @@ Activation = Literal["gelu_new", "gelu", "relu"]
 AttentionKind = Literal["global", "local"]
 #: Input front ends and output heads (implemented and registered in :mod:`headwise.model.frontends`
 #: and :mod:`headwise.model.heads`; a test checks that the names agree).
-Inputs = Literal["tokens", "vectors"]
-Outputs = Literal["lm", "vectors"]
+Inputs = Literal["tokens", "vectors", "images"]
+Outputs = Literal["lm", "vectors", "classes"]
 #: The output head of a spec that does not set ``outputs``.
-DEFAULT_OUTPUTS: dict[str, str] = {"tokens": "lm", "vectors": "vectors"}
+DEFAULT_OUTPUTS: dict[str, str] = {"tokens": "lm", "vectors": "vectors", "images": "classes"}
+#: Inputs without a vocabulary.
+_NO_VOCAB = ("vectors", "images")
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,10 @@ class ModelSpec(Config):
     ``inputs`` chooses the front end and ``outputs`` the head. ``inputs="vectors"`` (or
     ``vocab_size=None``) makes a vector model: inputs and outputs are ``d_model``-vectors, with no
     embedding or output head, for synthetic tasks such as nearest-neighbour search.
+    ``inputs="images"`` makes a ViT: square images of ``image_size`` pixels and ``channels``
+    channels cut into ``patch_size`` patches, classified into ``num_classes`` classes from the
+    class token (``pooling="cls"``) or the mean of the patch tokens (``"mean"``, no class token);
+    its ``max_seq_len`` is the number of positions, patches plus class token, and is set from them.
     """
 
     inputs: Inputs = "tokens"
@@ -75,6 +81,13 @@ class ModelSpec(Config):
     out_bias: bool = True
     mlp_bias: bool = True
     init_std: float = Field(default=0.02, gt=0)
+    #: image inputs: side of the square image in pixels, patch side, channels (1 or 3)
+    image_size: int | None = Field(default=None, gt=0)
+    patch_size: int | None = Field(default=None, gt=0)
+    channels: int | None = Field(default=None, gt=0)
+    #: class outputs: number of classes, and what the classifier reads
+    num_classes: int | None = Field(default=None, gt=0)
+    pooling: Literal["cls", "mean"] = "cls"
 
     @model_validator(mode="before")
     @classmethod
@@ -82,10 +95,12 @@ class ModelSpec(Config):
         # Either spelling selects a vector model; TOML cannot store None, so `inputs` is what
         # a saved spec keeps.
         if isinstance(data, dict):
-            if "vocab_size" in data and data["vocab_size"] is None:
+            if "vocab_size" in data and data["vocab_size"] is None and data.get("inputs") is None:
                 data = {**data, "inputs": "vectors"}
-            if data.get("inputs") == "vectors":
+            if data.get("inputs") in _NO_VOCAB:
                 data = {**data, "vocab_size": None}
+            if data.get("inputs") == "images":
+                data = _image_positions(data)
         return data
 
     @model_validator(mode="after")
@@ -119,6 +134,10 @@ class ModelSpec(Config):
                     raise ValueError(f"layer {i}: {name} = {v}; it must be a positive integer")
         if self.output_head == "lm" and self.vocab_size is None:
             raise ValueError("outputs = 'lm' needs token inputs with a vocab_size; a vector model has no vocabulary")
+        if self.output_head == "classes" and self.num_classes is None:
+            raise ValueError("outputs = 'classes' needs num_classes (set it, or let the task's data set it)")
+        if self.inputs == "images" and self.causal:
+            raise ValueError("image models attend both ways: set causal = false")
         return self
 
     def _per_layer(self, value: int | list[int] | None) -> list[int | None]:
@@ -160,6 +179,29 @@ class ModelSpec(Config):
     def is_uniform(self) -> bool:
         """True when every layer has the same head count and head width."""
         return len(set(self.heads)) == 1 and len(set(self.head_dims)) == 1
+
+
+def _image_positions(data: dict) -> dict:
+    """An image spec's ``max_seq_len``: its patches plus the class token, checked where given."""
+    size, patch, channels = data.get("image_size"), data.get("patch_size"), data.get("channels")
+    missing = [k for k, v in (("image_size", size), ("patch_size", patch), ("channels", channels)) if v is None]
+    if missing:
+        raise ValueError(f"image inputs need {', '.join(missing)} (a task's data sets image_size and channels)")
+    if not all(isinstance(v, int) and v > 0 for v in (size, patch)):
+        return data  # the field checks say what is wrong
+    if size % patch:
+        valid = ", ".join(str(p) for p in divisors(size) if p < size)
+        raise ValueError(f"image_size {size} is not divisible by patch_size {patch}; patch sizes that divide it: {valid}")
+    cls = data.get("pooling", "cls") == "cls"
+    positions = (size // patch) ** 2 + cls
+    given = data.get("max_seq_len")
+    if given is not None and given != positions:
+        raise ValueError(
+            f"max_seq_len {given} differs from the image's {positions} positions ({size // patch}x{size // patch} "
+            f"patches{' and the class token' if cls else ''}): remove max_seq_len (an image model's is set from "
+            "image_size and patch_size)"
+        )
+    return {**data, "max_seq_len": positions}
 
 
 def divisors(n: int) -> list[int]:

@@ -38,6 +38,12 @@ class FrontEnd(Protocol):
         of positions already in the model's cache)."""
         ...
 
+    @staticmethod
+    def positions(spec: ModelSpec, seq_len: int) -> int:
+        """The positions T the blocks see for one example of a task whose examples are ``seq_len``
+        long in the task's own units (tokens, points; one image)."""
+        ...
+
 
 def learned_positions(spec: ModelSpec) -> nn.Embedding | None:
     """The learned absolute positions ``pos_emb`` of a spec, or None (``positions = "none"``)."""
@@ -78,6 +84,10 @@ class TokenInputs(FrontEnd):
     def forward(model: nn.Module, inputs: Tensor, past: int) -> Tensor:
         return add_positions(model, model.tok_emb(inputs), past)
 
+    @staticmethod
+    def positions(spec: ModelSpec, seq_len: int) -> int:
+        return seq_len
+
 
 class VectorInputs(FrontEnd):
     """Vectors [B, N, d_model], taken as they are, plus learned positions if the spec has them."""
@@ -94,6 +104,62 @@ class VectorInputs(FrontEnd):
     def forward(model: nn.Module, inputs: Tensor, past: int) -> Tensor:
         return add_positions(model, inputs, past)
 
+    @staticmethod
+    def positions(spec: ModelSpec, seq_len: int) -> int:
+        return seq_len
+
+
+class ImageInputs(FrontEnd):
+    """Images [B, C, H, W] (float, normalised) as a ViT reads them: non-overlapping patches
+    embedded by ``patch_emb`` (a convolution with stride = kernel = patch_size, i.e. one linear
+    map per flattened patch), a learned class token ``cls_token`` first when ``pooling = "cls"``,
+    and learned positions ``pos_emb`` over those ``max_seq_len`` positions."""
+
+    @staticmethod
+    def build(spec: ModelSpec) -> dict[str, nn.Module | None]:
+        modules: dict[str, nn.Module | None] = {
+            "patch_emb": nn.Conv2d(spec.channels, spec.d_model, spec.patch_size, stride=spec.patch_size),
+        }
+        if spec.pooling == "cls":
+            modules["cls_token"] = ClassToken(spec.d_model, spec.init_std)
+        modules["pos_emb"] = learned_positions(spec)
+        return modules
+
+    @staticmethod
+    def param_counts(spec: ModelSpec) -> dict[str, int]:
+        d = spec.d_model
+        return {
+            "patch_embedding": spec.channels * spec.patch_size**2 * d + d,
+            "class_token": d if spec.pooling == "cls" else 0,
+            "position_embedding": position_params(spec),
+        }
+
+    @staticmethod
+    def forward(model: nn.Module, inputs: Tensor, past: int) -> Tensor:
+        spec = model.spec
+        want = (spec.channels, spec.image_size, spec.image_size)
+        if inputs.dim() != 4 or tuple(inputs.shape[1:]) != want:
+            raise ValueError(f"images of shape {tuple(inputs.shape)}; this model takes [batch, {', '.join(map(str, want))}]")
+        x = model.patch_emb(inputs).flatten(2).transpose(1, 2)  # [B, patches, d], row-major patches
+        if spec.pooling == "cls":
+            x = torch.cat([model.cls_token(x.shape[0]), x], dim=1)
+        return add_positions(model, x, past)
+
+    @staticmethod
+    def positions(spec: ModelSpec, seq_len: int) -> int:
+        return spec.max_seq_len * seq_len
+
+
+class ClassToken(nn.Module):
+    """A learned vector put before the patches; the classifier reads its final state."""
+
+    def __init__(self, d_model: int, std: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(1, 1, d_model) * std)
+
+    def forward(self, batch: int) -> Tensor:
+        return self.weight.expand(batch, -1, -1)
+
 
 #: ``ModelSpec.inputs`` -> its front end.
-FRONT_ENDS: dict[str, type[FrontEnd]] = {"tokens": TokenInputs, "vectors": VectorInputs}
+FRONT_ENDS: dict[str, type[FrontEnd]] = {"tokens": TokenInputs, "vectors": VectorInputs, "images": ImageInputs}

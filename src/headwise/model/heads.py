@@ -73,5 +73,23 @@ class VectorOutputs(OutputHead):
         return x
 
 
+class ClassifierHead(OutputHead):
+    """Class logits [B, num_classes] from ``classifier``, a linear map (with bias) of the class
+    token's final state (``pooling = "cls"``) or of the mean over positions (``"mean"``)."""
+
+    @staticmethod
+    def build(spec: ModelSpec, model: nn.Module) -> dict[str, nn.Module | None]:
+        return {"classifier": nn.Linear(spec.d_model, spec.num_classes)}
+
+    @staticmethod
+    def param_counts(spec: ModelSpec) -> dict[str, int]:
+        return {"classifier": (spec.d_model + 1) * spec.num_classes}
+
+    @staticmethod
+    def forward(model: nn.Module, x: Tensor, pad_vocab: bool) -> Tensor:
+        pooled = x[:, 0] if model.spec.pooling == "cls" else x.mean(dim=1)
+        return model.classifier(pooled)
+
+
 #: ``ModelSpec.output_head`` -> its output head.
-OUTPUT_HEADS: dict[str, type[OutputHead]] = {"lm": LMHead, "vectors": VectorOutputs}
+OUTPUT_HEADS: dict[str, type[OutputHead]] = {"lm": LMHead, "vectors": VectorOutputs, "classes": ClassifierHead}

@@ -101,7 +101,8 @@ class Block(nn.Module):
 
 class Transformer(nn.Module):
     """Front end -> blocks -> final norm -> output head. By default a decoder LM (token ids ->
-    logits) or, with ``inputs = "vectors"``, a vector encoder."""
+    logits); with ``inputs = "vectors"`` a vector encoder; with ``inputs = "images"`` a ViT
+    (images -> class logits)."""
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
@@ -120,8 +121,9 @@ class Transformer(nn.Module):
         self.apply(self._init_weights)
 
     def _init_weights(self, module: nn.Module) -> None:
-        # GPT-Neo's initialisation: N(0, std) weights, zero biases, LayerNorm (1, 0).
-        if isinstance(module, (nn.Linear, nn.Embedding)):
+        # GPT-Neo's initialisation (and ViT's, but for truncation): N(0, std) weights, zero
+        # biases, LayerNorm (1, 0).
+        if isinstance(module, (nn.Linear, nn.Embedding, nn.Conv2d)):
             nn.init.normal_(module.weight, mean=0.0, std=self.spec.init_std)
             if getattr(module, "bias", None) is not None:
                 nn.init.zeros_(module.bias)
@@ -131,7 +133,7 @@ class Transformer(nn.Module):
 
     def forward(self, inputs: Tensor, cache: KVCache | None = None, pad_vocab: bool = False) -> Tensor:
         """The output head's result for ``inputs``: logits [B, T, vocab] for token ids [B, T];
-        vectors [B, N, d] for vectors [B, N, d].
+        vectors [B, N, d] for vectors [B, N, d]; class logits [B, classes] for images [B, C, H, W].
 
         ``pad_vocab=True`` (what training uses) returns logits [B, T, V_pad] whose columns past
         the vocabulary are -inf, computed faster (see :data:`~headwise.model.kernels.VOCAB_PAD`):
