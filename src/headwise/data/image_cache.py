@@ -1,0 +1,287 @@
+"""Image caches: a data set decoded once into uint8 files, memory-mapped by every later run.
+
+A cache is a folder ``<cache_dir>/images-<source>-<key>/`` holding
+
+- ``train-images.u8``, ``test-images.u8``: the images, uint8 ``[N, H, W, C]`` row-major, no header
+- ``train-labels.i64``, ``test-labels.i64``: the labels, little-endian int64 ``[N]``
+- ``meta.json``: the request (the source's files with sizes and times, the format and image size),
+  shapes, class names, per-channel mean and std of the training images, counts, and every
+  file's size and sha256
+
+``key`` hashes the request, so a changed source file or another ``image_size`` is a new folder
+beside the old one. Building happens in a hidden temporary folder renamed into place when
+complete (as for token caches, :mod:`headwise.data.cache`); opening checks the format version,
+the request, the file sizes (truncation) and their sha256 (corruption), and refuses a bad cache
+with one line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from headwise.config import atomic_write_text, sha256_file
+from headwise.data.cache import CacheInvalid, _install, _make_root, _share, default_cache_dir, request_key
+from headwise.data.image_formats import ImageData, read_images, resolve_source, source_identity
+from headwise.errors import HeadwiseError
+
+IMAGE_CACHE_FORMAT = 1
+META = "meta.json"
+SPLITS = ("train", "test")
+_LABEL_DTYPE = np.dtype("<i8")
+
+
+@dataclass
+class ImageCache:
+    """An opened, checked image cache."""
+
+    path: Path
+    meta: dict[str, Any]
+
+    def _split(self, split: str) -> dict[str, Any]:
+        if split not in SPLITS:
+            raise HeadwiseError(f"image caches hold the splits {', '.join(SPLITS)}, not {split!r}")
+        return self.meta["splits"][split]
+
+    def images(self, split: str) -> np.ndarray:
+        """The images of ``split`` ("train" or "test"): a read-only uint8 memory map ``[N, H, W, C]``."""
+        info = self._split(split)
+        shape = (int(info["count"]), *self.meta["shape"])
+        return np.memmap(self.path / info["images"]["file"], dtype=np.uint8, mode="r", shape=shape)
+
+    def labels(self, split: str) -> np.ndarray:
+        """The labels of ``split``: int64 ``[N]``, loaded (they are small) and writable."""
+        info = self._split(split)
+        return np.fromfile(self.path / info["labels"]["file"], dtype=_LABEL_DTYPE).astype(np.int64)
+
+    def num_examples(self, split: str) -> int:
+        """Images in ``split``."""
+        return int(self._split(split)["count"])
+
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        """Class names, indexed by label."""
+        return tuple(self.meta["class_names"])
+
+    @property
+    def num_classes(self) -> int:
+        """Number of classes (the classifier's width)."""
+        return len(self.meta["class_names"])
+
+    @property
+    def image_size(self) -> int:
+        """Height = width of every image, in pixels."""
+        return int(self.meta["shape"][0])
+
+    @property
+    def channels(self) -> int:
+        """1 (grayscale) or 3 (RGB)."""
+        return int(self.meta["shape"][2])
+
+    @property
+    def mean(self) -> tuple[float, ...]:
+        """Per-channel mean of the training images in [0, 1] units."""
+        return tuple(float(x) for x in self.meta["mean"])
+
+    @property
+    def std(self) -> tuple[float, ...]:
+        """Per-channel standard deviation (population) of the training images in [0, 1] units."""
+        return tuple(float(x) for x in self.meta["std"])
+
+    @property
+    def description(self) -> str:
+        """A few words on what the cache holds."""
+        return str(self.meta["description"])
+
+    @classmethod
+    def open(cls, path: str | Path, request: dict[str, Any] | None = None, verify: bool = True) -> "ImageCache":
+        """Open a cache folder, checking its metadata and files (and, when given, that it was built
+        from ``request``; ``verify`` hashes every file); raises :class:`CacheInvalid` with the reason."""
+        path = Path(path)
+
+        def invalid(reason: str) -> CacheInvalid:
+            return CacheInvalid(f"image cache {path} is unusable: {reason}")
+
+        try:
+            meta = json.loads((path / META).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise invalid(f"{META} is missing (an interrupted build, or not a headwise image cache)") from None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise invalid(f"{META} is not valid JSON") from None
+        if not isinstance(meta, dict) or meta.get("format") != IMAGE_CACHE_FORMAT or meta.get("kind") != "images":
+            found = meta.get("format") if isinstance(meta, dict) else None
+            raise invalid(f"not an image cache of format {IMAGE_CACHE_FORMAT} (format {found!r})")
+        try:
+            if request is not None and meta["request"] != request:
+                raise invalid("it was built from a different request (source files, format or image_size)")
+            h, w, c = (int(d) for d in meta["shape"])
+            if h != w or c not in (1, 3) or len(meta["mean"]) != c or len(meta["std"]) != c:
+                raise invalid(f"{META} records shape {meta['shape']} with {len(meta['mean'])} means (damaged)")
+            for split in SPLITS:
+                info = meta["splits"][split]
+                n = int(info["count"])
+                for part, expected in (("images", n * h * w * c), ("labels", n * _LABEL_DTYPE.itemsize)):
+                    name = info[part]["file"]
+                    file = path / name
+                    if not file.is_file():
+                        raise invalid(f"{name} is missing")
+                    size = file.stat().st_size
+                    if size != expected or size != int(info[part]["bytes"]):
+                        raise invalid(f"{name} has {size:,} bytes, expected {expected:,} (truncated?)")
+                    if verify and sha256_file(file) != info[part]["sha256"]:
+                        raise invalid(f"{name} does not match its recorded sha256 (corrupted)")
+        except CacheInvalid:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
+            raise invalid(f"{META} lacks or garbles {exc}") from None
+        cache = cls(path=path, meta=meta)
+        for split in SPLITS:  # labels are small: a label past the classes is caught here, not in training
+            labels = cache.labels(split)
+            if len(labels) and (labels.min() < 0 or labels.max() >= cache.num_classes):
+                raise invalid(f"{split} labels reach {int(labels.max())} with {cache.num_classes} classes (damaged)")
+        return cache
+
+
+def image_request(source: str | Path, format: str = "auto", image_size: int | None = None) -> dict[str, Any]:
+    """The request that keys a cache: the source's identity (see ``source_identity``) and ``image_size``."""
+    return {"kind": "images", "format": IMAGE_CACHE_FORMAT, "source": source_identity(source, format), "image_size": image_size}
+
+
+def cache_name(request: dict[str, Any]) -> str:
+    """The folder name of a request's cache: readable prefix plus the request's key."""
+    source = request["source"]
+    base = source["name"].replace("/", "--") if source["format"] == "hub" else Path(source["path"]).name
+    if request["image_size"] is not None:
+        base += f"-{request['image_size']}px"
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", base).strip("-.")[:40] or "data"
+    return f"images-{slug}-{request_key(request)}"
+
+
+def prepare_images(
+    source: str | Path,
+    format: str = "auto",
+    image_size: int | None = None,
+    cache_dir: str | Path | None = None,
+    rebuild: bool = False,
+    progress: bool = False,
+) -> ImageCache:
+    """Decode ``source`` into a cache, or reuse the cache of the same request.
+
+    ``source`` is a path, a name under ``HEADWISE_DATA`` (``fashion-mnist``) or a hub name
+    (``uoft-cs/cifar10``); ``cache_dir`` defaults to ``default_cache_dir()``. A valid cache is
+    reused unless ``rebuild``; an unusable one is refused with its reason unless ``rebuild``.
+    """
+    name, format = resolve_source(source, format)
+    request = image_request(name, format, image_size)
+    root = Path(cache_dir or default_cache_dir()).expanduser()
+    final = root / cache_name(request)
+    if final.exists() and not rebuild:
+        try:
+            return ImageCache.open(final, request)
+        except CacheInvalid as exc:
+            raise CacheInvalid(f"{exc}; rebuild it (rebuild=True, or --rebuild) or delete the folder") from None
+    started = time.perf_counter()
+    with _Status(progress, f"decoding {name} ({format})"):
+        data = read_images(name, format, image_size)
+    _, h, w, _ = data.train.images.shape
+    if h != w:
+        raise HeadwiseError(f"{data.description}: images are {h}x{w}, and image caches hold square images; set image_size to resize and crop them")
+    _make_root(root)
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}.", suffix=".tmp"))
+    try:
+        _build(data, request, tmp, time.perf_counter() - started)
+        _share(tmp)
+        _install(tmp, final, replace=rebuild)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return ImageCache.open(final, request)
+
+
+def channel_stats(images: np.ndarray) -> tuple[list[float], list[float]]:
+    """Per-channel mean and population std of uint8 ``[N, H, W, C]`` images in [0, 1] units,
+    from exact per-channel histograms (float64, no rounding drift over millions of pixels)."""
+    values = np.arange(256, dtype=np.float64) / 255.0
+    means, stds = [], []
+    for c in range(images.shape[-1]):
+        hist = np.zeros(256, dtype=np.int64)
+        for start in range(0, len(images), 8192):  # chunks keep the copy of a strided channel small
+            hist += np.bincount(images[start:start + 8192, ..., c].ravel(), minlength=256)
+        total = hist.sum()
+        mean = float((hist * values).sum() / total)
+        means.append(mean)
+        stds.append(float(np.sqrt((hist * (values - mean) ** 2).sum() / total)))
+    return means, stds
+
+
+def _write(path: Path, array: np.ndarray) -> dict[str, Any]:
+    data = np.ascontiguousarray(array)
+    digest = hashlib.sha256()
+    with open(path, "wb") as f:
+        for start in range(0, len(data), 4096):  # blocks: no second full copy in memory
+            block = data[start:start + 4096].tobytes()
+            f.write(block)
+            digest.update(block)
+        f.flush()
+        os.fsync(f.fileno())
+    return {"file": path.name, "bytes": data.nbytes, "sha256": digest.hexdigest()}
+
+
+def _build(data: ImageData, request: dict[str, Any], tmp: Path, seconds: float) -> None:
+    splits: dict[str, Any] = {}
+    for split in SPLITS:
+        part = getattr(data, split)
+        if part.images.shape[1:] != data.train.images.shape[1:]:
+            raise HeadwiseError(f"{data.description}: test images are {part.images.shape[1:]}, train images {data.train.images.shape[1:]}; set image_size")
+        splits[split] = {
+            "count": len(part.labels),
+            "images": _write(tmp / f"{split}-images.u8", part.images),
+            "labels": _write(tmp / f"{split}-labels.i64", part.labels.astype(_LABEL_DTYPE)),
+            "class_counts": np.bincount(part.labels, minlength=len(data.class_names)).tolist(),
+        }
+    mean, std = channel_stats(data.train.images)
+    meta = {
+        "kind": "images",
+        "format": IMAGE_CACHE_FORMAT,
+        "request": request,
+        "description": data.description,
+        "source_format": data.format,
+        "shape": list(data.train.images.shape[1:]),
+        "class_names": list(data.class_names),
+        "mean": mean,
+        "std": std,
+        "splits": splits,
+        "seconds": round(seconds, 3),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    # meta.json is written last: a folder without it is never taken for a complete cache.
+    atomic_write_text(tmp / META, json.dumps(meta, indent=2) + "\n")
+
+
+class _Status:
+    """A one-line status on stderr while decoding (only on a terminal: a log gains nothing)."""
+
+    def __init__(self, enabled: bool, text: str) -> None:
+        self.enabled, self.text = enabled and sys.stderr.isatty(), text
+
+    def __enter__(self) -> "_Status":
+        if self.enabled:
+            from rich.console import Console
+
+            self.status = Console(file=sys.stderr).status(self.text)
+            self.status.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.enabled:
+            self.status.stop()

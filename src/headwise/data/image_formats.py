@@ -1,0 +1,456 @@
+"""Image classification data from the formats it ships in, decoded into uint8 arrays.
+
+- ``idx``: MNIST / Fashion-MNIST, four IDX files (gzipped or not) in one folder
+- ``cifar``: torchvision's ``cifar-10-batches-py`` or ``cifar-100-python`` pickles (the folder or its parent)
+- ``parquet``: the Hugging Face layout (``plain_text/train-00000-of-00001.parquet``, ...), an image
+  column of PNG/JPEG bytes and a label column, class names from the files' ClassLabel metadata
+- ``folder``: ImageNet-style ``train/<class>/*.png`` and ``val/<class>/`` (or ``test/``)
+- ``hub``: a dataset on the Hugging Face hub (network needed)
+
+Every reader returns the same :class:`ImageData`: uint8 ``[N, H, W, C]`` images and int64 labels for a
+train and a test split. Bad input fails with one :class:`HeadwiseError` line naming the file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import pickle
+import re
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+
+from headwise.data.sources import _HUB_NAME, _first_line, _hub_call, _hub_offline, data_root, find_local, hub_reachable
+from headwise.errors import HeadwiseError
+
+FORMATS = ("idx", "cifar", "parquet", "folder", "hub")
+FASHION_MNIST_CLASSES = (
+    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+)
+IDX_FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"), "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
+CIFAR10_FILES = {"train": tuple(f"data_batch_{i}" for i in range(1, 6)), "test": ("test_batch",), "meta": "batches.meta"}
+CIFAR100_FILES = {"train": ("train",), "test": ("test",), "meta": "meta"}
+IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"})
+_SPLIT_FILE = re.compile(r"^(train|test|validation|valid|val)(?=[-_.])", re.IGNORECASE)
+_GRAY_MODES = frozenset({"1", "L", "LA", "I", "I;16", "F"})
+_LOCAL_KINDS = "an IDX folder, a CIFAR pickle folder, a Hugging Face parquet folder or train/ and val/ class folders"
+
+
+@dataclass(frozen=True)
+class ImageSplit:
+    """One split: uint8 images ``[N, H, W, C]`` (C = 1 or 3) and int64 labels ``[N]``."""
+
+    images: np.ndarray
+    labels: np.ndarray
+
+
+@dataclass(frozen=True)
+class ImageData:
+    """A decoded data set: both splits, the class names, the format read and a short description."""
+
+    train: ImageSplit
+    test: ImageSplit
+    class_names: tuple[str, ...]
+    format: str
+    description: str
+
+
+def resolve_source(source: str | Path, format: str = "auto") -> tuple[str, str]:
+    """``(resolved path or hub name, format)``: an existing path as given, else a name under
+    ``HEADWISE_DATA``, else a hub name ``owner/name``; ``format`` "auto" is :func:`detect_format`."""
+    if format != "auto" and format not in FORMATS:
+        raise HeadwiseError(f"unknown image format {format!r}: use auto or one of {', '.join(FORMATS)}")
+    local = find_local(str(source))
+    if format == "hub" or (local is None and _HUB_NAME.fullmatch(str(source))):
+        return str(source), "hub"
+    if local is None:
+        where = f" or under HEADWISE_DATA={data_root()}" if data_root() else " (HEADWISE_DATA is not set)"
+        raise HeadwiseError(f"image source {str(source)!r} not found as a path{where}; give {_LOCAL_KINDS}, or a hub name like uoft-cs/cifar10")
+    return str(local), (detect_format(local) if format == "auto" else format)
+
+
+def detect_format(source: str | Path) -> str:
+    """The format of a local folder from the files it holds (a missing path shaped ``owner/name``
+    is ``hub``); HeadwiseError when it cannot be told."""
+    path = Path(source)
+    if not path.exists():
+        if _HUB_NAME.fullmatch(str(source)):
+            return "hub"
+        raise HeadwiseError(f"image source {str(source)!r} does not exist: give {_LOCAL_KINDS}")
+    if not path.is_dir():
+        raise HeadwiseError(f"image source {path} is a file: give the folder holding the data ({_LOCAL_KINDS})")
+    names = {p.name for p in path.iterdir()}
+    if any(n.removesuffix(".gz") in IDX_FILES["train"] for n in names):
+        return "idx"
+    if _cifar_dir(path, must=False) is not None:
+        return "cifar"
+    if any(not _hidden(p, path) for p in path.rglob("*.parquet")):
+        return "parquet"
+    if (path / "train").is_dir():
+        return "folder"
+    raise HeadwiseError(f"cannot tell the image format of {path}: it holds none of {_LOCAL_KINDS}; set format to one of {', '.join(FORMATS)}")
+
+
+def read_images(source: str | Path, format: str = "auto", image_size: int | None = None) -> ImageData:
+    """Decode both splits of ``source`` (see :func:`resolve_source`). ``image_size`` None keeps the
+    native size (all images must share it); else the shorter side is resized to it (bilinear)
+    and the centre cropped to a square."""
+    if image_size is not None and (not isinstance(image_size, int) or image_size < 1):
+        raise HeadwiseError(f"image_size must be a positive whole number of pixels or None, not {image_size!r}")
+    name, format = resolve_source(source, format)
+    reader = {"idx": _read_idx_folder, "cifar": _read_cifar, "parquet": _read_parquet, "folder": _read_folder, "hub": _read_hub}
+    train, test, classes, label = reader[format](name, image_size)
+    for split, what in ((train, "train"), (test, "test")):
+        if len(split.labels) and (split.labels.min() < 0 or split.labels.max() >= len(classes)):
+            bad = int(split.labels.max() if split.labels.max() >= len(classes) else split.labels.min())
+            raise HeadwiseError(f"{label}: {what} label {bad} is outside the {len(classes)} classes (0..{len(classes) - 1})")
+    n, h, w, c = train.images.shape
+    desc = f"{label} ({format}, {n:,} + {len(test.labels):,} images {h}x{w}x{c})"
+    return ImageData(train=train, test=test, class_names=tuple(classes), format=format, description=desc)
+
+
+def source_identity(source: str | Path, format: str = "auto") -> dict[str, Any]:
+    """What identifies a source for cache keys: its resolved path and format and each input file
+    with size and mtime (a digest of them past 64 files); a hub dataset by its name."""
+    name, format = resolve_source(source, format)
+    if format == "hub":
+        return {"format": "hub", "name": name}
+    root = Path(name)
+    files = sorted(p for p in root.rglob("*") if p.is_file() and not _hidden(p, root))
+    rows = [[str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns] for p in files]
+    out: dict[str, Any] = {"format": format, "path": name, "count": len(rows)}
+    if len(rows) <= 64:
+        out["files"] = rows
+    else:  # an ImageNet folder would make meta.json huge; a digest of the listing keys it as well
+        out["files_sha256"] = hashlib.sha256(json.dumps(rows).encode()).hexdigest()
+    return out
+
+
+def _hidden(path: Path, root: Path) -> bool:
+    return any(part.startswith(".") for part in path.relative_to(root).parts)
+
+
+# --- IDX ------------------------------------------------------------------------------------
+
+
+def read_idx(path: str | Path) -> np.ndarray:
+    """One IDX file of uint8 (gzipped or not, told by its magic bytes): its array, checked
+    against its header (magic, dtype, dimensions and payload length)."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+    except FileNotFoundError:
+        raise HeadwiseError(f"IDX file {path} does not exist") from None
+    except (OSError, EOFError, zlib.error) as exc:  # a cut or damaged .gz
+        raise HeadwiseError(f"IDX file {path} is not a readable gzip file ({_first_line(exc)}): download it again") from None
+    if len(data) < 4 or data[:2] != b"\0\0":
+        raise HeadwiseError(f"{path} is not an IDX file (bad magic {data[:4].hex() or 'empty'}, expected 0000 08 0N)")
+    if data[2] != 0x08:
+        raise HeadwiseError(f"IDX file {path} holds dtype 0x{data[2]:02x}; headwise reads uint8 (0x08) only")
+    ndim = data[3]
+    if not 1 <= ndim <= 4 or len(data) < 4 + 4 * ndim:
+        raise HeadwiseError(f"IDX file {path} has a bad header ({ndim} dimensions in {len(data)} bytes)")
+    dims = tuple(int(d) for d in np.frombuffer(data, dtype=">u4", count=ndim, offset=4))
+    expected = int(np.prod(dims, dtype=np.int64))
+    actual = len(data) - 4 - 4 * ndim
+    if actual != expected:
+        what = "truncated" if actual < expected else "has trailing bytes"
+        raise HeadwiseError(f"IDX file {path} is {what}: its header {dims} needs {expected:,} data bytes, it holds {actual:,}")
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def _idx_file(folder: Path, name: str) -> Path:
+    for candidate in (folder / name, folder / f"{name}.gz"):
+        if candidate.is_file():
+            return candidate
+    raise HeadwiseError(f"IDX folder {folder} lacks {name} (or {name}.gz): it needs the four MNIST-style files")
+
+
+def _read_idx_folder(name: str, image_size: int | None):
+    folder = Path(name)
+    splits = []
+    for split, (images_name, labels_name) in IDX_FILES.items():
+        images_path, labels_path = _idx_file(folder, images_name), _idx_file(folder, labels_name)
+        images, labels = read_idx(images_path), read_idx(labels_path)
+        if images.ndim != 3:
+            raise HeadwiseError(f"IDX file {images_path} has {images.ndim} dimensions, images need 3 (N, H, W)")
+        if labels.ndim != 1:
+            raise HeadwiseError(f"IDX file {labels_path} has {labels.ndim} dimensions, labels need 1")
+        if len(images) != len(labels):
+            raise HeadwiseError(f"{images_path.name} holds {len(images):,} images but {labels_path.name} {len(labels):,} labels")
+        splits.append(ImageSplit(_resize_array(images[..., None], image_size), labels.astype(np.int64)))
+    if "fashion" in folder.name.lower():
+        classes = FASHION_MNIST_CLASSES
+    else:  # plain MNIST: digits, as many as the labels reach
+        classes = tuple(str(i) for i in range(int(max(s.labels.max(initial=0) for s in splits)) + 1))
+    return splits[0], splits[1], classes, folder.name
+
+
+# --- CIFAR pickles --------------------------------------------------------------------------
+
+
+class _ArrayUnpickler(pickle.Unpickler):
+    """Unpickles plain data and numpy arrays only: a CIFAR batch needs nothing else, and a
+    pickle naming any other callable could run code."""
+
+    _ALLOWED = {
+        ("_codecs", "encode"), ("numpy", "ndarray"), ("numpy", "dtype"),
+        ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
+    }
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in self._ALLOWED:
+            raise pickle.UnpicklingError(f"it refers to {module}.{name}, which a CIFAR batch never holds")
+        return super().find_class(module, name)
+
+
+def _load_pickle(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise HeadwiseError(f"CIFAR folder {path.parent} lacks {path.name}")
+    try:
+        with open(path, "rb") as f:
+            obj = _ArrayUnpickler(f, encoding="latin1").load()
+    except Exception as exc:  # pickle raises many types for damaged input
+        raise HeadwiseError(f"CIFAR file {path} is not a readable batch pickle: {_first_line(exc)}") from None
+    if not isinstance(obj, dict):
+        raise HeadwiseError(f"CIFAR file {path} holds a {type(obj).__name__}, not a dict")
+    # Python 2 pickles come back with str or bytes keys depending on how they were written.
+    return {k.decode("latin1") if isinstance(k, bytes) else k: v for k, v in obj.items()}
+
+
+def _cifar_dir(path: Path, must: bool = True) -> tuple[Path, dict] | None:
+    for folder in (path, path / "cifar-10-batches-py", path / "cifar-100-python"):
+        if (folder / "batches.meta").is_file() or (folder / "data_batch_1").is_file():
+            return folder, CIFAR10_FILES
+        if (folder / "meta").is_file() and (folder / "train").is_file():
+            return folder, CIFAR100_FILES
+    if must:
+        raise HeadwiseError(f"{path} is not a CIFAR folder: expected cifar-10-batches-py (data_batch_1..5, test_batch, batches.meta) or cifar-100-python (train, test, meta), or their parent")
+    return None
+
+
+def _read_cifar(name: str, image_size: int | None):
+    folder, files = _cifar_dir(Path(name))  # type: ignore[misc]
+    fine = files is CIFAR100_FILES
+    meta = _load_pickle(folder / files["meta"])
+    names_key = "fine_label_names" if fine else "label_names"
+    if names_key not in meta:
+        raise HeadwiseError(f"CIFAR file {folder / files['meta']} has no {names_key!r}")
+    classes = tuple(n.decode("latin1") if isinstance(n, bytes) else str(n) for n in meta[names_key])
+    splits = []
+    for split in ("train", "test"):
+        images, labels = [], []
+        for file in files[split]:
+            batch = _load_pickle(folder / file)
+            key = "fine_labels" if fine else "labels"
+            if "data" not in batch or key not in batch:
+                raise HeadwiseError(f"CIFAR file {folder / file} lacks 'data' or {key!r}")
+            data = np.asarray(batch["data"])
+            if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072 or len(data) != len(batch[key]):
+                raise HeadwiseError(f"CIFAR file {folder / file} holds data {data.dtype} {data.shape} for {len(batch[key])} labels; expected uint8 [N, 3072]")
+            # Each row is 1024 red, 1024 green, 1024 blue values, each a 32x32 row-major plane.
+            images.append(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+            labels.append(np.asarray(batch[key], dtype=np.int64))
+        splits.append(ImageSplit(_resize_array(np.concatenate(images), image_size), np.concatenate(labels)))
+    return splits[0], splits[1], classes, folder.name
+
+
+# --- decoded images (parquet, class folders, hub) ---------------------------------------------
+
+
+def _split_of(stem: str) -> str | None:
+    m = _SPLIT_FILE.match(stem)
+    return None if m is None else {"valid": "validation", "val": "validation"}.get(m[1].lower(), m[1].lower())
+
+
+def _read_parquet(name: str, image_size: int | None):
+    import pyarrow.parquet as pq
+
+    root = Path(name)
+    shards: dict[str, list[Path]] = {}
+    for p in sorted(p for p in root.rglob("*.parquet") if not _hidden(p, root)):
+        if (split := _split_of(p.name)) is not None:
+            shards.setdefault(split, []).append(p)
+    parents = sorted({str(p.parent) for files in shards.values() for p in files})
+    if len(parents) > 1:
+        raise HeadwiseError(f"{root} holds parquet splits in several folders ({', '.join(parents[:3])}): point the source at one")
+    test_split = "test" if "test" in shards else "validation"
+    if "train" not in shards or test_split not in shards:
+        raise HeadwiseError(f"parquet folder {root} needs train-*.parquet and test-*.parquet (or validation-*) files; found {', '.join(sorted(shards)) or 'none'}")
+    try:
+        schema = pq.read_schema(shards["train"][0])
+    except Exception as exc:  # pyarrow's errors vary by what is wrong with the file
+        raise HeadwiseError(f"{shards['train'][0]} is not a readable parquet file: {_first_line(exc)}") from None
+    image_col, label_col = _columns(schema.names, str(shards["train"][0]))
+    classes = _parquet_class_names(schema, label_col)
+
+    def rows(files: list[Path]) -> Iterator[tuple[Any, Any, str]]:
+        for f in files:
+            try:
+                for batch in pq.ParquetFile(f).iter_batches(columns=[image_col, label_col], batch_size=1024):
+                    for i, (img, label) in enumerate(zip(batch.column(0).to_pylist(), batch.column(1).to_pylist())):
+                        yield img, label, f"{f.name} row {i}"
+            except HeadwiseError:
+                raise
+            except Exception as exc:
+                raise HeadwiseError(f"{f} is not a readable parquet file with columns {image_col}, {label_col}: {_first_line(exc)}") from None
+
+    count = lambda files: sum(pq.ParquetFile(f).metadata.num_rows for f in files)  # noqa: E731
+    train = _decode_rows(rows(shards["train"]), count(shards["train"]), image_size)
+    test = _decode_rows(rows(shards[test_split]), count(shards[test_split]), image_size)
+    if classes is None:
+        classes = tuple(str(i) for i in range(int(max(train.labels.max(initial=0), test.labels.max(initial=0))) + 1))
+    return train, test, classes, root.name
+
+
+def _columns(names: Iterable[str], where: str) -> tuple[str, str]:
+    names = list(names)
+    image = next((c for c in ("img", "image") if c in names), None)
+    label = next((c for c in ("label", "fine_label", "labels") if c in names), None)
+    if image is None or label is None:
+        raise HeadwiseError(f"{where} needs an image column (img or image) and a label column (label or fine_label); it has {', '.join(names)}")
+    return image, label
+
+
+def _parquet_class_names(schema: Any, label_col: str) -> tuple[str, ...] | None:
+    """ClassLabel names from the ``huggingface`` schema metadata ``datasets`` writes, if any."""
+    raw = (schema.metadata or {}).get(b"huggingface")
+    try:
+        names = json.loads(raw)["info"]["features"][label_col]["names"]
+        return tuple(str(n) for n in names)
+    except (TypeError, KeyError, ValueError):
+        return None
+
+
+def _decode_rows(rows: Iterator[tuple[Any, Any, str]], n: int, image_size: int | None) -> ImageSplit:
+    """Decode ``n`` (image, label, where) rows into one split; ``image`` is raw bytes, a
+    ``{"bytes", "path"}`` struct or a file path."""
+    from PIL import Image
+
+    images: np.ndarray | None = None
+    labels = np.empty(n, dtype=np.int64)
+    mode, first = "L", ""
+    i = -1
+    for i, (value, label, where) in enumerate(rows):
+        if i >= n:
+            raise HeadwiseError(f"{where}: more images than the {n:,} counted (the files changed while being read)")
+        if isinstance(value, dict):
+            data, path = value.get("bytes"), value.get("path")
+            value = data if data is not None else path
+        if value is None:
+            raise HeadwiseError(f"{where}: the image is missing (neither bytes nor a path)")
+        try:
+            img = Image.open(io.BytesIO(value) if isinstance(value, (bytes, bytearray)) else value)
+            img.load()
+        except Exception as exc:  # Pillow raises UnidentifiedImageError, OSError, SyntaxError, ...
+            raise HeadwiseError(f"{where}: the image cannot be decoded ({_first_line(exc)})") from None
+        own = "L" if img.mode in _GRAY_MODES else "RGB"
+        if i == 0:
+            mode, first = own, where
+        elif own != mode and image_size is None:
+            raise HeadwiseError(f"{where} is {own} but {first} is {mode}: images of mixed channels; set image_size to convert and resize them all")
+        array = np.asarray(_fit(img.convert(mode), image_size))
+        array = array[..., None] if array.ndim == 2 else array
+        if images is None:
+            images = np.empty((n, *array.shape), dtype=np.uint8)
+        elif array.shape != images.shape[1:]:
+            raise HeadwiseError(f"{where} is {_shape(array.shape)} but {first} is {_shape(images.shape[1:])}: images of mixed sizes; set image_size to resize them")
+        images[i] = array
+        try:
+            labels[i] = int(label)
+        except (TypeError, ValueError):
+            raise HeadwiseError(f"{where}: label {label!r} is not a whole number") from None
+    if i + 1 != n or images is None:
+        raise HeadwiseError(f"{first or 'the split'}: expected {n:,} images, read {i + 1:,}" if n else "a split holds no images")
+    return ImageSplit(images, labels)
+
+
+def _shape(shape: tuple[int, ...]) -> str:
+    return "x".join(str(d) for d in shape)
+
+
+def _fit(img: Any, image_size: int | None) -> Any:
+    """Resize the shorter side to ``image_size`` (bilinear) and crop the centre square."""
+    from PIL import Image
+
+    if image_size is None or img.size == (image_size, image_size):
+        return img
+    w, h = img.size
+    scale = image_size / min(w, h)
+    nw, nh = max(image_size, round(w * scale)), max(image_size, round(h * scale))
+    img = img.resize((nw, nh), Image.BILINEAR)
+    left, top = (nw - image_size) // 2, (nh - image_size) // 2
+    return img.crop((left, top, left + image_size, top + image_size))
+
+
+def _resize_array(images: np.ndarray, image_size: int | None) -> np.ndarray:
+    """:func:`_fit` over an already decoded ``[N, H, W, C]`` array (IDX, CIFAR)."""
+    from PIL import Image
+
+    if image_size is None or images.shape[1:3] == (image_size, image_size):
+        return np.ascontiguousarray(images)
+    gray = images.shape[3] == 1
+    out = np.empty((len(images), image_size, image_size, images.shape[3]), dtype=np.uint8)
+    for i, a in enumerate(images):
+        img = Image.fromarray(a[..., 0] if gray else a, mode="L" if gray else "RGB")
+        r = np.asarray(_fit(img, image_size))
+        out[i] = r[..., None] if gray else r
+    return out
+
+
+def _read_folder(name: str, image_size: int | None):
+    root = Path(name)
+    train_dir = root / "train"
+    test_dir = next((root / s for s in ("val", "test", "validation") if (root / s).is_dir()), None)
+    if not train_dir.is_dir() or test_dir is None:
+        raise HeadwiseError(f"class-folder source {root} needs train/<class>/ and val/<class>/ (or test/<class>/) folders")
+    classes = tuple(sorted(p.name for p in train_dir.iterdir() if p.is_dir() and not p.name.startswith(".")))
+    if not classes:
+        raise HeadwiseError(f"{train_dir} holds no class folders")
+    index = {c: i for i, c in enumerate(classes)}
+    splits = []
+    for folder in (train_dir, test_dir):
+        files: list[tuple[Path, int]] = []
+        for cls in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            if cls.name not in index:
+                raise HeadwiseError(f"class folder {cls} is not among the training classes ({train_dir}): every class needs training images")
+            found = sorted(p for p in cls.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith("."))
+            if not found:
+                raise HeadwiseError(f"class folder {cls} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))})")
+            files += [(p, index[cls.name]) for p in found]
+        if not files:
+            raise HeadwiseError(f"{folder} holds no class folders")
+        splits.append(_decode_rows(((str(p), label, str(p)) for p, label in files), len(files), image_size))
+    return splits[0], splits[1], classes, root.name
+
+
+def _read_hub(name: str, image_size: int | None):
+    import datasets
+
+    if _hub_offline() or not hub_reachable():
+        raise HeadwiseError(f"cannot reach the Hugging Face hub to load {name!r} (offline?); give a local folder instead ({_LOCAL_KINDS}), as a path or a name under HEADWISE_DATA")
+    dd = _hub_call(name, datasets.load_dataset)
+    test_split = "test" if "test" in dd else "validation"
+    if "train" not in dd or test_split not in dd:
+        raise HeadwiseError(f"dataset {name!r} needs train and test (or validation) splits; it has {', '.join(dd)}")
+    image_col, label_col = _columns(dd["train"].column_names, f"dataset {name!r}")
+    feature = dd["train"].features[label_col]
+    classes = tuple(feature.names) if hasattr(feature, "names") else None
+    splits = []
+    for split in ("train", test_split):
+        # Undecoded, the image column is the same {"bytes", "path"} struct as in parquet files.
+        ds = dd[split].cast_column(image_col, datasets.Image(decode=False))
+        rows = ((r[image_col], r[label_col], f"{name} {split} row {i}") for i, r in enumerate(ds))
+        splits.append(_decode_rows(rows, len(ds), image_size))
+    if classes is None:
+        classes = tuple(str(i) for i in range(int(max(s.labels.max(initial=0) for s in splits)) + 1))
+    return splits[0], splits[1], classes, name
