@@ -248,6 +248,13 @@ def test_bad_idx_files(tmp_path):
     one_line_error(read_images, tmp_path / "fashion", match="label 10 is outside the 10 classes")
 
 
+def test_train_and_test_of_different_sizes(tmp_path):
+    write_idx_folder(tmp_path / "m", gz=False, size=(6, 6))
+    (tmp_path / "m" / "t10k-images-idx3-ubyte").write_bytes(idx_bytes(np.zeros((5, 7, 7), np.uint8)))
+    one_line_error(read_images, tmp_path / "m", match="test images are 7x7x1 but train images 6x6x1.*image_size")
+    assert read_images(tmp_path / "m", image_size=6).test.images.shape == (5, 6, 6, 1)
+
+
 def test_bad_cifar_label_and_pickle(tmp_path):
     write_cifar10(tmp_path / "a", label_names=("x", "y"), labels=[0, 1, 2, 1])
     one_line_error(read_images, tmp_path / "a", match="label 2 is outside the 2 classes")
@@ -365,6 +372,7 @@ def test_cache_refuses_other_request_and_non_square(tmp_path):
     one_line_error(ImageCache.open, cache.path, request={"other": 1}, match="different request")
     write_folder(tmp_path / "wide", {"train": {"a": random_rgb(2, 4, 6)}, "val": {"a": random_rgb(1, 4, 6)}})
     one_line_error(prepare_images, tmp_path / "wide", cache_dir=tmp_path / "c", match="4x6.*square.*image_size")
+    assert [p.name for p in (tmp_path / "c").iterdir()] == [cache.path.name]  # the failure left nothing
     meta = json.loads((cache.path / "meta.json").read_text())
     assert meta["splits"]["train"]["class_counts"] == np.bincount(cache.labels("train"), minlength=3).tolist()
 
@@ -443,3 +451,16 @@ def test_real_fashion_mnist(tmp_path, monkeypatch):
     assert np.bincount(cache.labels("train")).tolist() == [6000] * 10
     assert np.bincount(cache.labels("test")).tolist() == [1000] * 10
     assert abs(cache.mean[0] - 0.2860) < 1e-3 and abs(cache.std[0] - 0.3530) < 1e-3
+
+
+def test_hub_reader_on_a_local_folder(tmp_path, monkeypatch):
+    """The hub path (datasets.load_dataset) on a folder in the hub's layout: no network needed."""
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")
+    train, test = random_rgb(4), random_rgb(2)
+    write_parquet_datasets(tmp_path / "hub" / "data", (train, [1, 0, 1, 0]), (test, [0, 1]), ["no", "yes"])
+    data = read_images(tmp_path / "hub", format="hub")
+    assert data.format == "hub" and data.class_names == ("no", "yes")
+    np.testing.assert_array_equal(data.train.images, np.stack(train))
+    assert data.test.labels.tolist() == [0, 1]

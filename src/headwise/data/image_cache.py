@@ -155,7 +155,8 @@ class ImageCache:
 
 def image_request(source: str | Path, format: str = "auto", image_size: int | None = None) -> dict[str, Any]:
     """The request that keys a cache: the source's identity (see ``source_identity``) and ``image_size``."""
-    return {"kind": "images", "format": IMAGE_CACHE_FORMAT, "source": source_identity(source, format), "image_size": image_size}
+    identity = source_identity(source, format)
+    return {"kind": "images", "format": IMAGE_CACHE_FORMAT, "source": identity, "image_size": image_size}
 
 
 def cache_name(request: dict[str, Any]) -> str:
@@ -196,7 +197,10 @@ def prepare_images(
         data = read_images(name, format, image_size)
     _, h, w, _ = data.train.images.shape
     if h != w:
-        raise HeadwiseError(f"{data.description}: images are {h}x{w}, and image caches hold square images; set image_size to resize and crop them")
+        raise HeadwiseError(
+            f"{data.description}: images are {h}x{w}, and image caches hold square images; "
+            "set image_size to resize and crop them"
+        )
     _make_root(root)
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}.", suffix=".tmp"))
     try:
@@ -241,8 +245,6 @@ def _build(data: ImageData, request: dict[str, Any], tmp: Path, seconds: float) 
     splits: dict[str, Any] = {}
     for split in SPLITS:
         part = getattr(data, split)
-        if part.images.shape[1:] != data.train.images.shape[1:]:
-            raise HeadwiseError(f"{data.description}: test images are {part.images.shape[1:]}, train images {data.train.images.shape[1:]}; set image_size")
         splits[split] = {
             "count": len(part.labels),
             "images": _write(tmp / f"{split}-images.u8", part.images),

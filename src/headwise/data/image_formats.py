@@ -26,14 +26,19 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-from headwise.data.sources import _HUB_NAME, _first_line, _hub_call, _hub_offline, data_root, find_local, hub_reachable
+from headwise.data.sources import (
+    _HUB_NAME, _first_line, _hub_call, _hub_offline, data_root, find_local, hub_reachable,
+)
 from headwise.errors import HeadwiseError
 
 FORMATS = ("idx", "cifar", "parquet", "folder", "hub")
 FASHION_MNIST_CLASSES = (
     "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
 )
-IDX_FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"), "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
+IDX_FILES = {
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
 CIFAR10_FILES = {"train": tuple(f"data_batch_{i}" for i in range(1, 6)), "test": ("test_batch",), "meta": "batches.meta"}
 CIFAR100_FILES = {"train": ("train",), "test": ("test",), "meta": "meta"}
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"})
@@ -71,7 +76,9 @@ def resolve_source(source: str | Path, format: str = "auto") -> tuple[str, str]:
         return str(source), "hub"
     if local is None:
         where = f" or under HEADWISE_DATA={data_root()}" if data_root() else " (HEADWISE_DATA is not set)"
-        raise HeadwiseError(f"image source {str(source)!r} not found as a path{where}; give {_LOCAL_KINDS}, or a hub name like uoft-cs/cifar10")
+        raise HeadwiseError(
+            f"image source {str(source)!r} not found as a path{where}; give {_LOCAL_KINDS}, or a hub name like uoft-cs/cifar10"
+        )
     return str(local), (detect_format(local) if format == "auto" else format)
 
 
@@ -94,7 +101,9 @@ def detect_format(source: str | Path) -> str:
         return "parquet"
     if (path / "train").is_dir():
         return "folder"
-    raise HeadwiseError(f"cannot tell the image format of {path}: it holds none of {_LOCAL_KINDS}; set format to one of {', '.join(FORMATS)}")
+    raise HeadwiseError(
+        f"cannot tell the image format of {path}: it holds none of {_LOCAL_KINDS}; set format to one of {', '.join(FORMATS)}"
+    )
 
 
 def read_images(source: str | Path, format: str = "auto", image_size: int | None = None) -> ImageData:
@@ -104,13 +113,20 @@ def read_images(source: str | Path, format: str = "auto", image_size: int | None
     if image_size is not None and (not isinstance(image_size, int) or image_size < 1):
         raise HeadwiseError(f"image_size must be a positive whole number of pixels or None, not {image_size!r}")
     name, format = resolve_source(source, format)
-    reader = {"idx": _read_idx_folder, "cifar": _read_cifar, "parquet": _read_parquet, "folder": _read_folder, "hub": _read_hub}
-    train, test, classes, label = reader[format](name, image_size)
+    readers = {"idx": _read_idx_folder, "cifar": _read_cifar, "parquet": _read_parquet, "folder": _read_folder}
+    train, test, classes, label = readers.get(format, _read_hub)(name, image_size)
     for split, what in ((train, "train"), (test, "test")):
         if len(split.labels) and (split.labels.min() < 0 or split.labels.max() >= len(classes)):
             bad = int(split.labels.max() if split.labels.max() >= len(classes) else split.labels.min())
-            raise HeadwiseError(f"{label}: {what} label {bad} is outside the {len(classes)} classes (0..{len(classes) - 1})")
+            raise HeadwiseError(
+                f"{label}: {what} label {bad} is outside the {len(classes)} classes (0..{len(classes) - 1})"
+            )
     n, h, w, c = train.images.shape
+    if test.images.shape[1:] != train.images.shape[1:]:
+        raise HeadwiseError(
+            f"{label}: test images are {_shape(test.images.shape[1:])} but train images {h}x{w}x{c}; "
+            "set image_size to resize them all"
+        )
     desc = f"{label} ({format}, {n:,} + {len(test.labels):,} images {h}x{w}x{c})"
     return ImageData(train=train, test=test, class_names=tuple(classes), format=format, description=desc)
 
@@ -150,7 +166,9 @@ def read_idx(path: str | Path) -> np.ndarray:
     except FileNotFoundError:
         raise HeadwiseError(f"IDX file {path} does not exist") from None
     except (OSError, EOFError, zlib.error) as exc:  # a cut or damaged .gz
-        raise HeadwiseError(f"IDX file {path} is not a readable gzip file ({_first_line(exc)}): download it again") from None
+        raise HeadwiseError(
+            f"IDX file {path} is not a readable gzip file ({_first_line(exc)}): download it again"
+        ) from None
     if len(data) < 4 or data[:2] != b"\0\0":
         raise HeadwiseError(f"{path} is not an IDX file (bad magic {data[:4].hex() or 'empty'}, expected 0000 08 0N)")
     if data[2] != 0x08:
@@ -163,7 +181,9 @@ def read_idx(path: str | Path) -> np.ndarray:
     actual = len(data) - 4 - 4 * ndim
     if actual != expected:
         what = "truncated" if actual < expected else "has trailing bytes"
-        raise HeadwiseError(f"IDX file {path} is {what}: its header {dims} needs {expected:,} data bytes, it holds {actual:,}")
+        raise HeadwiseError(
+            f"IDX file {path} is {what}: its header {dims} needs {expected:,} data bytes, it holds {actual:,}"
+        )
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
@@ -185,7 +205,9 @@ def _read_idx_folder(name: str, image_size: int | None):
         if labels.ndim != 1:
             raise HeadwiseError(f"IDX file {labels_path} has {labels.ndim} dimensions, labels need 1")
         if len(images) != len(labels):
-            raise HeadwiseError(f"{images_path.name} holds {len(images):,} images but {labels_path.name} {len(labels):,} labels")
+            raise HeadwiseError(
+                f"{images_path.name} holds {len(images):,} images but {labels_path.name} {len(labels):,} labels"
+            )
         splits.append(ImageSplit(_resize_array(images[..., None], image_size), labels.astype(np.int64)))
     if "fashion" in folder.name.lower():
         classes = FASHION_MNIST_CLASSES
@@ -234,7 +256,10 @@ def _cifar_dir(path: Path, must: bool = True) -> tuple[Path, dict] | None:
         if (folder / "meta").is_file() and (folder / "train").is_file():
             return folder, CIFAR100_FILES
     if must:
-        raise HeadwiseError(f"{path} is not a CIFAR folder: expected cifar-10-batches-py (data_batch_1..5, test_batch, batches.meta) or cifar-100-python (train, test, meta), or their parent")
+        raise HeadwiseError(
+            f"{path} is not a CIFAR folder: expected cifar-10-batches-py (data_batch_1..5, test_batch, "
+            "batches.meta) or cifar-100-python (train, test, meta), or their parent"
+        )
     return None
 
 
@@ -256,7 +281,10 @@ def _read_cifar(name: str, image_size: int | None):
                 raise HeadwiseError(f"CIFAR file {folder / file} lacks 'data' or {key!r}")
             data = np.asarray(batch["data"])
             if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072 or len(data) != len(batch[key]):
-                raise HeadwiseError(f"CIFAR file {folder / file} holds data {data.dtype} {data.shape} for {len(batch[key])} labels; expected uint8 [N, 3072]")
+                raise HeadwiseError(
+                    f"CIFAR file {folder / file} holds data {data.dtype} {data.shape} for {len(batch[key])} labels; "
+                    "expected uint8 [N, 3072]"
+                )
             # Each row is 1024 red, 1024 green, 1024 blue values, each a 32x32 row-major plane.
             images.append(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
             labels.append(np.asarray(batch[key], dtype=np.int64))
@@ -282,10 +310,15 @@ def _read_parquet(name: str, image_size: int | None):
             shards.setdefault(split, []).append(p)
     parents = sorted({str(p.parent) for files in shards.values() for p in files})
     if len(parents) > 1:
-        raise HeadwiseError(f"{root} holds parquet splits in several folders ({', '.join(parents[:3])}): point the source at one")
+        raise HeadwiseError(
+            f"{root} holds parquet splits in several folders ({', '.join(parents[:3])}): point the source at one"
+        )
     test_split = "test" if "test" in shards else "validation"
     if "train" not in shards or test_split not in shards:
-        raise HeadwiseError(f"parquet folder {root} needs train-*.parquet and test-*.parquet (or validation-*) files; found {', '.join(sorted(shards)) or 'none'}")
+        found = ", ".join(sorted(shards)) or "none"
+        raise HeadwiseError(
+            f"parquet folder {root} needs train-*.parquet and test-*.parquet (or validation-*) files; found {found}"
+        )
     try:
         schema = pq.read_schema(shards["train"][0])
     except Exception as exc:  # pyarrow's errors vary by what is wrong with the file
@@ -302,11 +335,13 @@ def _read_parquet(name: str, image_size: int | None):
             except HeadwiseError:
                 raise
             except Exception as exc:
-                raise HeadwiseError(f"{f} is not a readable parquet file with columns {image_col}, {label_col}: {_first_line(exc)}") from None
+                raise HeadwiseError(
+                    f"{f} is not a readable parquet file with columns {image_col}, {label_col}: {_first_line(exc)}"
+                ) from None
 
     count = lambda files: sum(pq.ParquetFile(f).metadata.num_rows for f in files)  # noqa: E731
-    train = _decode_rows(rows(shards["train"]), count(shards["train"]), image_size)
-    test = _decode_rows(rows(shards[test_split]), count(shards[test_split]), image_size)
+    train = _decode_rows(rows(shards["train"]), count(shards["train"]), image_size, f"{root} train")
+    test = _decode_rows(rows(shards[test_split]), count(shards[test_split]), image_size, f"{root} {test_split}")
     if classes is None:
         classes = tuple(str(i) for i in range(int(max(train.labels.max(initial=0), test.labels.max(initial=0))) + 1))
     return train, test, classes, root.name
@@ -317,7 +352,10 @@ def _columns(names: Iterable[str], where: str) -> tuple[str, str]:
     image = next((c for c in ("img", "image") if c in names), None)
     label = next((c for c in ("label", "fine_label", "labels") if c in names), None)
     if image is None or label is None:
-        raise HeadwiseError(f"{where} needs an image column (img or image) and a label column (label or fine_label); it has {', '.join(names)}")
+        raise HeadwiseError(
+            f"{where} needs an image column (img or image) and a label column (label or fine_label); "
+            f"it has {', '.join(names)}"
+        )
     return image, label
 
 
@@ -331,9 +369,9 @@ def _parquet_class_names(schema: Any, label_col: str) -> tuple[str, ...] | None:
         return None
 
 
-def _decode_rows(rows: Iterator[tuple[Any, Any, str]], n: int, image_size: int | None) -> ImageSplit:
+def _decode_rows(rows: Iterator[tuple[Any, Any, str]], n: int, image_size: int | None, what: str) -> ImageSplit:
     """Decode ``n`` (image, label, where) rows into one split; ``image`` is raw bytes, a
-    ``{"bytes", "path"}`` struct or a file path."""
+    ``{"bytes", "path"}`` struct or a file path; ``what`` names the split in messages."""
     from PIL import Image
 
     images: np.ndarray | None = None
@@ -357,20 +395,26 @@ def _decode_rows(rows: Iterator[tuple[Any, Any, str]], n: int, image_size: int |
         if i == 0:
             mode, first = own, where
         elif own != mode and image_size is None:
-            raise HeadwiseError(f"{where} is {own} but {first} is {mode}: images of mixed channels; set image_size to convert and resize them all")
+            raise HeadwiseError(
+                f"{where} is {own} but {first} is {mode}: images of mixed channels; "
+                "set image_size to convert and resize them all"
+            )
         array = np.asarray(_fit(img.convert(mode), image_size))
         array = array[..., None] if array.ndim == 2 else array
         if images is None:
             images = np.empty((n, *array.shape), dtype=np.uint8)
         elif array.shape != images.shape[1:]:
-            raise HeadwiseError(f"{where} is {_shape(array.shape)} but {first} is {_shape(images.shape[1:])}: images of mixed sizes; set image_size to resize them")
+            raise HeadwiseError(
+                f"{where} is {_shape(array.shape)} but {first} is {_shape(images.shape[1:])}: images of mixed sizes; "
+                "set image_size to resize them"
+            )
         images[i] = array
         try:
             labels[i] = int(label)
         except (TypeError, ValueError):
             raise HeadwiseError(f"{where}: label {label!r} is not a whole number") from None
     if i + 1 != n or images is None:
-        raise HeadwiseError(f"{first or 'the split'}: expected {n:,} images, read {i + 1:,}" if n else "a split holds no images")
+        raise HeadwiseError(f"{what}: expected {n:,} images, read {i + 1:,}" if n else f"{what} holds no images")
     return ImageSplit(images, labels)
 
 
@@ -412,7 +456,9 @@ def _read_folder(name: str, image_size: int | None):
     train_dir = root / "train"
     test_dir = next((root / s for s in ("val", "test", "validation") if (root / s).is_dir()), None)
     if not train_dir.is_dir() or test_dir is None:
-        raise HeadwiseError(f"class-folder source {root} needs train/<class>/ and val/<class>/ (or test/<class>/) folders")
+        raise HeadwiseError(
+            f"class-folder source {root} needs train/<class>/ and val/<class>/ (or test/<class>/) folders"
+        )
     classes = tuple(sorted(p.name for p in train_dir.iterdir() if p.is_dir() and not p.name.startswith(".")))
     if not classes:
         raise HeadwiseError(f"{train_dir} holds no class folders")
@@ -422,22 +468,31 @@ def _read_folder(name: str, image_size: int | None):
         files: list[tuple[Path, int]] = []
         for cls in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
             if cls.name not in index:
-                raise HeadwiseError(f"class folder {cls} is not among the training classes ({train_dir}): every class needs training images")
-            found = sorted(p for p in cls.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith("."))
+                raise HeadwiseError(
+                    f"class folder {cls} is not among the training classes ({train_dir}): every class needs training images"
+                )
+            found = sorted(
+                p for p in cls.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith(".")
+            )
             if not found:
                 raise HeadwiseError(f"class folder {cls} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))})")
             files += [(p, index[cls.name]) for p in found]
         if not files:
             raise HeadwiseError(f"{folder} holds no class folders")
-        splits.append(_decode_rows(((str(p), label, str(p)) for p, label in files), len(files), image_size))
+        splits.append(_decode_rows(((str(p), label, str(p)) for p, label in files), len(files), image_size, str(folder)))
     return splits[0], splits[1], classes, root.name
 
 
 def _read_hub(name: str, image_size: int | None):
     import datasets
 
-    if _hub_offline() or not hub_reachable():
-        raise HeadwiseError(f"cannot reach the Hugging Face hub to load {name!r} (offline?); give a local folder instead ({_LOCAL_KINDS}), as a path or a name under HEADWISE_DATA")
+    # A local folder in the hub's layout needs no network; a hub name fails at once offline
+    # instead of after datasets' half-minute of retries.
+    if not Path(name).exists() and (_hub_offline() or not hub_reachable()):
+        raise HeadwiseError(
+            f"cannot reach the Hugging Face hub to load {name!r} (offline?); give a local folder instead "
+            f"({_LOCAL_KINDS}), as a path or a name under HEADWISE_DATA"
+        )
     dd = _hub_call(name, datasets.load_dataset)
     test_split = "test" if "test" in dd else "validation"
     if "train" not in dd or test_split not in dd:
@@ -450,7 +505,7 @@ def _read_hub(name: str, image_size: int | None):
         # Undecoded, the image column is the same {"bytes", "path"} struct as in parquet files.
         ds = dd[split].cast_column(image_col, datasets.Image(decode=False))
         rows = ((r[image_col], r[label_col], f"{name} {split} row {i}") for i, r in enumerate(ds))
-        splits.append(_decode_rows(rows, len(ds), image_size))
+        splits.append(_decode_rows(rows, len(ds), image_size, f"dataset {name!r} {split}"))
     if classes is None:
         classes = tuple(str(i) for i in range(int(max(s.labels.max(initial=0) for s in splits)) + 1))
     return splits[0], splits[1], classes, name
