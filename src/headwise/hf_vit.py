@@ -1,0 +1,201 @@
+"""Conversion to and from Hugging Face ``ViTForImageClassification`` for image specs ViT can express.
+
+The two models compute the same function: a convolutional patch embedding, a class token put
+first, learned positions, pre-LayerNorm blocks with 1/sqrt(head_dim) bidirectional attention
+(biased output projection and MLP; q/k/v biased when ``qkv_bias``), a final LayerNorm and a
+linear classifier of the class token's final state. The layouts differ only in where weights
+live: headwise fuses q, k and v into one ``[3 * width, d]`` projection, Hugging Face keeps three,
+and its positions are one ``[1, T, d]`` parameter instead of an ``nn.Embedding``.
+
+A head width decoupled from ``d_model / heads`` is expressed through ``ViTConfig.head_dim``, an
+attribute ``ViTAttention`` reads when the config has it (so Leaner's 16 heads of 64 at d 768
+convert); per-layer head counts or widths are not expressible.
+
+``transformers`` is imported lazily: it is needed to export or compare, never to train.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from headwise.errors import HeadwiseError
+from headwise.model import Transformer
+from headwise.spec import ModelSpec
+
+# What ViT's architecture fixes, as (spec field, required value, why)
+_VIT_FIXED = [
+    ("causal", False, "ViT attends both ways"),
+    ("score_scale", "inv_sqrt", "ViT scales attention scores by 1/sqrt(head_dim)"),
+    ("norm", "layernorm_pre", "ViT uses pre-norm LayerNorm"),
+    ("positions", "learned", "ViT has learned absolute positions"),
+    ("pooling", "cls", "transformers' ViTForImageClassification classifies the class token only (no mean pooling)"),
+    ("out_bias", True, "ViT's attention output projection has a bias"),
+    ("mlp_bias", True, "ViT's MLP has biases"),
+]
+#: headwise activations and the ``hidden_act`` names (transformers' ACT2FN) that compute them
+_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_new", "relu": "relu"}
+
+
+def vit_incompatibility(spec: ModelSpec) -> str | None:
+    """Why ``ViTForImageClassification`` cannot express ``spec``, or None when it can."""
+    if spec.inputs != "images":
+        return f"inputs = {spec.inputs!r}: ViT reads images"
+    if spec.output_head != "classes":
+        return f"outputs = {spec.output_head!r}: ViTForImageClassification ends in a classifier"
+    if len(set(spec.heads)) != 1:
+        return f"its layers have different head counts {spec.heads}; ViT has one num_attention_heads for all layers"
+    if len(set(spec.head_dims)) != 1:
+        return f"its layers have different head widths {spec.head_dims}; ViT has one head width for all layers"
+    hidden = {s.mlp_hidden for s in spec.layers()}
+    if len(hidden) != 1:
+        return f"its layers have different MLP widths {sorted(hidden)}; ViT has one intermediate_size"
+    if any(s.attention != "global" for s in spec.layers()):
+        return "it has local attention layers; ViT's layers are all global"
+    for field, value, why in _VIT_FIXED:
+        if getattr(spec, field) != value:
+            return f"{field} = {getattr(spec, field)!r}: {why}"
+    if spec.activation not in _ACTIVATIONS:
+        return f"activation = {spec.activation!r} has no transformers hidden_act"
+    return None
+
+
+def to_vit_config(spec: ModelSpec) -> Any:
+    """The ``ViTConfig`` equal to ``spec``; a HeadwiseError if ViT cannot express it."""
+    from transformers import ViTConfig
+
+    reason = vit_incompatibility(spec)
+    if reason:
+        raise HeadwiseError(f"cannot convert to ViT: {reason}")
+    shape = spec.layer(0)
+    extra = {}
+    if shape.head_dim * shape.heads != spec.d_model:
+        extra["head_dim"] = shape.head_dim  # read by ViTAttention: getattr(config, "head_dim", d // heads)
+    return ViTConfig(
+        hidden_size=spec.d_model,
+        num_hidden_layers=spec.n_layers,
+        num_attention_heads=shape.heads,
+        intermediate_size=shape.mlp_hidden,
+        hidden_act=_ACTIVATIONS[spec.activation],
+        hidden_dropout_prob=spec.dropout,
+        attention_probs_dropout_prob=spec.dropout,
+        initializer_range=spec.init_std,
+        layer_norm_eps=spec.layer_norm_eps,
+        image_size=spec.image_size,
+        patch_size=spec.patch_size,
+        num_channels=spec.channels,
+        qkv_bias=spec.qkv_bias,
+        num_labels=spec.num_classes,
+        **extra,
+    )
+
+
+def _square(config: Any, name: str) -> int:
+    """An int ``image_size`` / ``patch_size`` of a config (a square pair is accepted)."""
+    value = getattr(config, name)
+    if isinstance(value, (list, tuple)):
+        if len(set(value)) != 1:
+            raise HeadwiseError(f"cannot convert from ViT: {name} = {list(value)} is not square; headwise's images are")
+        value = value[0]
+    return int(value)
+
+
+def spec_from_vit_config(config: Any) -> ModelSpec:
+    """The ModelSpec of a ``ViTConfig`` (of a ``ViTForImageClassification``)."""
+    act = config.hidden_act
+    if act not in _ACTIVATIONS.values():
+        raise HeadwiseError(f"cannot convert from ViT: hidden_act = {act!r}; headwise has {', '.join(_ACTIVATIONS)}")
+    if config.hidden_dropout_prob != config.attention_probs_dropout_prob:
+        raise HeadwiseError(
+            f"cannot convert from ViT: hidden_dropout_prob {config.hidden_dropout_prob} differs from "
+            f"attention_probs_dropout_prob {config.attention_probs_dropout_prob}; headwise has one dropout")
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None)
+    if head_dim is not None and head_dim * heads == config.hidden_size:
+        head_dim = None  # the standard tie
+    # The MLP width as a ratio of d_model when it is a multiple of d_model / 4 (as the presets
+    # give it), else as a width
+    d, hidden = config.hidden_size, config.intermediate_size
+    mlp = dict(mlp_ratio=hidden / d) if (4 * hidden) % d == 0 else dict(mlp_hidden=hidden)
+    return ModelSpec(
+        inputs="images",
+        d_model=config.hidden_size,
+        n_layers=config.num_hidden_layers,
+        heads=[heads] * config.num_hidden_layers,
+        head_dim=head_dim,
+        **mlp,
+        activation=next(k for k, v in _ACTIVATIONS.items() if v == act),
+        causal=False,
+        score_scale="inv_sqrt",
+        norm="layernorm_pre",
+        layer_norm_eps=config.layer_norm_eps,
+        positions="learned",
+        dropout=config.hidden_dropout_prob,
+        qkv_bias=bool(config.qkv_bias),
+        init_std=config.initializer_range,
+        image_size=_square(config, "image_size"),
+        patch_size=_square(config, "patch_size"),
+        channels=config.num_channels,
+        num_classes=config.num_labels,
+        pooling="cls",
+    )
+
+
+def _key_map(n_layers: int) -> list[tuple[str, str]]:
+    """(headwise name, ViT name) pairs for everything but the fused q/k/v and the positions."""
+    pairs = [("cls_token.weight", "vit.embeddings.cls_token"),
+             ("patch_emb.weight", "vit.embeddings.patch_embeddings.projection.weight"),
+             ("patch_emb.bias", "vit.embeddings.patch_embeddings.projection.bias"),
+             ("norm_f.weight", "vit.layernorm.weight"), ("norm_f.bias", "vit.layernorm.bias"),
+             ("classifier.weight", "classifier.weight"), ("classifier.bias", "classifier.bias")]
+    for i in range(n_layers):
+        ours, theirs = f"blocks.{i}.", f"vit.layers.{i}."
+        for a, b in [("norm1", "layernorm_before"), ("norm2", "layernorm_after"), ("attn.out", "attention.o_proj"),
+                     ("mlp.fc", "mlp.fc1"), ("mlp.proj", "mlp.fc2")]:
+            pairs += [(ours + a + ".weight", theirs + b + ".weight"), (ours + a + ".bias", theirs + b + ".bias")]
+    return pairs
+
+
+def _qkv_names(i: int, kind: str) -> list[str]:
+    return [f"vit.layers.{i}.attention.{p}_proj.{kind}" for p in ("q", "k", "v")]
+
+
+@torch.no_grad()
+def to_hf_vit(model: Transformer, attn_implementation: str = "sdpa") -> Any:
+    """A ``ViTForImageClassification`` with exactly ``model``'s weights (in eval mode), running
+    ``attn_implementation`` ("sdpa", transformers' default on CPU, or "eager")."""
+    from transformers import ViTForImageClassification
+
+    spec = model.spec
+    hf = ViTForImageClassification(to_vit_config(spec))
+    hf.set_attn_implementation(attn_implementation)
+    hf.eval()
+    ours, theirs = model.state_dict(), hf.state_dict()
+    for a, b in _key_map(spec.n_layers):
+        theirs[b].copy_(ours[a])
+    theirs["vit.embeddings.position_embeddings"].copy_(ours["pos_emb.weight"][None])
+    width = spec.layer(0).width
+    for i in range(spec.n_layers):
+        for kind in ("weight", "bias") if spec.qkv_bias else ("weight",):
+            for name, part in zip(_qkv_names(i, kind), ours[f"blocks.{i}.attn.qkv.{kind}"].split(width, dim=0)):
+                theirs[name].copy_(part)
+    return hf
+
+
+@torch.no_grad()
+def from_hf_vit(hf: Any) -> Transformer:
+    """A headwise Transformer (in eval mode) with exactly a ``ViTForImageClassification``'s weights."""
+    spec = spec_from_vit_config(hf.config)
+    reason = vit_incompatibility(spec)
+    if reason:  # a config spec_from_vit_config accepts is expressible; kept as a guard
+        raise HeadwiseError(f"cannot convert from ViT: {reason}")
+    model = Transformer(spec).eval()
+    ours, theirs = model.state_dict(), hf.state_dict()
+    for a, b in _key_map(spec.n_layers):
+        ours[a].copy_(theirs[b])
+    ours["pos_emb.weight"].copy_(theirs["vit.embeddings.position_embeddings"][0])
+    for i in range(spec.n_layers):
+        for kind in ("weight", "bias") if spec.qkv_bias else ("weight",):
+            ours[f"blocks.{i}.attn.qkv.{kind}"].copy_(torch.cat([theirs[n] for n in _qkv_names(i, kind)]))
+    return model
