@@ -43,7 +43,8 @@ def one_line_error(fn, *args, match=None, **kwargs):
 
 
 def idx_bytes(array: np.ndarray) -> bytes:
-    return bytes([0, 0, 8, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape) + array.astype(np.uint8).tobytes()
+    header = bytes([0, 0, 8, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
+    return header + array.astype(np.uint8).tobytes()
 
 
 def write_idx_folder(folder: Path, gz: bool, n_train=12, n_test=5, size=(6, 5), classes=10):
@@ -228,7 +229,8 @@ def test_bad_idx_files(tmp_path):
     images = tmp_path / "m" / "train-images-idx3-ubyte"
     good = images.read_bytes()
     images.write_bytes(good[:-7])
-    one_line_error(read_images, tmp_path / "m", match=r"train-images-idx3-ubyte is truncated.*360 data bytes, it holds 353")
+    match = r"train-images-idx3-ubyte is truncated.*360 data bytes, it holds 353"
+    one_line_error(read_images, tmp_path / "m", match=match)
     images.write_bytes(b"\x01\x02" + good[2:])
     one_line_error(read_idx, images, match="bad magic")
     images.write_bytes(good[:2] + b"\x0d" + good[3:])
@@ -273,7 +275,8 @@ def test_bad_parquet(tmp_path):
     table = pq.read_table(tmp_path / "p" / "train-00000-of-00001.parquet")
     labels = table.column("label").to_pylist()
     labels[2] = 2  # two ClassLabel names
-    pq.write_table(table.set_column(1, "label", [labels]).replace_schema_metadata(table.schema.metadata), tmp_path / "p" / "train-00000-of-00001.parquet")
+    table = table.set_column(1, "label", [labels]).replace_schema_metadata(table.schema.metadata)
+    pq.write_table(table, tmp_path / "p" / "train-00000-of-00001.parquet")
     one_line_error(read_images, tmp_path / "p", match="label 2 is outside the 2 classes")
     images = [{"bytes": png(train[0]), "path": None}, {"bytes": b"not an image", "path": None}]
     write_parquet_plain(tmp_path / "q", ([train[0], train[1]], [0, 1]), ([train[2]], [0]))
@@ -286,7 +289,8 @@ def test_bad_parquet(tmp_path):
 
 
 def test_bad_folders(tmp_path):
-    write_folder(tmp_path / "mixed", {"train": {"a": random_rgb(1, 5, 5) + random_rgb(1, 6, 5)}, "val": {"a": random_rgb(1)}})
+    mixed = random_rgb(1, 5, 5) + random_rgb(1, 6, 5)
+    write_folder(tmp_path / "mixed", {"train": {"a": mixed}, "val": {"a": random_rgb(1)}})
     one_line_error(read_images, tmp_path / "mixed", match=r"001.png is 6x5x3 but .*000.png is 5x5x3: .*image_size")
     assert read_images(tmp_path / "mixed", image_size=4).train.images.shape == (2, 4, 4, 3)
     gray = RNG.integers(0, 256, (5, 5), dtype=np.uint8)
@@ -441,7 +445,9 @@ def fashion_mnist_dir() -> Path | None:
     return root if (root / "fashion-mnist" / "train-images-idx3-ubyte.gz").is_file() else None
 
 
-@pytest.mark.skipif(fashion_mnist_dir() is None, reason="Fashion-MNIST not found: set HEADWISE_DATA to a folder holding fashion-mnist/")
+@pytest.mark.skipif(
+    fashion_mnist_dir() is None, reason="Fashion-MNIST not found: set HEADWISE_DATA to a folder holding fashion-mnist/"
+)
 def test_real_fashion_mnist(tmp_path, monkeypatch):
     monkeypatch.setenv("HEADWISE_DATA", str(fashion_mnist_dir()))
     cache = prepare_images("fashion-mnist", cache_dir=tmp_path)
