@@ -26,6 +26,8 @@ transformers = pytest.importorskip("transformers", reason="the suite compares ag
 TINY = dataclasses.replace(
     BenchConfig.quick_config(), d_model=64, vocab_size=97, seq_lens=(16, 24), tokens_per_step=48, rounds=2,
     warmup=1, totals=(8, 30), bf16_totals=(8,), peak_n=64, gen_new_tokens=12, gen_prompt_tokens=4, idle_wait=0.0,
+    vision_image_size=8, vision_patch_size=4, vision_d_model=24, vision_layers=2, vision_heads=(2, 6),
+    vision_mlp_hidden=32, vision_classes=5, vision_batch=4, vision_rounds=2, vision_idle_wait=0.0,
 )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SECTIONS: tuple[str, ...] = ("hf", "penalty", "mfu", "bf16", "generate", "tokenize", "gpu")
+SECTIONS: tuple[str, ...] = ("hf", "penalty", "mfu", "bf16", "generate", "tokenize", "vision", "gpu")
 SECTION_HELP = {
     "hf": "training tokens/s vs transformers' GPTNeoForCausalLM (eager attention)",
     "penalty": "tokens/s of every plan of the blog's grid relative to 4 x 12 heads",
@@ -12,6 +12,7 @@ SECTION_HELP = {
     "bf16": "bf16 autocast training vs fp32",
     "generate": "generation tokens/s with and without the KV cache",
     "tokenize": "GPT-Neo tokenization tokens/s (headwise.bench.tokenize)",
+    "vision": "ViT training images/s vs transformers' ViTForImageClassification (SDPA) at 3 and 12 heads",
     "gpu": "the training sections at bf16 with peak memory, when CUDA is available",
 }
 
@@ -41,6 +42,21 @@ class BenchConfig:
     gpu_rounds: int = 5
     gpu_warmup: int = 2
     gpu_peak_n: int = 8192
+    # vision: a 32 px, patch 4 ViT (65 positions), d 192, 6 layers, MLP 768, 10 classes, at each
+    # head count of vision_heads (tied head width: the same parameters); fp32 training steps of
+    # vision_batch images; a short wait for quiet before each round keeps the section under ~90 s
+    vision_image_size: int = 32
+    vision_patch_size: int = 4
+    vision_channels: int = 3
+    vision_d_model: int = 192
+    vision_layers: int = 6
+    vision_heads: tuple[int, ...] = (3, 12)
+    vision_mlp_hidden: int = 768
+    vision_classes: int = 10
+    vision_batch: int = 64
+    vision_rounds: int = 5
+    vision_warmup: int = 1
+    vision_idle_wait: float = 5.0
     seed: int = 0
     quick: bool = False
 
@@ -48,7 +64,7 @@ class BenchConfig:
     def quick_config(cls) -> BenchConfig:
         """Vocabulary 8192, 512 tokens per step, three rounds, 100 generated tokens."""
         return cls(vocab_size=8192, tokens_per_step=512, rounds=3, gen_new_tokens=100, gen_rounds=1,
-                   tokenize_repeats=1, gpu_rounds=3, gpu_warmup=1, idle_wait=5.0, quick=True)
+                   tokenize_repeats=1, vision_rounds=3, gpu_rounds=3, gpu_warmup=1, idle_wait=5.0, quick=True)
 
     def batch(self, seq_len: int, tokens_per_step: int | None = None) -> int:
         """Sequences per step at ``seq_len`` (at least one)."""

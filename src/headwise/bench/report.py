@@ -80,6 +80,16 @@ def evaluate_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         sp = gen["speedup"]
         targets.append(_target(f"KV-cache / no-cache generation at {gen['new_tokens']} new tokens", ">= 5x",
                                sp["ratio"], sp["ratio"] >= 5.0, f"{sp['ratio']:.1f}x ({sp.get('basis', '')} rounds)"))
+    vision = result.get("vision")
+    if vision is not None:
+        comp = vision["comparisons"]
+        for row in comp["vs_hf"]:
+            targets.append(_target(f"ViT vs HF ViTForImageClassification ({vision.get('hf_attn_implementation')}), "
+                                   f"training images/s: headwise {row['plan']} / {row['reference']}", ">= 1.0x",
+                                   row["ratio"], row["ratio"] >= 1.0, _shown(row)))
+        pen = comp["penalty"]
+        targets.append(_target(f"ViT head-count penalty: headwise {pen['plan']} / {pen['baseline'].split()[-1]}",
+                               ">= 0.9x", pen["ratio"], pen["ratio"] >= 0.9, _shown(pen)))
     gpu = {s["seq_len"]: s for s in result.get("training", []) if s["device"].startswith("cuda")}
     if gpu:
         s = gpu[max(gpu)]
@@ -159,6 +169,8 @@ def render_markdown(result: dict[str, Any]) -> str:
                   "|---|---|---|---|---|",
                   f"| {gen['new_tokens']} | {_num(tps['kv-cache'], 1)} | {_num(tps['no-cache'], 1)} | "
                   f"{gen['speedup']['ratio']:.1f}x | {gen['greedy_tokens_agree']} / {gen['new_tokens']} |", ""]
+    if result.get("vision") is not None:
+        lines += _vision_table(result["vision"])
     tok = result.get("tokenize")
     if tok is not None:
         lines += ["## Tokenization (GPT-Neo, headwise.bench.tokenize)", ""]
@@ -226,6 +238,33 @@ def _training_tables(s: dict[str, Any]) -> list[str]:
         mems = [(n, c["peak_memory_bytes"]) for n, c in cases.items() if c.get("peak_memory_bytes")]
         if mems:
             lines += ["", "Peak memory: " + "; ".join(f"{n} {b / 2**30:.2f} GiB" for n, b in mems) + "."]
+    lines.append("")
+    return lines
+
+
+def _vision_table(v: dict[str, Any]) -> list[str]:
+    comp = v["comparisons"]
+    vs_hf = {r["plan"]: r for r in comp["vs_hf"]}
+    lines = [f"## Vision training step ({v['device']}, {v['precision']}, B={v['batch']} images)", "",
+             f"ViT: {v['image_size']} px, {v['channels']} channels, patch {v['patch_size']} ({v['positions']} "
+             f"positions with the class token), d_model {v['d_model']}, {v['n_layers']} layers, MLP "
+             f"{v['mlp_hidden']}, {v['num_classes']} classes, head_dim = d_model / heads ({v['params']:,} parameters "
+             f"at every head count). HF = transformers ViTForImageClassification, {v['hf_attn_implementation']} "
+             "attention, same weights (headwise.hf_vit.to_hf_vit). A step is forward, cross-entropy, backward and "
+             f"AdamW; waited {v.get('idle_wait_s', 0):.0f} s in all for the machine to go quiet before rounds.", "",
+             "| heads | quiet | headwise images/s | HF images/s | headwise / HF | vs fewest heads (headwise) |",
+             "|---|---|---|---|---|---|"]
+    pen = comp["penalty"]
+    for h in v["heads"]:
+        label = next(c["plan"] for c in v["cases"].values() if c["heads"] == h)
+        ours, theirs = v["cases"][f"headwise {label}"], v["cases"][f"hf {label}"]
+        penalty = _ratio(pen) if pen["plan"] == label else ("baseline" if pen["baseline"].endswith(label) else "")
+        lines.append(f"| {label} | {_quiet(ours)} | {_num(ours['images_per_s_median'], 1)} | "
+                     f"{_num(theirs['images_per_s_median'], 1)} | {_ratio(vs_hf.get(label))} | {penalty} |")
+    hf_pen = comp.get("hf_penalty")
+    if hf_pen:
+        lines += ["", f"HF's own head-count ratio, {hf_pen['plan']} / {hf_pen['baseline'].split()[-1]}: "
+                      f"{_ratio(hf_pen)}."]
     lines.append("")
     return lines
 

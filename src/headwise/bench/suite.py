@@ -1,6 +1,7 @@
 """The benchmark suite: training throughput against Hugging Face GPT-Neo, the head-count penalty,
-MFU, bf16 (:mod:`headwise.bench.training`), generation with and without the KV cache, and
-tokenization (:mod:`headwise.bench.tokenize`), run section by section into one result document.
+MFU, bf16 (:mod:`headwise.bench.training`), generation with and without the KV cache,
+tokenization (:mod:`headwise.bench.tokenize`) and ViT training against Hugging Face's ViT
+(:mod:`headwise.bench.vision`), run section by section into one result document.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from headwise.bench.core import (
 )
 from headwise.bench.tokenize import bench_tokenize
 from headwise.bench.training import bench_training
+from headwise.bench.vision import bench_vision
 from headwise.errors import HeadwiseError
 from headwise.model import Transformer
 from headwise.train.generate import generate
@@ -142,6 +144,9 @@ def run_bench(cfg: BenchConfig, sections: set[str] | None = None,
         result["load"]["after generation"] = load_snapshot()
     if "tokenize" in sections:
         result["tokenize"] = bench_tokenize(cfg.tokenize_repeats, say)
+    if "vision" in sections:
+        result["vision"] = bench_vision(cfg, cpu, say)
+        result["load"]["after vision"] = load_snapshot()
     if "gpu" in sections and has_cuda:
         _run_gpu(cfg, sections, result, say)
     elif "gpu" in sections:
