@@ -63,6 +63,11 @@ def _describe_setup(run: RunRecord) -> str:
     task = run.task
     if isinstance(task, NearestTaskConfig):
         what = f"nearest-neighbour task, d = {task.dim}, N = {task.n_points} points ({task.variant})"
+    elif task is not None and getattr(task, "kind", None) == "images":
+        t = s.task
+        what = (f"image classification on {t.get('data') or getattr(task, 'source', '?')}, {t.get('classes', '?')} "
+                f"classes at {t.get('image_size', '?')} px, {t.get('train_images', '?')} training images, "
+                f"{t.get('eval_images', '?')} eval images")
     elif task is not None:
         what = (f"language modelling on {Path(str(task.source)).name}, tokenizer {task.tokenizer}, "
                 f"{s.task.get('tokens_per_epoch', '?')} training tokens, sequences of {task.block_size}, "
@@ -70,7 +75,7 @@ def _describe_setup(run: RunRecord) -> str:
     else:
         what = "an unreadable task config"
     d_model = s.d_model or run.config.get("model", {}).get("d_model")
-    return (f"{what}; d_model {d_model}; {s.steps} steps of {s.tokens_per_step} tokens ({s.tokens} in all), "
+    return (f"{what}; d_model {d_model}; {s.steps} steps of {s.tokens_per_step} {s.unit} ({s.tokens} in all), "
             f"AdamW lr {run.lr}, {s.precision} on {s.device}")
 
 

@@ -1,0 +1,459 @@
+"""The ``vision`` layout (Leaner Transformers, Sec. 4.1: Figs. 2-5, Table 4): top-1 accuracy against
+heads per layer at each depth (points annotated with parameters, the baseline dashed), against the
+MLP ratio, the attention condition number over training, and the Table 4 rows beside the paper's.
+
+    [report]
+    kind = "vision"
+    baseline = "l12-h12-m4"                  # the original model, the dashed line of Fig. 3
+    table = ["l12-h12-m4", "l7-h16-m2"]      # the headline rows (default: all variants)
+
+    [report.paper]                           # the paper's Table 4, quoted beside the study's
+    source = "the paper"
+    table = "Table 4"
+    dataset = "ImageNet-1k"
+    rows = [{ shape = "(12, 12) MLP 3072", top1 = 80.1, top5 = 94.2, params = 86.6e6, memory_gb = 178.4 }]
+    claim = "accuracy rises with heads at both depths, ..."
+
+Accuracy is each run's last ``eval_metrics`` (``accuracy``, ``top5_accuracy`` above 10 classes),
+in %. The heads grid is the variants at the baseline's MLP ratio, the MLP grid those at its heads
+per layer; with several seeds, differences are tested with Welch's t-test and Holm's correction.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from typing import Any
+
+import numpy as np
+from pydantic import Field
+
+from headwise.config import Config
+from headwise.errors import HeadwiseError
+from headwise.presets import preset_dict
+from headwise.report import stats
+from headwise.report.data import VariantRuns
+from headwise.report.document import (LABEL_SIDES, Document, fixed_ticks, fmt, fmt_p, fmt_params, new_figure,
+                                      plural)
+from headwise.report.registry import Layout, LayoutOptions, register_layout
+from headwise.report.sections import ALPHA
+
+
+class PaperRow(Config):
+    """One model of a published table."""
+
+    shape: str
+    top1: float
+    top5: float | None = None
+    params: float = Field(gt=0)
+    memory_gb: float | None = Field(default=None, gt=0)
+
+
+class VisionReference(Config):
+    """A published table of image classifiers (e.g. Leaner Transformers' Table 4) and its claim."""
+
+    source: str
+    table: str
+    dataset: str
+    rows: list[PaperRow] = Field(min_length=1)
+    #: what the publication claims, which the findings test
+    claim: str = ""
+    caveat: str = ""
+
+
+class VisionOptions(LayoutOptions):
+    """The ``[report]`` keys of the vision layout."""
+
+    baseline: str | None = None
+    table: list[str] | None = None
+    paper: VisionReference | None = None
+
+
+def _metric(v: VariantRuns, key: str) -> list[float]:
+    """A metric of the completed runs, in %."""
+    vals = [r.summary.eval_metrics.get(key) for r in v.done if r.summary is not None]
+    return [100.0 * float(x) for x in vals if isinstance(x, (int, float)) and math.isfinite(x)]
+
+
+def _model(v: VariantRuns) -> dict[str, Any]:
+    """The variant's model table, over its preset's fields."""
+    model = v.info.config.get("model", {}) if v.info else {}
+    try:
+        fields = preset_dict(model["preset"]) if model.get("preset") else {}
+    except HeadwiseError:
+        fields = {}
+    return {**fields, **model}
+
+
+def mlp_hidden(v: VariantRuns) -> int | None:
+    """The MLP's hidden width (the first layer's)."""
+    m = _model(v)
+    hidden = m.get("mlp_hidden")
+    if isinstance(hidden, list):
+        hidden = hidden[0] if hidden else None
+    if isinstance(hidden, int):
+        return hidden
+    d_model = v.d_model or m.get("d_model")
+    return int(round(float(m.get("mlp_ratio", 4.0)) * d_model)) if d_model else None
+
+
+def mlp_ratio(v: VariantRuns) -> float | None:
+    """MLP hidden width over d_model."""
+    hidden, d_model = mlp_hidden(v), v.d_model or _model(v).get("d_model")
+    return round(hidden / d_model, 4) if hidden and d_model else None
+
+
+def acc_cell(s: stats.SeedStats) -> str:
+    """A mean accuracy (%) with its seed spread."""
+    if s.n == 0:
+        return "–"
+    return f"{s.mean:.2f}" if s.n == 1 else f"{s.mean:.2f} ± {s.std:.2f} (n={s.n})"
+
+
+@register_layout
+class VisionLayout(Layout):
+    """Depth traded for heads in image classifiers: Leaner Transformers' Figs. 2-4 and Table 4."""
+
+    kind = "vision"
+    Options = VisionOptions
+    conditioning_label = "heads per layer"
+    conditioning_caption = "heads per layer, one line per depth (at the baseline's MLP ratio; others on their own)"
+
+    def setup(self) -> None:
+        vs = self.study.variants
+        self.by_name = {v.name: v for v in vs}
+        self.base = self.by_name.get(self.options.baseline or "")
+        self.top1 = {v.name: stats.seed_stats(_metric(v, "accuracy")) for v in vs}
+        self.top5 = {v.name: stats.seed_stats(_metric(v, "top5_accuracy")) for v in vs}
+        self.ratio = {v.name: mlp_ratio(v) for v in vs}
+        self.done = [v for v in self.study.done if v.uniform and self.top1[v.name].n]
+        b = self.base if self.base in self.done else None
+        common = Counter(self.ratio[v.name] for v in self.done).most_common(1)
+        self.base_ratio = self.ratio[b.name] if b else (common[0][0] if common else None)
+        common_h = Counter(v.heads[0] for v in self.done).most_common(1)
+        self.base_heads = b.heads[0] if b else (common_h[0][0] if common_h else None)
+        self.heads_grid = [v for v in self.done if self.ratio[v.name] == self.base_ratio]
+        self.mlp_grid = [v for v in self.done if v.heads[0] == self.base_heads]
+        self.depths = sorted({v.n_layers for v in self.heads_grid}, reverse=True)
+        self.tests: list[stats.Comparison] = []  # the findings' tests, Holm-corrected together
+
+    def group(self, v: VariantRuns) -> str:
+        return f"{v.n_layers} layers" if v in self.heads_grid else v.name
+
+    def conditioning_x(self, v: VariantRuns) -> float:
+        return float(v.heads[0])
+
+    def acc(self, v: VariantRuns) -> float:
+        return self.top1[v.name].mean
+
+    def _at(self, grid: list[VariantRuns], depth: int, key) -> list[VariantRuns]:
+        return sorted((v for v in grid if v.n_layers == depth), key=key)
+
+    def _test(self, a: VariantRuns, b: VariantRuns) -> stats.Comparison:
+        c = stats.compare(a.name, self.top1[a.name].values, b.name, self.top1[b.name].values)
+        self.tests.append(c)
+        return c
+
+    def sections(self, doc: Document) -> list[str]:
+        findings = self._table(doc)
+        self._heads_figure(doc)
+        self._mlp_figure(doc)
+        findings += self._noise(doc)
+        findings += self._conditioning_training(doc)
+        return self._verdicts() + findings
+
+    # ------------------------------------------------------------------ Table 4
+
+    def _row(self, v: VariantRuns) -> list[str]:
+        base, pct = self.base, stats.percent_difference
+        t1, t5 = self.top1[v.name], self.top5[v.name]
+        top1 = acc_cell(t1)
+        params = fmt_params(v.params)
+        memory = (fmt(v.peak_mb, 0) + " MiB") if v.peak_mb else "–"
+        if base is not None and v is not base and self.top1[base.name].n and t1.n:
+            top1 += f" ({t1.mean - self.top1[base.name].mean:+.2f})"
+        if base is not None and v is not base and base.params and v.params:
+            params += f" ({pct(v.params, base.params):+.0f}%)"
+        if base is not None and v is not base and base.peak_mb and v.peak_mb:
+            memory += f" ({pct(v.peak_mb, base.peak_mb):+.0f}%)"
+        statuses = Counter(r.status.value for r in v.runs)
+        name = f"`{v.name}`" + (" (baseline)" if v is base else "")
+        return [name, fmt(v.n_layers), fmt(v.heads[0] if v.heads else None), fmt(mlp_hidden(v)), top1,
+                acc_cell(t5), params, memory, fmt(v.mean("tokens_per_s"), 0),
+                ", ".join(f"{n} {s}" for s, n in statuses.items()) or "not started"]
+
+    def _table(self, doc: Document) -> list[str]:
+        opts: VisionOptions = self.options
+        headers = ["model", "depth", "heads", "MLP hidden", "top-1 %", "top-5 %", "parameters", "peak memory",
+                   "images/s", "runs"]
+        doc.add("## Table 4: depth for heads",
+                "Leaner Transformers' Table 4 layout: top-1 and top-5 accuracy on the held-out images (mean ± sd "
+                "over seeds; in parentheses the difference from the baseline in points), parameters, peak training "
+                f"memory and training images per second, against the baseline `{opts.baseline}`. Top-5 is "
+                "measured only above 10 classes (\"–\" otherwise).")
+        if opts.baseline is not None and self.base is None:
+            doc.add(f"**The baseline `{opts.baseline}` named in the study's `[report]` is not one of its "
+                    "variants**, so nothing is compared against it.")
+        names = [n for n in (opts.table or []) if n in self.by_name]
+        if names:
+            doc.table(headers, [self._row(self.by_name[n]) for n in names])
+        doc.add("Every variant:")
+        doc.table(headers, [self._row(v) for v in self.study.variants])
+        info = self.base.info if self.base is not None else None
+        if info is not None and info.summary is not None and info.summary.device.startswith("cpu"):
+            doc.add("On CPU, peak memory is the resident memory of the whole training process, most of it the "
+                    "Python and PyTorch runtime, so its differences understate those of the models themselves.")
+        missing = [v for v in self.study.variants if not self.top1[v.name].n]
+        if missing:
+            doc.add("Without a completed, scored run (left out of the figures and findings): " + "; ".join(
+                f"`{v.name}` ({', '.join(f'{n} {s}' for s, n in Counter(r.status.value for r in v.runs).items()) or 'no run'})"
+                for v in missing) + ".")
+        p = opts.paper
+        if p is None:
+            return []
+        doc.add(f"{p.source[:1].upper()}{p.source[1:]}'s {p.table} ({p.dataset}), quoted as published"
+                + (f"; {p.caveat}" if p.caveat else "") + ":")
+        doc.table(["model (depth, heads)", "top-1 %", "top-5 %", "parameters", "training memory"],
+                  [[r.shape, f"{r.top1:g}", "–" if r.top5 is None else f"{r.top5:g}", fmt_params(r.params),
+                    f"{r.memory_gb:g} GB" if r.memory_gb else "–"] for r in p.rows])
+        findings = []
+        if len(p.rows) >= 2:
+            r0, r1 = p.rows[0], p.rows[-1]
+            text = (f"{p.source[:1].upper()}{p.source[1:]}'s {p.table}: {r1.shape} at {r1.top1:g}% top-1 against "
+                    f"{r0.top1:g}% for {r0.shape} ({r1.top1 - r0.top1:+.1f} points) with "
+                    f"{stats.percent_difference(r1.params, r0.params):+.0f}% parameters")
+            if len(names) >= 2 and all(self.top1[n].n for n in (names[0], names[-1])):
+                a, b = self.by_name[names[0]], self.by_name[names[-1]]
+                text += (f"; here `{b.name}` at {self.acc(b):.2f}% against {self.acc(a):.2f}% for `{a.name}` "
+                         f"({self.acc(b) - self.acc(a):+.2f} points)")
+                if a.params and b.params:
+                    text += f" with {stats.percent_difference(b.params, a.params):+.0f}% parameters"
+            findings.append(text + ".")
+        return findings
+
+    # ------------------------------------------------------------------ figures
+
+    def _point(self, v: VariantRuns) -> dict[str, Any]:
+        s = self.top1[v.name]
+        return dict(variant=v.name, n_layers=v.n_layers, heads_per_layer=v.heads[0], mlp_ratio=self.ratio[v.name],
+                    mlp_hidden=mlp_hidden(v), params=v.params, top1_mean=s.mean, top1_sd=s.std, seeds=s.n)
+
+    def _draw(self, ax: Any, vs: list[VariantRuns], x: list[float], color: str, label: str | None, side: int,
+              rows: list[dict[str, Any]]) -> None:
+        seeds = any(self.top1[v.name].n > 1 for v in vs)
+        y = [self.acc(v) for v in vs]
+        yerr = [self.top1[v.name].std if self.top1[v.name].n > 1 else 0.0 for v in vs] if seeds else None
+        ax.errorbar(x, y, yerr=yerr, marker="o", color=color, capsize=3, label=label)
+        dx, dy, ha = LABEL_SIDES[side % len(LABEL_SIDES)]
+        for v, xi, yi in zip(vs, x, y):
+            ax.annotate(fmt_params(v.params), (xi, yi), textcoords="offset points", xytext=(dx, dy), ha=ha,
+                        fontsize=7, color=color)
+            rows.append(self._point(v))
+
+    def _baseline_line(self, ax: Any) -> None:
+        if self.base is not None and self.top1[self.base.name].n:
+            ax.axhline(self.acc(self.base), color="0.3", ls="--", lw=1,
+                       label=f"baseline {self.base.name} ({self.acc(self.base):.2f}%)")
+
+    def _heads_figure(self, doc: Document) -> None:
+        """Fig. 3: top-1 against heads per layer, one panel per depth; other shapes in a panel of their own."""
+        others = [v for v in self.done if v not in self.heads_grid and v not in self.mlp_grid]
+        panels = [*self.depths, *(["other"] if others else [])]
+        if not panels:
+            return
+        fig, axes = new_figure(4.6 * len(panels), 4.4, ncols=len(panels), sharey=True)
+        rows: list[dict[str, Any]] = []
+        for k, depth in enumerate(panels):
+            ax = axes[0, k]
+            vs = others if depth == "other" else self._at(self.heads_grid, depth, lambda v: v.heads[0])
+            if depth == "other":
+                for i, v in enumerate(vs):
+                    self._draw(ax, [v], [v.heads[0]], f"C{(i + 2) % 10}", v.name, i, rows)
+                ax.set_title("other shapes", fontsize=10)
+            else:
+                self._draw(ax, vs, [v.heads[0] for v in vs], f"C{k}", None, k, rows)
+                ax.set_title(f"{depth} layers (MLP ratio {self.base_ratio:g})", fontsize=10)
+            self._baseline_line(ax)
+            fixed_ticks(ax, [v.heads[0] for v in vs])
+            ax.set_xlabel("heads per layer")
+            ax.grid(alpha=0.3)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
+        axes[0, 0].set_ylabel("top-1 accuracy (%)")
+        fig.suptitle("Top-1 accuracy vs heads per layer (labels: parameters)")
+        doc.add("## Accuracy vs heads per layer, by depth")
+        doc.figure("accuracy_vs_heads", fig, rows, "Top-1 accuracy against heads per layer (head_dim fixed), one "
+                   "panel per depth, at the baseline's MLP ratio; each point labelled with its parameters"
+                   + (", error bars one sd over seeds" if self.study.record.seeds > 1 else "")
+                   + "; the dashed line is the baseline, as in the paper's Fig. 3.")
+        for depth in self.depths:
+            vs = self._at(self.heads_grid, depth, lambda v: v.heads[0])
+            doc.add(f"Top-1 % at {depth} layers: " + ", ".join(
+                f"{plural(v.heads[0], 'head')} {acc_cell(self.top1[v.name])} [{fmt_params(v.params)}]" for v in vs) + ".")
+
+    def _mlp_figure(self, doc: Document) -> None:
+        """Fig. 4: top-1 against the MLP ratio, one line per depth, at the baseline's heads."""
+        depths = sorted({v.n_layers for v in self.mlp_grid}, reverse=True)
+        if not any(len({self.ratio[v.name] for v in self.mlp_grid if v.n_layers == d}) > 1 for d in depths):
+            return
+        fig, axes = new_figure(7.5, 4.6)
+        ax, rows = axes[0, 0], []
+        for i, depth in enumerate(depths):
+            vs = self._at(self.mlp_grid, depth, lambda v: self.ratio[v.name] or 0)
+            self._draw(ax, vs, [self.ratio[v.name] or 0 for v in vs], f"C{i}", f"{depth} layers", i, rows)
+        self._baseline_line(ax)
+        fixed_ticks(ax, [r["mlp_ratio"] for r in rows])
+        ax.set_xlabel("MLP ratio (hidden width / d_model)")
+        ax.set_ylabel("top-1 accuracy (%)")
+        ax.set_title(f"Top-1 accuracy vs MLP ratio at {self.base_heads} heads per layer (labels: parameters)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        doc.add("## Accuracy vs MLP ratio")
+        doc.figure("accuracy_vs_mlp", fig, rows, "Top-1 accuracy against the MLP ratio, one line per depth, at the "
+                   "baseline's heads per layer; the dashed line is the baseline, as in the paper's Fig. 4.")
+
+    def _noise(self, doc: Document) -> list[str]:
+        """Each variant against the baseline: difference in points, Welch's test, Holm's correction."""
+        base = self.base
+        if base is None or not self.top1[base.name].n:
+            return []
+        comps = [stats.compare(v.name, self.top1[v.name].values, base.name, self.top1[base.name].values)
+                 for v in self.done if v is not base]
+        if not comps:
+            return []
+        stats.apply_holm(comps)
+        doc.add("## Differences from the baseline and seed noise",
+                f"Each variant's top-1 against `{base.name}`, in points (positive = more accurate), with Welch's "
+                "unequal-variance t-test across seeds (two-sided) and Holm's correction over the "
+                f"{len(comps)} comparisons; distinguishable means Holm-adjusted p < {ALPHA}.")
+        rows = []
+        for c in comps:
+            verdict = ("no claim (needs >= 2 seeds each)" if not c.testable else
+                       "distinguishable from seed noise" if c.p_holm < ALPHA else "within seed noise")
+            rows.append([f"`{c.name}`", acc_cell(self.top1[c.name]), f"{c.difference:+.2f}", fmt(c.t, 2),
+                         fmt_p(c.p), fmt_p(c.p_holm), verdict])
+        doc.table(["variant", "top-1 %", "vs baseline (points)", "Welch t", "p", "p (Holm)", "verdict"], rows)
+        if not any(c.testable for c in comps):
+            text = ("Each configuration was trained with one seed, so noise cannot be judged: no difference can be "
+                    "called real or within noise; rerun with `--seeds 3` (or more) to test them.")
+            doc.add(f"**{text}**")
+            return [text]
+        within = [f"`{c.name}`" for c in comps if c.testable and c.p_holm >= ALPHA]
+        sig = [f"`{c.name}`" for c in comps if c.testable and c.p_holm < ALPHA]
+        text = (f"With {self.study.record.seeds} seeds, {len(sig)} of {len(comps)} differences from the baseline "
+                "are distinguishable from seed noise" + (f" ({', '.join(sig)})" if sig else "")
+                + (f"; within noise: {', '.join(within)}" if within else "") + ".")
+        doc.add(text)
+        return [text]
+
+    def _conditioning_training(self, doc: Document) -> list[str]:
+        """Fig. 2 over training: cond_mean logged by the trainer against epoch, one line per heads count."""
+        panels = []
+        for depth in self.depths:
+            lines = []
+            for v in self._at(self.heads_grid, depth, lambda v: v.heads[0]):
+                per: dict[float, list[float]] = defaultdict(list)
+                for run in v.done:
+                    for m in run.metrics():
+                        c = m.get("cond_mean")
+                        if isinstance(c, (int, float)) and math.isfinite(c) and isinstance(m.get("epoch"), (int, float)):
+                            per[float(m["epoch"])].append(float(c))
+                xs = sorted(e for e, vals in per.items() if len(vals) == len(v.done))
+                if xs:
+                    lines.append((v, xs, [float(np.mean(per[e])) for e in xs]))
+            if lines:
+                panels.append((depth, lines))
+        if not panels:
+            return []
+        fig, axes = new_figure(5.2 * len(panels), 4.2, ncols=len(panels), sharey=True)
+        rows, findings = [], []
+        for k, (depth, lines) in enumerate(panels):
+            ax = axes[0, k]
+            for i, (v, xs, ys) in enumerate(lines):
+                ax.plot(xs, ys, marker=".", color=f"C{i % 10}", label=f"{v.heads[0]} heads")
+                rows += [dict(variant=v.name, n_layers=depth, heads_per_layer=v.heads[0], epoch=x, cond_mean=y)
+                         for x, y in zip(xs, ys)]
+            ax.set_yscale("log")
+            ax.set_xlabel("epoch")
+            ax.set_title(f"{depth} layers", fontsize=10)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+            if len(lines) >= 2:
+                h = [v.heads[0] for v, _, _ in lines]
+                last = [ys[-1] for _, _, ys in lines]
+                falls = all(b < a for a, b in zip(last, last[1:]))
+                findings.append(
+                    f"Condition number at the last logged step, {depth} layers: " + ", ".join(
+                        f"{x} heads {y:.3g}" for x, y in zip(h, last))
+                    + (" (falls with every added head, as the paper's Fig. 2)." if falls else
+                       " (does not fall with every added head, unlike the paper's Fig. 2)."))
+        axes[0, 0].set_ylabel("condition number of A (mean over layers)")
+        fig.suptitle("Attention-output conditioning during training")
+        doc.add("## Conditioning during training")
+        doc.figure("conditioning_training", fig, rows, "Mean condition number of the attention output over "
+                   "layers, as the trainer logged it every `analysis.every` steps (`cond_mean`), against epoch, one "
+                   "line per heads count and one panel per depth (log scale), as the paper's Fig. 2.")
+        return findings
+
+    # ------------------------------------------------------------------ findings
+
+    def _verdict(self, c: stats.Comparison | None, holds: bool, heads: stats.Comparison | None = None) -> str:
+        """'reproduced', 'not reproduced' or 'within noise' from a test (or, with one seed, the sign).
+        With ``heads`` (the heads effect's test), ``c`` is the MLP effect's: the claim that it matters
+        less holds when the heads effect is real and larger, or the MLP's is noise and the heads' is not."""
+        if heads is not None and c is not None and c.testable and heads.testable:
+            ps = f"Welch p = {fmt_p(heads.p_holm)} for heads, {fmt_p(c.p_holm)} for the MLP ratio, Holm-corrected"
+            if heads.p_holm >= ALPHA and c.p_holm >= ALPHA:
+                return f"within noise ({ps})"
+            real = (holds and heads.p_holm < ALPHA) or (c.p_holm >= ALPHA and heads.p_holm < ALPHA)
+            return ("reproduced" if real else "not reproduced") + f" ({ps})"
+        if c is None or not c.testable:
+            return ("reproduced" if holds else "not reproduced") + " (one seed: noise cannot be judged)"
+        if c.p_holm >= ALPHA:
+            return f"within noise (Welch p = {fmt_p(c.p_holm)}, Holm-corrected)"
+        return ("reproduced" if holds else "not reproduced") + f" (Welch p = {fmt_p(c.p_holm)}, Holm-corrected)"
+
+    def _verdicts(self) -> list[str]:
+        parts: list[tuple[str, Any]] = []  # (text, test), verdicts filled after Holm's correction
+        spans: dict[int, float] = {}
+        heads_test: dict[int, stats.Comparison] = {}
+        for depth in self.depths:
+            vs = self._at(self.heads_grid, depth, lambda v: v.heads[0])
+            if len(vs) < 2:
+                continue
+            lo, hi = vs[0], vs[-1]
+            spans[depth] = max(map(self.acc, vs)) - min(map(self.acc, vs))
+            rises = self.acc(hi) > self.acc(lo) and all(self.acc(v) <= self.acc(hi) for v in vs)
+            heads_test[depth] = self._test(hi, lo)
+            parts.append((f"Accuracy vs heads at {depth} layers: {lo.heads[0]} heads {self.acc(lo):.2f}% -> "
+                          f"{hi.heads[0]} heads {self.acc(hi):.2f}% ({self.acc(hi) - self.acc(lo):+.2f} points; "
+                          f"{'rises' if rises else 'does not rise'} with heads): ", (heads_test[depth], rises)))
+        base = self.base if self.base in self.done else None
+        if base is not None:
+            fewer = [v for v in self.done if v.n_layers < base.n_layers and v.heads[0] > base.heads[0]
+                     and v.params and base.params and v.params < base.params]
+            if fewer:
+                best = max(fewer, key=self.acc)
+                above = [v for v in fewer if self.acc(v) >= self.acc(base)]
+                parts.append((f"Reduced depth with more heads: {len(above)} of {len(fewer)} such variants reach the "
+                              f"baseline's {self.acc(base):.2f}%; the best, `{best.name}`, {self.acc(best):.2f}% "
+                              f"({self.acc(best) - self.acc(base):+.2f} points) with "
+                              f"{stats.percent_difference(best.params, base.params):+.0f}% parameters: ",
+                              (self._test(best, base), self.acc(best) > self.acc(base))))
+            else:
+                parts.append(("Reduced depth with more heads: no completed variant has fewer layers, more heads and "
+                              "fewer parameters than the baseline, so this part of the claim is untested.", None))
+        for depth, span in spans.items():
+            vs = self._at(self.mlp_grid, depth, lambda v: self.ratio[v.name] or 0)
+            if len(vs) < 2:
+                continue
+            lo, hi = min(vs, key=self.acc), max(vs, key=self.acc)
+            mspan = self.acc(hi) - self.acc(lo)
+            parts.append((f"MLP ratio vs heads at {depth} layers: the MLP ratio ({', '.join(f'{self.ratio[v.name]:g}' for v in vs)}) "
+                          f"moves top-1 by {mspan:.2f} points, heads by {span:.2f}: ", (self._test(hi, lo), mspan < span, heads_test[depth])))
+        stats.apply_holm(self.tests)
+        out = [text if test is None else text + self._verdict(*test) + "." for text, test in parts]
+        claim = self.options.paper.claim if self.options.paper else ""
+        if claim and out:
+            out.insert(0, f"The paper's claim: \"{claim}\". Each part below is checked on this study's numbers.")
+        return out
