@@ -119,7 +119,8 @@ def test_heads_help_with_seeds(tmp_path):
     # findings: every part of the claim reproduced, with tests
     f = findings(text)
     assert "The paper's claim: \"with head_dim fixed, accuracy rises with heads" in f
-    assert "Accuracy vs heads at 6 layers: 1 heads 81.40% -> 8 heads 88.40% (+7.00 points; rises with heads): reproduced" in f
+    assert ("Accuracy vs heads at 6 layers: 1 head 81.40% -> 8 heads 88.40% (+7.00 points; rises with heads): "
+            "reproduced") in f
     assert "Accuracy vs heads at 4 layers:" in f and "Reduced depth with more heads:" in f
     assert f.count("reproduced (Welch p = ") >= 3 and "not reproduced" not in f and "within noise (" not in f
     assert "MLP ratio vs heads at 6 layers: the MLP ratio (1, 2, 4, 8) moves top-1 by 0.70 points, heads by 7.00" in f
@@ -177,7 +178,7 @@ def test_missing_and_failed_runs_are_reported(tmp_path):
     assert "`l4-h8-m4` (1 pending)" in text and "`l6-h8-m4` (1 failed)" in text
     assert row(text, "l6-h8-m4")[4] == "–" and row(text, "l4-h8-m4")[-1] == "1 pending"
     assert "l6-h8-m4" not in {r["variant"] for r in read_csv(out / "report" / "accuracy_vs_heads.csv")}
-    assert "Accuracy vs heads at 6 layers: 1 heads 81.40% -> 6 heads 86.40%" in findings(text)
+    assert "Accuracy vs heads at 6 layers: 1 head 81.40% -> 6 heads 86.40%" in findings(text)
 
 
 def test_missing_baseline_and_no_runs(tmp_path):

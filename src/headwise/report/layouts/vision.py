@@ -1,22 +1,17 @@
-"""The ``vision`` layout (Leaner Transformers, Sec. 4.1: Figs. 2-5, Table 4): top-1 accuracy against
-heads per layer at each depth (points annotated with parameters, the baseline dashed), against the
-MLP ratio, the attention condition number over training, and the Table 4 rows beside the paper's.
+"""The ``vision`` layout (Leaner Transformers, Sec. 4.1: Figs. 2-4, Table 4): top-1 accuracy against
+heads per layer at each depth (points labelled with parameters, the baseline dashed), against the
+MLP ratio, the attention condition number over training, and Table 4 beside the paper's rows.
 
     [report]
     kind = "vision"
-    baseline = "l12-h12-m4"                  # the original model, the dashed line of Fig. 3
-    table = ["l12-h12-m4", "l7-h16-m2"]      # the headline rows (default: all variants)
+    baseline = "l12-h12-m4"                  # the original model (Fig. 3's dashed line)
+    table = ["l12-h12-m4", "l7-h16-m2"]      # the headline rows of Table 4
+    [report.paper]                           # source, table, dataset, rows = [{shape, top1, top5,
+    ...                                      # params, memory_gb}], claim (what the findings test)
 
-    [report.paper]                           # the paper's Table 4, quoted beside the study's
-    source = "the paper"
-    table = "Table 4"
-    dataset = "ImageNet-1k"
-    rows = [{ shape = "(12, 12) MLP 3072", top1 = 80.1, top5 = 94.2, params = 86.6e6, memory_gb = 178.4 }]
-    claim = "accuracy rises with heads at both depths, ..."
-
-Accuracy is each run's last ``eval_metrics`` (``accuracy``, ``top5_accuracy`` above 10 classes),
+Accuracy is each run's last ``eval_metrics`` (``accuracy``; ``top5_accuracy`` above 10 classes),
 in %. The heads grid is the variants at the baseline's MLP ratio, the MLP grid those at its heads
-per layer; with several seeds, differences are tested with Welch's t-test and Holm's correction.
+per layer; with several seeds, differences are Welch-tested with Holm's correction.
 """
 
 from __future__ import annotations
@@ -89,18 +84,15 @@ def mlp_hidden(v: VariantRuns) -> int | None:
     """The MLP's hidden width (the first layer's)."""
     m = _model(v)
     hidden = m.get("mlp_hidden")
-    if isinstance(hidden, list):
-        hidden = hidden[0] if hidden else None
+    hidden = (hidden or [None])[0] if isinstance(hidden, list) else hidden
     if isinstance(hidden, int):
         return hidden
     d_model = v.d_model or m.get("d_model")
     return int(round(float(m.get("mlp_ratio", 4.0)) * d_model)) if d_model else None
 
 
-def mlp_ratio(v: VariantRuns) -> float | None:
-    """MLP hidden width over d_model."""
-    hidden, d_model = mlp_hidden(v), v.d_model or _model(v).get("d_model")
-    return round(hidden / d_model, 4) if hidden and d_model else None
+def _statuses(v: VariantRuns) -> str:
+    return ", ".join(f"{n} {s}" for s, n in Counter(r.status.value for r in v.runs).items())
 
 
 def acc_cell(s: stats.SeedStats) -> str:
@@ -117,7 +109,8 @@ class VisionLayout(Layout):
     kind = "vision"
     Options = VisionOptions
     conditioning_label = "heads per layer"
-    conditioning_caption = "heads per layer, one line per depth (at the baseline's MLP ratio; others on their own)"
+    conditioning_caption = ("heads per layer, one line per depth (at the baseline's MLP ratio; other shapes on "
+                            "their own)")
 
     def setup(self) -> None:
         vs = self.study.variants
@@ -125,7 +118,8 @@ class VisionLayout(Layout):
         self.base = self.by_name.get(self.options.baseline or "")
         self.top1 = {v.name: stats.seed_stats(_metric(v, "accuracy")) for v in vs}
         self.top5 = {v.name: stats.seed_stats(_metric(v, "top5_accuracy")) for v in vs}
-        self.ratio = {v.name: mlp_ratio(v) for v in vs}
+        self.ratio = {v.name: round(mlp_hidden(v) / v.d_model, 4) if mlp_hidden(v) and v.d_model else None
+                      for v in vs}
         self.done = [v for v in self.study.done if v.uniform and self.top1[v.name].n]
         b = self.base if self.base in self.done else None
         common = Counter(self.ratio[v.name] for v in self.done).most_common(1)
@@ -165,22 +159,22 @@ class VisionLayout(Layout):
     # ------------------------------------------------------------------ Table 4
 
     def _row(self, v: VariantRuns) -> list[str]:
-        base, pct = self.base, stats.percent_difference
-        t1, t5 = self.top1[v.name], self.top5[v.name]
-        top1 = acc_cell(t1)
-        params = fmt_params(v.params)
-        memory = (fmt(v.peak_mb, 0) + " MiB") if v.peak_mb else "–"
-        if base is not None and v is not base and self.top1[base.name].n and t1.n:
-            top1 += f" ({t1.mean - self.top1[base.name].mean:+.2f})"
-        if base is not None and v is not base and base.params and v.params:
-            params += f" ({pct(v.params, base.params):+.0f}%)"
-        if base is not None and v is not base and base.peak_mb and v.peak_mb:
-            memory += f" ({pct(v.peak_mb, base.peak_mb):+.0f}%)"
-        statuses = Counter(r.status.value for r in v.runs)
-        name = f"`{v.name}`" + (" (baseline)" if v is base else "")
-        return [name, fmt(v.n_layers), fmt(v.heads[0] if v.heads else None), fmt(mlp_hidden(v)), top1,
-                acc_cell(t5), params, memory, fmt(v.mean("tokens_per_s"), 0),
-                ", ".join(f"{n} {s}" for s, n in statuses.items()) or "not started"]
+        """A variant's row of Table 4, with its differences from the baseline."""
+        b = self.base if self.base is not v else None
+
+        def delta(mine: Any, theirs: Any, text: str) -> str:
+            ok = b is not None and mine is not None and theirs is not None
+            return text.format(mine - theirs, stats.percent_difference(mine, theirs)) if ok else ""
+
+        t1 = self.top1[v.name]
+        top1 = acc_cell(t1) + delta(t1.mean if t1.n else None, self.acc(b) if b and self.top1[b.name].n else None,
+                                    " ({0:+.2f})")
+        params = fmt_params(v.params) + delta(v.params, b.params if b else None, " ({1:+.0f}%)")
+        memory = (fmt(v.peak_mb, 0) + " MiB" + delta(v.peak_mb, b.peak_mb if b else None, " ({1:+.0f}%)")
+                  if v.peak_mb else "–")
+        return [f"`{v.name}`" + (" (baseline)" if self.base is v else ""), fmt(v.n_layers),
+                fmt(v.heads[0] if v.heads else None), fmt(mlp_hidden(v)), top1, acc_cell(self.top5[v.name]), params,
+                memory, fmt(v.mean("tokens_per_s"), 0), _statuses(v) or "not started"]
 
     def _table(self, doc: Document) -> list[str]:
         opts: VisionOptions = self.options
@@ -206,8 +200,7 @@ class VisionLayout(Layout):
         missing = [v for v in self.study.variants if not self.top1[v.name].n]
         if missing:
             doc.add("Without a completed, scored run (left out of the figures and findings): " + "; ".join(
-                f"`{v.name}` ({', '.join(f'{n} {s}' for s, n in Counter(r.status.value for r in v.runs).items()) or 'no run'})"
-                for v in missing) + ".")
+                f"`{v.name}` ({_statuses(v) or 'no run'})" for v in missing) + ".")
         p = opts.paper
         if p is None:
             return []
@@ -289,7 +282,8 @@ class VisionLayout(Layout):
         for depth in self.depths:
             vs = self._at(self.heads_grid, depth, lambda v: v.heads[0])
             doc.add(f"Top-1 % at {depth} layers: " + ", ".join(
-                f"{plural(v.heads[0], 'head')} {acc_cell(self.top1[v.name])} [{fmt_params(v.params)}]" for v in vs) + ".")
+                f"{plural(v.heads[0], 'head')} {acc_cell(self.top1[v.name])} [{fmt_params(v.params)}]"
+                for v in vs) + ".")
 
     def _mlp_figure(self, doc: Document) -> None:
         """Fig. 4: top-1 against the MLP ratio, one line per depth, at the baseline's heads."""
@@ -348,21 +342,18 @@ class VisionLayout(Layout):
 
     def _conditioning_training(self, doc: Document) -> list[str]:
         """Fig. 2 over training: cond_mean logged by the trainer against epoch, one line per heads count."""
-        panels = []
-        for depth in self.depths:
-            lines = []
-            for v in self._at(self.heads_grid, depth, lambda v: v.heads[0]):
-                per: dict[float, list[float]] = defaultdict(list)
-                for run in v.done:
-                    for m in run.metrics():
-                        c = m.get("cond_mean")
-                        if isinstance(c, (int, float)) and math.isfinite(c) and isinstance(m.get("epoch"), (int, float)):
-                            per[float(m["epoch"])].append(float(c))
-                xs = sorted(e for e, vals in per.items() if len(vals) == len(v.done))
-                if xs:
-                    lines.append((v, xs, [float(np.mean(per[e])) for e in xs]))
-            if lines:
-                panels.append((depth, lines))
+        def curve(v: VariantRuns) -> tuple[VariantRuns, list[float], list[float]]:
+            per: dict[float, list[float]] = defaultdict(list)  # epoch -> each seed's cond_mean
+            for m in (m for run in v.done for m in run.metrics()):
+                c, e = m.get("cond_mean"), m.get("epoch")
+                if isinstance(c, (int, float)) and math.isfinite(c) and isinstance(e, (int, float)):
+                    per[float(e)].append(float(c))
+            xs = sorted(e for e, vals in per.items() if len(vals) == len(v.done))
+            return v, xs, [float(np.mean(per[e])) for e in xs]
+
+        panels = [(d, [c for c in map(curve, self._at(self.heads_grid, d, lambda v: v.heads[0])) if c[1]])
+                  for d in self.depths]
+        panels = [(d, lines) for d, lines in panels if lines]
         if not panels:
             return []
         fig, axes = new_figure(5.2 * len(panels), 4.2, ncols=len(panels), sharey=True)
@@ -384,7 +375,7 @@ class VisionLayout(Layout):
                 falls = all(b < a for a, b in zip(last, last[1:]))
                 findings.append(
                     f"Condition number at the last logged step, {depth} layers: " + ", ".join(
-                        f"{x} heads {y:.3g}" for x, y in zip(h, last))
+                        f"{plural(x, 'head')} {y:.3g}" for x, y in zip(h, last))
                     + (" (falls with every added head, as the paper's Fig. 2)." if falls else
                        " (does not fall with every added head, unlike the paper's Fig. 2)."))
         axes[0, 0].set_ylabel("condition number of A (mean over layers)")
@@ -425,8 +416,9 @@ class VisionLayout(Layout):
             spans[depth] = max(map(self.acc, vs)) - min(map(self.acc, vs))
             rises = self.acc(hi) > self.acc(lo) and all(self.acc(v) <= self.acc(hi) for v in vs)
             heads_test[depth] = self._test(hi, lo)
-            parts.append((f"Accuracy vs heads at {depth} layers: {lo.heads[0]} heads {self.acc(lo):.2f}% -> "
-                          f"{hi.heads[0]} heads {self.acc(hi):.2f}% ({self.acc(hi) - self.acc(lo):+.2f} points; "
+            parts.append((f"Accuracy vs heads at {depth} layers: {plural(lo.heads[0], 'head')} "
+                          f"{self.acc(lo):.2f}% -> "
+                          f"{plural(hi.heads[0], 'head')} {self.acc(hi):.2f}% ({self.acc(hi) - self.acc(lo):+.2f} points; "
                           f"{'rises' if rises else 'does not rise'} with heads): ", (heads_test[depth], rises)))
         base = self.base if self.base in self.done else None
         if base is not None:
@@ -449,8 +441,9 @@ class VisionLayout(Layout):
                 continue
             lo, hi = min(vs, key=self.acc), max(vs, key=self.acc)
             mspan = self.acc(hi) - self.acc(lo)
-            parts.append((f"MLP ratio vs heads at {depth} layers: the MLP ratio ({', '.join(f'{self.ratio[v.name]:g}' for v in vs)}) "
-                          f"moves top-1 by {mspan:.2f} points, heads by {span:.2f}: ", (self._test(hi, lo), mspan < span, heads_test[depth])))
+            ratios = ", ".join(f"{self.ratio[v.name]:g}" for v in vs)
+            parts.append((f"MLP ratio vs heads at {depth} layers: the MLP ratio ({ratios}) moves top-1 by {mspan:.2f} "
+                          f"points, heads by {span:.2f}: ", (self._test(hi, lo), mspan < span, heads_test[depth])))
         stats.apply_holm(self.tests)
         out = [text if test is None else text + self._verdict(*test) + "." for text, test in parts]
         claim = self.options.paper.claim if self.options.paper else ""
