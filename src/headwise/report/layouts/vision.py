@@ -418,7 +418,8 @@ class VisionLayout(Layout):
             heads_test[depth] = self._test(hi, lo)
             parts.append((f"Accuracy vs heads at {depth} layers: {plural(lo.heads[0], 'head')} "
                           f"{self.acc(lo):.2f}% -> "
-                          f"{plural(hi.heads[0], 'head')} {self.acc(hi):.2f}% ({self.acc(hi) - self.acc(lo):+.2f} points; "
+                          f"{plural(hi.heads[0], 'head')} {self.acc(hi):.2f}% "
+                          f"({self.acc(hi) - self.acc(lo):+.2f} points; "
                           f"{'rises' if rises else 'does not rise'} with heads): ", (heads_test[depth], rises)))
         base = self.base if self.base in self.done else None
         if base is not None:
