@@ -42,17 +42,17 @@ PRESETS: dict[str, dict[str, Any]] = {
                 "max_seq_len": 256, "attention": None, "score_scale": "inv_sqrt"},
     # ViT-B/16 at 224 px with 1,000 classes: 86,567,656 parameters (Leaner Transformers, Table 4).
     "vit-b16": {**_VIT, "image_size": 224, "patch_size": 16, "channels": 3, "num_classes": 1000,
-                "d_model": 768, "n_layers": 12, "heads": [12] * 12, "mlp_hidden": 3072},
+                "d_model": 768, "n_layers": 12, "heads": [12] * 12, "mlp_ratio": 4.0},
     # Leaner's reduced ViT-B: 7 layers of 16 heads at head_dim 64 (attention 1,024 wide), MLP 1,536:
     # 40,112,872 parameters (the paper: 40.1M).
     "vit-leaner-7x16": {**_VIT, "image_size": 224, "patch_size": 16, "channels": 3, "num_classes": 1000,
-                        "d_model": 768, "n_layers": 7, "heads": [16] * 7, "head_dim": 64, "mlp_hidden": 1536},
+                        "d_model": 768, "n_layers": 7, "heads": [16] * 7, "head_dim": 64, "mlp_ratio": 2.0},
     # Small ViTs for CPU studies: 28 px grayscale (MNIST, Fashion-MNIST) and 32 px colour (CIFAR),
     # patch 4 (49 and 64 patches).
     "vit-tiny-28": {**_VIT, "image_size": 28, "patch_size": 4, "channels": 1, "num_classes": 10,
-                    "d_model": 64, "n_layers": 4, "heads": [4] * 4, "mlp_hidden": 128},
+                    "d_model": 64, "n_layers": 4, "heads": [4] * 4, "mlp_ratio": 4.0},
     "vit-small-32": {**_VIT, "image_size": 32, "patch_size": 4, "channels": 3, "num_classes": 10,
-                     "d_model": 192, "n_layers": 6, "heads": [3] * 6, "mlp_hidden": 768},
+                     "d_model": 192, "n_layers": 6, "heads": [3] * 6, "mlp_ratio": 4.0},
 }
 
 

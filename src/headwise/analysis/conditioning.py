@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from headwise.errors import HeadwiseError
-from headwise.model import attention_mask
+from headwise.model import FRONT_ENDS, attention_mask
 
 #: Upper bound on the attention probabilities held at once (bytes), to size micro-batches.
 PROBS_BUDGET_BYTES = 256 * 2**20
@@ -132,17 +132,22 @@ def attention_layers(model: nn.Module) -> list[tuple[int, nn.Module]]:
     return layers
 
 
-def _check_inputs(model: nn.Module, inputs: Tensor) -> None:
+def _check_inputs(model: nn.Module, inputs: Tensor) -> int:
+    """The positions each input of the batch gives the blocks; a HeadwiseError for a batch the
+    model cannot read."""
     if not isinstance(inputs, Tensor) or inputs.ndim < 2 or inputs.shape[0] == 0 or inputs.shape[1] == 0:
         shape = tuple(inputs.shape) if isinstance(inputs, Tensor) else type(inputs).__name__
         raise HeadwiseError(f"analysis inputs must be a non-empty batch [B, T, ...], got {shape}")
     spec = getattr(model, "spec", None)
+    # images give the blocks their patches (and class token), whatever the tensor's layout
+    positions = FRONT_ENDS[spec.inputs].input_positions(spec, inputs) if spec is not None else inputs.shape[1]
     limit = getattr(spec, "max_seq_len", None)
-    if limit is not None and inputs.shape[1] > limit:
+    if limit is not None and positions > limit:
         raise HeadwiseError(
-            f"a batch of {inputs.shape[1]} positions is longer than the model's context "
+            f"a batch of {positions} positions is longer than the model's context "
             f"(max_seq_len {limit}): use shorter sequences"
         )
+    return positions
 
 
 @contextmanager
@@ -349,10 +354,10 @@ def analyze_model(
         itemsize = max(4, (dtype or (params.dtype if params is not None else torch.float32)).itemsize)
         for batch in batches:
             inputs = _batch_inputs(batch)
-            _check_inputs(model, inputs)
-            if seq_len is not None and inputs.shape[1] != seq_len:
-                raise HeadwiseError(f"analysis batches differ in length ({seq_len} vs {inputs.shape[1]})")
-            seq_len = inputs.shape[1]
+            positions = _check_inputs(model, inputs)
+            if seq_len is not None and positions != seq_len:
+                raise HeadwiseError(f"analysis batches differ in length ({seq_len} vs {positions})")
+            seq_len = positions
             if inputs.is_floating_point() and dtype is not None:
                 inputs = inputs.to(dtype)
             per_seq = max_heads * seq_len * seq_len * itemsize * 3  # scores, probabilities, entropy terms

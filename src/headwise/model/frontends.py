@@ -44,6 +44,11 @@ class FrontEnd(Protocol):
         long in the task's own units (tokens, points; one image)."""
         ...
 
+    @staticmethod
+    def input_positions(spec: ModelSpec, inputs: Tensor) -> int:
+        """The positions T the blocks see for a batch of ``inputs``."""
+        ...
+
 
 def learned_positions(spec: ModelSpec) -> nn.Embedding | None:
     """The learned absolute positions ``pos_emb`` of a spec, or None (``positions = "none"``)."""
@@ -88,6 +93,10 @@ class TokenInputs(FrontEnd):
     def positions(spec: ModelSpec, seq_len: int) -> int:
         return seq_len
 
+    @staticmethod
+    def input_positions(spec: ModelSpec, inputs: Tensor) -> int:
+        return inputs.shape[1]
+
 
 class VectorInputs(FrontEnd):
     """Vectors [B, N, d_model], taken as they are, plus learned positions if the spec has them."""
@@ -107,6 +116,10 @@ class VectorInputs(FrontEnd):
     @staticmethod
     def positions(spec: ModelSpec, seq_len: int) -> int:
         return seq_len
+
+    @staticmethod
+    def input_positions(spec: ModelSpec, inputs: Tensor) -> int:
+        return inputs.shape[1]
 
 
 class ImageInputs(FrontEnd):
@@ -148,6 +161,10 @@ class ImageInputs(FrontEnd):
     @staticmethod
     def positions(spec: ModelSpec, seq_len: int) -> int:
         return spec.max_seq_len * seq_len
+
+    @staticmethod
+    def input_positions(spec: ModelSpec, inputs: Tensor) -> int:
+        return spec.max_seq_len
 
 
 class ClassToken(nn.Module):

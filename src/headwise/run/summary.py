@@ -50,6 +50,9 @@ class RunSummary(BaseModel):
     d_model: int | None = None
     plan: Plan
     wall_time_s: float = 0.0
+    #: what ``tokens``, ``tokens_per_s``, ``tokens_per_step`` and ``flops_per_token`` count: the
+    #: task's unit (tokens; points for vector tasks; images for image classification)
+    unit: str = "tokens"
     #: training time, excluding evaluation and checkpoints
     train_time_s: float = 0.0
     tokens_per_s: float | None = None

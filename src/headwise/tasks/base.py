@@ -12,7 +12,7 @@ A task turns a data source into batches and says how to score a model's output:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch import Tensor
@@ -38,6 +38,8 @@ class TaskShape:
     seq_len: int
     #: the width of vector inputs, which is the model's d_model; None for other inputs
     input_dim: int | None = None
+    #: other model fields the data dictates (an image task's image_size, channels, num_classes)
+    model_fields: dict[str, Any] = field(default_factory=dict)
 
 
 class Task(ABC):
@@ -46,6 +48,8 @@ class Task(ABC):
     #: the model front end this task's inputs need and the output head its loss scores
     inputs: str
     outputs: str
+    #: what the trainer counts (``tokens`` in the summary and logs): tokens, points, images
+    unit: str = "tokens"
 
     @property
     @abstractmethod
@@ -71,16 +75,22 @@ class Task(ABC):
 
     @abstractmethod
     def tokens_per_epoch(self) -> int | None:
-        """Training tokens in one pass over the data (None for endless tasks)."""
+        """Training tokens (the task's :attr:`unit`) in one pass over the data (None for endless tasks)."""
 
     @property
     def input_dim(self) -> int | None:
         """The width of vector inputs (None for other inputs)."""
         return None
 
+    def model_fields(self) -> dict[str, Any]:
+        """Model fields the data dictates besides the vocabulary and vector width (see
+        :class:`TaskShape`)."""
+        return {}
+
     def shape(self) -> TaskShape:
         """What a model must fit of this task."""
-        return TaskShape(self.inputs, self.outputs, self.vocab_size, self.seq_len, self.input_dim)
+        return TaskShape(self.inputs, self.outputs, self.vocab_size, self.seq_len, self.input_dim,
+                         self.model_fields())
 
     #: the names of :meth:`metrics`, the same for every batch
     metric_names: tuple[str, ...] = ()

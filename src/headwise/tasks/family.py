@@ -24,6 +24,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from headwise.config import Config
 from headwise.errors import HeadwiseError
@@ -44,12 +45,18 @@ class TaskConfigBase(Config):
         """The task's shape, from the config alone."""
         task = self.family.task
         vocab_size, seq_len, input_dim = self.dims()
-        return TaskShape(task.inputs, task.outputs, vocab_size, seq_len, input_dim)
+        return TaskShape(task.inputs, task.outputs, vocab_size, seq_len, input_dim, self.model_fields())
 
     @abstractmethod
     def dims(self) -> tuple[int | None, int, int | None]:
         """``(vocab_size, seq_len, input_dim)`` as the built task will have them (see
         :class:`~headwise.tasks.base.TaskShape`)."""
+
+    def model_fields(self) -> dict[str, Any]:
+        """Model fields the data dictates (see :class:`~headwise.tasks.base.TaskShape`), as far as
+        the config knows them without the data: what it cannot know (an image folder's class
+        count) is checked against the built task."""
+        return {}
 
     def data_description(self) -> str | None:
         """What :meth:`prepare` makes ready, in a few words; None when the task makes its data

@@ -144,7 +144,8 @@ def resolve_spec(model: Any, task: TaskShape | Task, source: str = "config") -> 
     A preset gives the starting fields and the table's own fields override them. The task sets
     the model's front end and output head, and supplies ``vocab_size`` when the table does not set
     it (so a preset's vocabulary never silently mismatches a trained tokenizer); a vector model's
-    width must be the data's. Without ``[model.plan]`` the plan is the explicit one of the spec's
+    width must be the data's, and the other fields the data dictates (an image's size and
+    channels, the class count) are the data's, refused when the table says otherwise. Without ``[model.plan]`` the plan is the explicit one of the spec's
     heads; with it, ``heads`` may be given too (a resolved config records both) but must be what
     the plan gives.
     """
@@ -163,6 +164,10 @@ def resolve_spec(model: Any, task: TaskShape | Task, source: str = "config") -> 
     if shape.outputs != DEFAULT_OUTPUTS.get(shape.inputs):
         fields["outputs"] = shape.outputs
     _set_vocab(fields, given.get("vocab_size"), shape.vocab_size, where)
+    for key, value in shape.model_fields.items():
+        if given.get(key) is not None and given[key] != value:
+            raise HeadwiseError(f"{where}: {key} = {given[key]!r}, but the task's data has {value!r}: remove {key}")
+        fields[key] = value
     plan = None
     if model.plan is not None:
         plan = _plan_of(model.plan, fields, where)

@@ -98,12 +98,19 @@ def _duration(seconds: float) -> str:
     return f"{h}:{rest // 60:02d}:{rest % 60:02d}"
 
 
+def _eval_metrics(row: dict[str, Any]) -> str:
+    """The task's evaluation metrics of a row (``eval_accuracy`` 0.8512 -> ", accuracy 0.8512")."""
+    return "".join(f", {k[5:]} {v:.4f}" for k, v in row.items()
+                   if k.startswith("eval_") and k != "eval_loss" and isinstance(v, float))
+
+
 class Progress:
     """A live ``rich`` progress bar (loss, lr, tokens/s, ETA) on a terminal; plain log lines
     otherwise. Only the main process shows anything."""
 
-    def __init__(self, total: int, start: int, enabled: bool) -> None:
+    def __init__(self, total: int, start: int, enabled: bool, unit: str = "tokens") -> None:
         self.total, self.start, self.enabled = total, start, enabled
+        self.speed_unit = "tok/s" if unit == "tokens" else f"{unit}/s"
         self.t0 = time.perf_counter()
         self.bar = None
         if enabled and sys.stdout.isatty():
@@ -112,7 +119,7 @@ class Progress:
 
             self.bar = RichProgress(
                 TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("loss {task.fields[loss]}  lr {task.fields[lr]}  {task.fields[speed]} tok/s"),
+                TextColumn("loss {task.fields[loss]}  lr {task.fields[lr]}  {task.fields[speed]} " + self.speed_unit),
                 TimeRemainingColumn(),
             )
             self.task = self.bar.add_task("train", total=total, completed=start, loss="-", lr="-", speed="-")
@@ -131,13 +138,13 @@ class Progress:
         if self.bar is not None:
             self.bar.update(self.task, completed=row["step"], loss=loss, lr=lr, speed=speed)
             if "eval_loss" in row:
-                self.bar.console.print(f"step {row['step']}: eval loss {row['eval_loss']:.4f}")
+                self.bar.console.print(f"step {row['step']}: eval loss {row['eval_loss']:.4f}{_eval_metrics(row)}")
             return
         done = row["step"] - self.start
         eta = (time.perf_counter() - self.t0) / done * (self.total - row["step"]) if done else 0.0
-        line = f"step {row['step']}/{self.total} | loss {loss} | lr {lr} | {speed} tok/s | eta {_duration(eta)}"
+        line = f"step {row['step']}/{self.total} | loss {loss} | lr {lr} | {speed} {self.speed_unit} | eta {_duration(eta)}"
         if "eval_loss" in row:
-            line += f" | eval {row['eval_loss']:.4f}"
+            line += f" | eval {row['eval_loss']:.4f}{_eval_metrics(row)}"
         print(line, flush=True)
 
     def message(self, text: str) -> None:

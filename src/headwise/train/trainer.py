@@ -195,7 +195,7 @@ class Trainer:
         self.status = RunStatus.RUNNING
         resume_step = self.step if self.resume_from is not None else None
         self.metrics = MetricsLog(self.out, resume_step) if self.ctx.is_main else None
-        self.progress = Progress(self.layout.steps, self.step, enabled=self.ctx.is_main)
+        self.progress = Progress(self.layout.steps, self.step, enabled=self.ctx.is_main, unit=self.task.unit)
         self._write_summary()
         self._announce()
         handlers = self._install_signal_handlers()
@@ -232,7 +232,7 @@ class Trainer:
         where = f"resuming at step {self.step}" if self.resume_from is not None else "starting"
         self.progress.message(
             f"{where}: {count_params(self.spec):,} parameters, heads {self.spec.heads}, {lay.steps} steps x "
-            f"{lay.tokens_per_step:,} tokens (micro-batch {lay.micro_batch} x accumulation {lay.grad_accum} x "
+            f"{lay.tokens_per_step:,} {self.task.unit} (micro-batch {lay.micro_batch} x accumulation {lay.grad_accum} x "
             f"{lay.world_size} processes), {self.device.type} {self.cfg.train.precision}"
         )
         for note in self.plan.notes:
@@ -455,6 +455,7 @@ class Trainer:
             d_model=self.spec.d_model,
             plan=self.plan,
             wall_time_s=self.prior_wall_time + time.perf_counter() - self.wall_t0,
+            unit=self.task.unit,
             train_time_s=train_time,
             tokens_per_s=tokens_per_s,
             peak_memory_bytes=peak_memory_bytes(self.device),

@@ -1,0 +1,285 @@
+"""Image classification: decoded images from the image cache in, class logits out.
+
+Inputs are float32 ``[B, C, H, W]`` images normalised with the training split's per-channel mean
+and standard deviation; targets are int64 class ids ``[B]``; the model returns logits
+``[B, classes]`` (a ViT: ``inputs = "images"``, ``outputs = "classes"``). The trainer counts
+images (the task's unit), so ``train.epochs`` is passes over the training images.
+
+Training order: a permutation of the training images per epoch from ``default_rng([seed,
+epoch])``, each data-parallel rank reading its own share of every global batch (as language
+modelling does with blocks); augmentation (random crop after zero padding, horizontal flip)
+draws from a generator seeded by ``(seed, rank, position)``, so a resumed stream gives the same
+pixels. Evaluation reads the test split (or evenly spaced images of it), unaugmented.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import Tensor
+
+from headwise.config import Config
+from headwise.data.augment import normalize, random_crop_flip
+from headwise.data.image_cache import ImageCache, prepare_images
+from headwise.errors import HeadwiseError
+from headwise.tasks.base import Batch, BatchStream, Task
+from headwise.tasks.family import TaskConfigBase, TaskFamily, register_family
+
+#: top-5 accuracy is reported only above this many classes (with 10 or fewer it says little).
+TOP5_ABOVE = 10
+
+
+def evenly_spaced(available: int, wanted: int | None) -> np.ndarray:
+    """``wanted`` indices spread evenly over ``0..available-1`` (all of them for None or more):
+    a subset that keeps the balance of data stored class by class."""
+    if wanted is None or wanted >= available:
+        return np.arange(available, dtype=np.int64)
+    return np.linspace(0, available - 1, wanted).round().astype(np.int64)
+
+
+def topk_accuracy(logits: Tensor, targets: Tensor, k: int) -> Tensor:
+    """The share of rows whose target is among the ``k`` largest logits."""
+    top = logits.topk(min(k, logits.shape[-1]), dim=-1).indices
+    return (top == targets[:, None]).any(dim=-1).float().mean()
+
+
+class ImageStream(BatchStream):
+    """Endless seeded, augmented batches of training images for one data-parallel rank."""
+
+    def __init__(self, task: "ImageTask", micro_batch: int, seed: int, rank: int, world_size: int) -> None:
+        self.task, self.micro_batch, self.seed = task, micro_batch, seed
+        self.rank, self.world_size = rank, world_size
+        self.n = len(task.train_index)
+        self.position = 0
+        self._orders: dict[int, np.ndarray] = {}
+
+    @property
+    def epoch(self) -> float:
+        return self.position / self.n
+
+    def _order(self, epoch: int) -> np.ndarray:
+        if epoch not in self._orders:
+            # Keep at most the two epochs a batch can touch.
+            self._orders = {e: o for e, o in self._orders.items() if e >= epoch - 1}
+            self._orders[epoch] = np.random.default_rng([self.seed, epoch]).permutation(self.n)
+        return self._orders[epoch]
+
+    def indices(self, position: int) -> np.ndarray:
+        """The training images (indices into the cache's train split) this rank reads for the
+        step starting at global ``position``."""
+        positions = position + self.rank * self.micro_batch + np.arange(self.micro_batch)
+        epochs, offsets = np.divmod(positions, self.n)
+        picked = np.array([self._order(int(e))[o] for e, o in zip(epochs, offsets)], dtype=np.int64)
+        return self.task.train_index[picked]
+
+    def __next__(self) -> Batch:
+        index = self.indices(self.position)
+        generator = torch.Generator().manual_seed(hash_seed(self.seed, self.rank, self.position))
+        self.position += self.micro_batch * self.world_size
+        return self.task.batch("train", index, generator)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"kind": "images", "position": self.position, "seed": self.seed, "n_images": self.n}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("kind") != "images":
+            raise HeadwiseError(f"the saved data position is for a {state.get('kind')!r} stream, not an image one")
+        if state["n_images"] != self.n:
+            raise HeadwiseError(
+                f"the saved data position is for {state['n_images']} training images, but this data has {self.n}: "
+                "resume with the same data and train_examples"
+            )
+        self.seed, self.position, self._orders = int(state["seed"]), int(state["position"]), {}
+
+
+def hash_seed(*parts: int) -> int:
+    """One generator seed from several non-negative integers (numpy's seed sequence mixes them)."""
+    return int(np.random.default_rng(list(parts)).integers(2**63))
+
+
+class EvalImages(Sequence[Batch]):
+    """The fixed evaluation batches, normalised when read (a large test split stays uint8 on disk)."""
+
+    def __init__(self, task: "ImageTask", index: np.ndarray, batch_size: int) -> None:
+        self.task = task
+        self.chunks = [index[i:i + batch_size] for i in range(0, len(index), batch_size)]
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def __getitem__(self, item: int | slice) -> Any:
+        if isinstance(item, slice):
+            return [self.task.batch("test", c) for c in self.chunks[item]]
+        return self.task.batch("test", self.chunks[item])
+
+
+class ImageTask(Task):
+    """Classification of cached images (see the module docstring)."""
+
+    inputs = "images"
+    outputs = "classes"
+    unit = "images"
+
+    def __init__(self, cache: ImageCache, *, train_examples: int | None = None, eval_examples: int | None = None,
+                 eval_batch_size: int = 256, crop_padding: int = 0, flip: bool = False) -> None:
+        self.cache = cache
+        self.train_index = evenly_spaced(cache.num_examples("train"), train_examples)
+        self.eval_index = evenly_spaced(cache.num_examples("test"), eval_examples)
+        self.eval_batch_size, self.crop_padding, self.flip = eval_batch_size, crop_padding, flip
+        self.metric_names = ("accuracy",) + (("top5_accuracy",) if cache.num_classes > TOP5_ABOVE else ())
+
+    @property
+    def vocab_size(self) -> None:
+        return None
+
+    @property
+    def seq_len(self) -> int:
+        """One image per example: the trainer's "tokens" are images."""
+        return 1
+
+    @property
+    def num_classes(self) -> int:
+        """Classes of the data."""
+        return self.cache.num_classes
+
+    def model_fields(self) -> dict[str, Any]:
+        """The image's side and channels and the class count, which a model must match."""
+        c = self.cache
+        return {"image_size": c.image_size, "channels": c.channels, "num_classes": c.num_classes}
+
+    def batch(self, split: str, index: np.ndarray, generator: torch.Generator | None = None) -> Batch:
+        """Images ``index`` of ``split`` as a normalised batch, augmented when a generator is given."""
+        # Sorted reads are sequential in the memory-mapped file; the order is restored after.
+        order = np.argsort(index, kind="stable")
+        images = np.empty((len(index), *self.cache.images(split).shape[1:]), dtype=np.uint8)
+        images[order] = self.cache.images(split)[index[order]]
+        pixels = torch.from_numpy(images).permute(0, 3, 1, 2)
+        if generator is not None:
+            pixels = random_crop_flip(pixels, generator, padding=self.crop_padding, flip=self.flip)
+        labels = torch.from_numpy(np.asarray(self.cache.labels(split)[index], dtype=np.int64))
+        return Batch(inputs=normalize(pixels, self.cache.mean, self.cache.std), targets=labels)
+
+    def train_stream(self, micro_batch: int, seed: int, rank: int = 0, world_size: int = 1) -> BatchStream:
+        if micro_batch < 1 or not 0 <= rank < world_size:
+            raise HeadwiseError(f"micro_batch must be >= 1 and rank in 0..{world_size - 1} (got {micro_batch}, {rank})")
+        return ImageStream(self, micro_batch, seed, rank, world_size)
+
+    def eval_batches(self) -> Sequence[Batch]:
+        return EvalImages(self, self.eval_index, self.eval_batch_size)
+
+    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        """Mean cross-entropy of class logits ``[B, classes]`` against class ids ``[B]`` (in fp32)."""
+        return F.cross_entropy(outputs.float(), targets)
+
+    def metrics(self, outputs: Tensor, batch: Batch) -> dict[str, Tensor]:
+        """``accuracy`` (top-1) and, above 10 classes, ``top5_accuracy``."""
+        result = {"accuracy": topk_accuracy(outputs, batch.targets, 1)}
+        if "top5_accuracy" in self.metric_names:
+            result["top5_accuracy"] = topk_accuracy(outputs, batch.targets, 5)
+        return result
+
+    def tokens_per_epoch(self) -> int:
+        """Training images in one pass."""
+        return len(self.train_index)
+
+    def describe(self) -> dict[str, Any]:
+        c = self.cache
+        return {
+            "task": "images",
+            "data": c.description,
+            "cache": str(c.path),
+            "classes": c.num_classes,
+            "image_size": c.image_size,
+            "channels": c.channels,
+            "train_images": len(self.train_index),
+            "eval_images": len(self.eval_index),
+            "augment": {"crop_padding": self.crop_padding, "flip": self.flip},
+            # the loss and accuracy of guessing uniformly, for scale
+            "chance_loss": math.log(c.num_classes),
+            "chance_accuracy": 1 / c.num_classes,
+        }
+
+
+class AugmentConfig(Config):
+    """``[task.augment]``: train-time augmentation (evaluation images are never augmented)."""
+
+    #: zero padding before a random crop back to the image size (CIFAR's usual 4); 0: no crop
+    crop_padding: int = Field(default=0, ge=0)
+    #: a random horizontal flip (not for digits or text)
+    flip: bool = False
+
+
+class ImageTaskConfig(TaskConfigBase):
+    """``[task]`` of image classification::
+
+        [task]
+        kind = "images"
+        source = "fashion-mnist"     # a folder or file, a name under $HEADWISE_DATA, or a hub dataset
+        augment = { crop_padding = 2 }
+    """
+
+    kind: Literal["images"] = "images"
+    #: the data: a path, a name found under ``$HEADWISE_DATA``, or a hub dataset ``owner/name``
+    source: str
+    format: Literal["auto", "idx", "cifar", "parquet", "folder", "hub"] = "auto"
+    #: resize to this side (shorter side, then a centre crop); None: the data's own size, which
+    #: must then be square and the same for every image
+    image_size: int | None = Field(default=None, gt=0)
+    #: what the data must have (checked when it is read), so that a study knows its models'
+    #: shapes before any data is prepared
+    channels: int | None = Field(default=None, gt=0)
+    num_classes: int | None = Field(default=None, gt=0)
+    #: train on this many training images (evenly spaced, so classes stay balanced); None: all
+    train_examples: int | None = Field(default=None, gt=0)
+    #: evaluate on this many test images (evenly spaced); None: all
+    eval_examples: int | None = Field(default=None, gt=0)
+    eval_batch_size: int = Field(default=256, gt=0)
+    augment: AugmentConfig = AugmentConfig()
+    #: where decoded images are cached; None: ``$HEADWISE_CACHE`` or ``~/.cache/headwise``
+    cache_dir: str | None = None
+
+    def dims(self) -> tuple[int | None, int, int | None]:
+        """No vocabulary, one image per example, no vector inputs."""
+        return None, 1, None
+
+    def model_fields(self) -> dict[str, Any]:
+        """The image side, channels and classes this table states (the data is checked against them)."""
+        fields = {"image_size": self.image_size, "channels": self.channels, "num_classes": self.num_classes}
+        return {k: v for k, v in fields.items() if v is not None}
+
+    def data_description(self) -> str:
+        return f"{self.source} images" + (f" at {self.image_size} px" if self.image_size else "")
+
+    def prepare(self, progress: bool = False) -> None:
+        """Decode the images into the image cache (or check the cache already there)."""
+        self._cache(None, progress)
+
+    def _cache(self, cache_dir: str | Path | None, progress: bool) -> ImageCache:
+        cache = prepare_images(self.source, format=self.format, image_size=self.image_size,
+                               cache_dir=cache_dir or self.cache_dir, progress=progress)
+        for key, value in self.model_fields().items():
+            have = {"image_size": cache.image_size, "channels": cache.channels, "num_classes": cache.num_classes}[key]
+            if have != value:
+                raise HeadwiseError(
+                    f"[task] {key} = {value}, but {self.source} has {have} ({cache.description}): "
+                    f"set task.{key} = {have} or remove it"
+                )
+        return cache
+
+    def build(self, cache_dir: str | Path | None = None, progress: bool = False) -> ImageTask:
+        """The task on the image cache, which is prepared (or reused) first."""
+        cache = self._cache(cache_dir, progress)
+        return ImageTask(cache, train_examples=self.train_examples, eval_examples=self.eval_examples,
+                         eval_batch_size=self.eval_batch_size, crop_padding=self.augment.crop_padding,
+                         flip=self.augment.flip)
+
+
+IMAGE_FAMILY = register_family(TaskFamily(kind="images", config=ImageTaskConfig, task=ImageTask,
+                                          report_layout="vision"))
