@@ -12,7 +12,8 @@ from headwise.params import count_params
 from headwise.presets import spec_from_preset
 from headwise.spec import ModelSpec
 
-transformers = pytest.importorskip("transformers", reason="transformers is the parity reference (pip install -e .[dev])")
+transformers = pytest.importorskip("transformers",
+                                   reason="transformers is the parity reference (pip install -e .[dev])")
 
 SMALL = dict(image_size=16, patch_size=4, channels=3, num_classes=7)
 CONFIGS = {
