@@ -20,6 +20,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import REPO, shared_data_dir
@@ -95,7 +96,36 @@ FILES = {
     "rank-study/study.toml": 'name = "mini"\nseeds = 1\nfingerprint = "0"\nvariants = []\n'
                              '[definition.base.task]\nkind = "nearest"\n',
     "broken-study/study.toml": 'name = "mini"\n',
+    # a ViT on the 8x8 images of `imgs` (made by `world`), 4 classes
+    "img.toml": '[model]\npreset = "vit-tiny-28"\nd_model = 16\nn_layers = 1\nheads = [2]\n'
+                '[task]\nkind = "images"\nsource = "imgs"\n[train]\nsteps = 1\nmicro_batch = 4\n',
+    "img_bad.toml": '[model]\npreset = "vit-tiny-28"\n[task]\nkind = "images"\nsource = "imgs-magic"\n'
+                    '[train]\nsteps = 1\n',
 }
+
+
+def write_image_sources(root: Path) -> None:
+    """Image data for the image cases: a good IDX folder (`imgs`, 8x8, 4 classes, its cache built)
+    and one broken copy per kind of damage."""
+    from test_image_data import random_rgb, write_cifar10, write_folder, write_idx_folder
+
+    from headwise.data.image_cache import prepare_images
+
+    write_idx_folder(root / "imgs", gz=False, n_train=8, n_test=4, size=(8, 8), classes=4)
+    prepare_images(root / "imgs", cache_dir=root / "cache")
+    for name in ("imgs-magic", "imgs-trunc"):
+        shutil.copytree(root / "imgs", root / name)
+    images = root / "imgs-magic" / "train-images-idx3-ubyte"
+    images.write_bytes(b"\x01\x02" + images.read_bytes()[2:])
+    images = root / "imgs-trunc" / "t10k-images-idx3-ubyte"
+    images.write_bytes(images.read_bytes()[:-5])
+    write_folder(root / "imgs-empty", {"train": {"a": random_rgb(2)}, "val": {"a": random_rgb(1)}})
+    (root / "imgs-empty" / "train" / "b").mkdir()
+    write_folder(root / "imgs-mixed", {"train": {"a": random_rgb(1, 5, 5) + random_rgb(1, 6, 5)},
+                                       "val": {"a": random_rgb(1)}})
+    write_folder(root / "imgs-chan", {"train": {"a": random_rgb(1) + [np.zeros((5, 5), np.uint8)]},
+                                      "val": {"a": random_rgb(1)}})
+    write_cifar10(root / "imgs-label", label_names=("x", "y"), labels=[0, 1, 2, 1])
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +140,7 @@ def world(tmp_path_factory) -> Path:
     shutil.copy(REPO / "configs" / "nearest-tiny.toml", root / "nn.toml")
     shutil.copy(REPO / "configs" / "lm-tiny.toml", root / "lm.toml")
     (root / "empty").mkdir()
+    write_image_sources(root)
     old = Path.cwd()
     os.chdir(root)
     try:
@@ -184,7 +215,7 @@ CASES = [
     c("train-invalid-toml", "train", "bad.toml", "--out", "new-run", says="not valid TOML"),
     c("train-not-utf8", "train", "latin1.toml", "--out", "new-run", says="not UTF-8"),
     c("train-no-task", "train", "notask.toml", "--out", "new-run", says="task"),
-    c("train-unknown-task-kind", "train", "tk.toml", "--out", "new-run", says="unknown task kind 'translate'; use one of: lm, nearest"),
+    c("train-unknown-task-kind", "train", "tk.toml", "--out", "new-run", says="unknown task kind 'translate'; use one of: images, lm, nearest"),
     c("train-empty-config", "train", "blank.toml", "--out", "new-run", says="missing required key 'model'"),
     c("train-model-not-table", "train", "model5.toml", "--out", "new-run", says=("model", "table")),
     c("train-resume-empty-dir", "train", "--resume", "--out", "empty", says="holds no run to resume"),
@@ -197,6 +228,21 @@ CASES = [
     c("train-resume-other-config", "train", "nn.toml", "--out", "run", "--resume", "--set", "optim.lr=0.02",
       says="lr"),
     c("train-resume-damaged", "train", "--resume", "--out", "damaged", code=1, says="damaged"),
+    # image classification: the data's shape against the model's, and damaged image data
+    train("model.patch_size=3", config="img.toml", says=("not divisible by patch_size 3", "4")),
+    train("task.num_classes=7", config="img.toml", says=("num_classes = 7", "has 4")),
+    train("model.num_classes=7", config="img.toml", says="num_classes = 7, but the task's data has 4"),
+    train("model.image_size=32", config="img.toml", says="image_size = 32, but the task's data has 8"),
+    train("task.channels=3", config="img.toml", says=("channels = 3", "has 1")),
+    train("task.source=imgs-magic", config="img.toml", says="bad magic"),
+    train("task.source=imgs-trunc", config="img.toml", says="truncated"),
+    train("task.source=imgs-empty", config="img.toml", says="holds no images"),
+    train("task.source=imgs-mixed", config="img.toml", says=("5x5x3", "image_size")),
+    train("task.source=imgs-chan", config="img.toml", says="mixed channels"),
+    train("task.source=imgs-label", config="img.toml", says="outside the 2 classes"),
+    train("task.source=imgs-none", config="img.toml", says="not found"),
+    train("task.image_size=0", config="img.toml", says="image_size"),
+    c("data-prepare-image-config", "data", "prepare", "--config", "img_bad.toml", says="bad magic"),
     # --set overrides
     c("set-no-equals", "train", "nn.toml", "--out", "new-run", "--set", "optim.lr", says="key=value"),
     c("set-empty-key", "train", "nn.toml", "--out", "new-run", "--set", "=3", says="empty key"),

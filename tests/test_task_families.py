@@ -28,10 +28,11 @@ def test_family_names_what_exists(kind):
 
 
 def test_built_in_families():
-    assert {"lm", "nearest"} <= set(FAMILIES)
+    assert {"lm", "nearest", "images"} <= set(FAMILIES)
     assert family_of("nearest").report_layout == "rank" and family_of("lm").report_layout == "heads"
-    with pytest.raises(HeadwiseError, match="unknown task kind 'images'"):
-        family_of("images")
+    assert family_of("images").report_layout == "vision"
+    with pytest.raises(HeadwiseError, match="unknown task kind 'audio'"):
+        family_of("audio")
 
 
 def test_a_new_family_plugs_in_through_the_registry(monkeypatch):

@@ -1,7 +1,7 @@
-"""``headwise data``: tokenize text into caches and inspect them.
+"""``headwise data``: tokenize text (or decode images) into caches and inspect them.
 
     headwise data prepare tinystories-train-sample.txt --tokenizer bpe:4096 --validation tinystories-valid-sample.txt
-    headwise data prepare --config run.toml          # the run's [task] table
+    headwise data prepare --config run.toml          # the run's [task] table (text or images)
     headwise data info tinystories-train-sample.txt  # the plan and whether its cache is ready
     headwise data info ~/.cache/headwise/<cache>     # a cache's contents, checked
     headwise data list
@@ -20,12 +20,13 @@ from typing import Any
 
 from headwise.config import read_toml
 from headwise.data.cache import META, CacheInvalid, TokenCache, cache_name, default_cache_dir, list_caches, prepare
+from headwise.data.image_cache import ImageCache
 from headwise.data.plan import DataConfig, plan_data
 from headwise.errors import HeadwiseError
-from headwise.tasks.config import LMTaskConfig, parse_task_config
+from headwise.tasks.config import ImageTaskConfig, LMTaskConfig, parse_task_config
 
 NAME = "data"
-HELP = "prepare token caches from TinyStories (hub or local files) and inspect them"
+HELP = "prepare token caches from TinyStories (hub or local files), or image caches from a run config, and inspect them"
 
 # DataConfig fields that have a command-line option of the same name
 _OPTIONS = ("format", "field", "split", "tokenizer", "subset", "subset_order", "validation", "seed", "cache_dir")
@@ -82,7 +83,30 @@ def data_config(args: argparse.Namespace) -> DataConfig:
     return DataConfig.parse(values, source="headwise data")
 
 
-def _cache_summary(cache: TokenCache) -> dict[str, Any]:
+def _open_cache(path: Path, verify: bool = True) -> TokenCache | ImageCache:
+    """A cache folder of either kind (image caches say so in their metadata)."""
+    try:
+        kind = json.loads((path / META).read_text()).get("kind")
+    except (OSError, ValueError, AttributeError):
+        kind = None
+    return (ImageCache if kind == "images" else TokenCache).open(path, verify=verify)
+
+
+def _image_summary(cache: ImageCache) -> dict[str, Any]:
+    return {
+        "cache": str(cache.path),
+        "data": cache.description,
+        "classes": cache.num_classes,
+        "image_size": cache.image_size,
+        "channels": cache.channels,
+        "train_images": cache.num_examples("train"),
+        "test_images": cache.num_examples("test"),
+    }
+
+
+def _cache_summary(cache: TokenCache | ImageCache) -> dict[str, Any]:
+    if isinstance(cache, ImageCache):
+        return _image_summary(cache)
     meta = cache.meta
     return {
         "cache": str(cache.path),
@@ -113,19 +137,27 @@ def run(args: argparse.Namespace) -> int:
         rows = []
         for path in list_caches(args.cache_dir):
             try:
-                rows.append({**_cache_summary(TokenCache.open(path, verify=False)), "ok": True})
+                rows.append({**_cache_summary(_open_cache(path, verify=False)), "ok": True})
             except CacheInvalid as exc:
                 rows.append({"cache": str(path), "ok": False, "problem": str(exc)})
         if args.json:
             print(json.dumps(rows, indent=2))
             return 0
         for row in rows:
-            detail = f"{row['train_tokens']:,} train tokens, {row['tokenizer']}" if row["ok"] else row["problem"]
+            detail = row["problem"] if not row["ok"] else (
+                f"{row['train_tokens']:,} train tokens, {row['tokenizer']}" if "tokenizer" in row
+                else f"{row['train_images']:,} train images, {row['classes']} classes")
             print(f"{row['cache']}  {detail}")
         return 0
     if args.data_command == "info" and args.source and (Path(args.source).expanduser() / META).is_file():
-        _print(_cache_summary(TokenCache.open(Path(args.source).expanduser())), args.json)
+        _print(_cache_summary(_open_cache(Path(args.source).expanduser())), args.json)
         return 0
+    if args.data_command == "prepare" and args.config:
+        task = parse_task_config(read_toml(args.config).get("task", {}), source=f"{args.config} [task]")
+        if isinstance(task, ImageTaskConfig):  # images have no tokenizer options: the table says it all
+            _print(_image_summary(task.cache(rebuild=args.rebuild, progress=not args.quiet and not args.json)),
+                   args.json)
+            return 0
     cfg = data_config(args)
     if args.data_command == "prepare":
         cache = prepare(cfg, rebuild=args.rebuild, progress=not args.quiet and not args.json)

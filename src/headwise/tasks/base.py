@@ -39,7 +39,7 @@ class TaskShape:
     #: the width of vector inputs, which is the model's d_model; None for other inputs
     input_dim: int | None = None
     #: other model fields the data dictates (an image task's image_size, channels, num_classes)
-    model_fields: dict[str, Any] = field(default_factory=dict)
+    spec_fields: dict[str, Any] = field(default_factory=dict)
 
 
 class Task(ABC):
@@ -82,7 +82,7 @@ class Task(ABC):
         """The width of vector inputs (None for other inputs)."""
         return None
 
-    def model_fields(self) -> dict[str, Any]:
+    def spec_fields(self) -> dict[str, Any]:
         """Model fields the data dictates besides the vocabulary and vector width (see
         :class:`TaskShape`)."""
         return {}
@@ -90,7 +90,7 @@ class Task(ABC):
     def shape(self) -> TaskShape:
         """What a model must fit of this task."""
         return TaskShape(self.inputs, self.outputs, self.vocab_size, self.seq_len, self.input_dim,
-                         self.model_fields())
+                         self.spec_fields())
 
     #: the names of :meth:`metrics`, the same for every batch
     metric_names: tuple[str, ...] = ()

@@ -45,14 +45,14 @@ class TaskConfigBase(Config):
         """The task's shape, from the config alone."""
         task = self.family.task
         vocab_size, seq_len, input_dim = self.dims()
-        return TaskShape(task.inputs, task.outputs, vocab_size, seq_len, input_dim, self.model_fields())
+        return TaskShape(task.inputs, task.outputs, vocab_size, seq_len, input_dim, self.spec_fields())
 
     @abstractmethod
     def dims(self) -> tuple[int | None, int, int | None]:
         """``(vocab_size, seq_len, input_dim)`` as the built task will have them (see
         :class:`~headwise.tasks.base.TaskShape`)."""
 
-    def model_fields(self) -> dict[str, Any]:
+    def spec_fields(self) -> dict[str, Any]:
         """Model fields the data dictates (see :class:`~headwise.tasks.base.TaskShape`), as far as
         the config knows them without the data: what it cannot know (an image folder's class
         count) is checked against the built task."""

@@ -149,7 +149,7 @@ class ImageTask(Task):
         """Classes of the data."""
         return self.cache.num_classes
 
-    def model_fields(self) -> dict[str, Any]:
+    def spec_fields(self) -> dict[str, Any]:
         """The image's side and channels and the class count, which a model must match."""
         c = self.cache
         return {"image_size": c.image_size, "channels": c.channels, "num_classes": c.num_classes}
@@ -249,7 +249,7 @@ class ImageTaskConfig(TaskConfigBase):
         """No vocabulary, one image per example, no vector inputs."""
         return None, 1, None
 
-    def model_fields(self) -> dict[str, Any]:
+    def spec_fields(self) -> dict[str, Any]:
         """The image side, channels and classes this table states (the data is checked against them)."""
         fields = {"image_size": self.image_size, "channels": self.channels, "num_classes": self.num_classes}
         return {k: v for k, v in fields.items() if v is not None}
@@ -259,12 +259,14 @@ class ImageTaskConfig(TaskConfigBase):
 
     def prepare(self, progress: bool = False) -> None:
         """Decode the images into the image cache (or check the cache already there)."""
-        self._cache(None, progress)
+        self.cache(progress=progress)
 
-    def _cache(self, cache_dir: str | Path | None, progress: bool) -> ImageCache:
+    def cache(self, cache_dir: str | Path | None = None, rebuild: bool = False, progress: bool = False) -> ImageCache:
+        """The image cache of this table's data, built or reused (``rebuild``: built again), and
+        checked against the shape the table states."""
         cache = prepare_images(self.source, format=self.format, image_size=self.image_size,
-                               cache_dir=cache_dir or self.cache_dir, progress=progress)
-        for key, value in self.model_fields().items():
+                               cache_dir=cache_dir or self.cache_dir, rebuild=rebuild, progress=progress)
+        for key, value in self.spec_fields().items():
             have = {"image_size": cache.image_size, "channels": cache.channels, "num_classes": cache.num_classes}[key]
             if have != value:
                 raise HeadwiseError(
@@ -275,7 +277,7 @@ class ImageTaskConfig(TaskConfigBase):
 
     def build(self, cache_dir: str | Path | None = None, progress: bool = False) -> ImageTask:
         """The task on the image cache, which is prepared (or reused) first."""
-        cache = self._cache(cache_dir, progress)
+        cache = self.cache(cache_dir, progress=progress)
         return ImageTask(cache, train_examples=self.train_examples, eval_examples=self.eval_examples,
                          eval_batch_size=self.eval_batch_size, crop_padding=self.augment.crop_padding,
                          flip=self.augment.flip)

@@ -164,7 +164,7 @@ def resolve_spec(model: Any, task: TaskShape | Task, source: str = "config") -> 
     if shape.outputs != DEFAULT_OUTPUTS.get(shape.inputs):
         fields["outputs"] = shape.outputs
     _set_vocab(fields, given.get("vocab_size"), shape.vocab_size, where)
-    for key, value in shape.model_fields.items():
+    for key, value in shape.spec_fields.items():
         if given.get(key) is not None and given[key] != value:
             raise HeadwiseError(f"{where}: {key} = {given[key]!r}, but the task's data has {value!r}: remove {key}")
         fields[key] = value
