@@ -10,6 +10,7 @@ from torch import nn
 
 from headwise.errors import HeadwiseError
 from headwise.hf import gpt_neo_incompatibility
+from headwise.model.heads import OutputHead
 from headwise.model import FRONT_ENDS, OUTPUT_HEADS, SequenceTooLong, Transformer, load_pretrained, save_pretrained
 from headwise.params import count_params, param_breakdown
 from headwise.spec import DEFAULT_OUTPUTS, Inputs, ModelSpec, Outputs
@@ -111,7 +112,7 @@ def test_a_language_model_head_needs_a_vocabulary():
         ModelSpec.parse(dict(outputs="classes", d_model=8, n_layers=1, heads=[2]))
 
 
-class _MeanPoolClassifier:
+class _MeanPoolClassifier(OutputHead):
     """A head of the kind a later family adds: mean over positions, then 3 classes."""
 
     @staticmethod
@@ -150,3 +151,28 @@ def test_too_long_input_is_a_value_error_not_a_cli_error():
                                     positions="none"))
     with pytest.raises(SequenceTooLong):
         vectors(torch.zeros(1, 5, 8))
+
+
+def test_a_class_token_model_trains_on_the_last_block_s_class_token_alone():
+    """In training the last block computes only what the classifier reads: the same logits and
+    gradients as the whole sequence (evaluation runs every position)."""
+    spec = ModelSpec(inputs="images", image_size=8, patch_size=2, channels=3, num_classes=5, d_model=16,
+                     n_layers=2, heads=[2, 4], causal=False, score_scale="inv_sqrt", qkv_bias=True)
+    model = Transformer(spec).double()
+    images = torch.randn(3, 3, 8, 8, dtype=torch.double)
+    model.eval()
+    reference = model(images)
+    reference.sum().backward()
+    full = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    model.train()
+    seen = []
+    hook = model.blocks[-1].attn.out.register_forward_pre_hook(lambda m, a: seen.append(a[0].shape[1]))
+    logits = model(images)
+    hook.remove()
+    assert seen == [1]  # the class token's row alone
+    torch.testing.assert_close(logits, reference, rtol=0, atol=1e-12)
+    logits.sum().backward()
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, full[name], rtol=0, atol=1e-12, msg=name)
+    assert OUTPUT_HEADS["classes"].positions_read(spec.model_copy(update={"pooling": "mean"})) is None

@@ -36,6 +36,12 @@ class OutputHead(Protocol):
         accepts logits padded past the vocabulary with -inf (see :data:`~headwise.model.kernels.VOCAB_PAD`)."""
         ...
 
+    @staticmethod
+    def positions_read(spec: ModelSpec) -> int | None:
+        """How many leading positions :meth:`forward` reads (the model may skip computing the
+        others in its last block); None, the default: all of them."""
+        return None
+
 
 class LMHead(OutputHead):
     """Next-token logits [B, T, vocab] from ``lm_head``, whose weight is the token embedding's
@@ -89,6 +95,11 @@ class ClassifierHead(OutputHead):
     def forward(model: nn.Module, x: Tensor, pad_vocab: bool) -> Tensor:
         pooled = x[:, 0] if model.spec.pooling == "cls" else x.mean(dim=1)
         return model.classifier(pooled)
+
+    @staticmethod
+    def positions_read(spec: ModelSpec) -> int | None:
+        """The class token alone, or every position for mean pooling."""
+        return 1 if spec.pooling == "cls" else None
 
 
 #: ``ModelSpec.output_head`` -> its output head.

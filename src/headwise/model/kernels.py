@@ -47,11 +47,14 @@ def attention_mask(past: int, t: int, window: int | None, device: torch.device) 
 
 
 def attention(qkv: Tensor, cache: LayerCache | None, causal: bool, window: int | None, scale: float,
-              dropout_p: float) -> Tensor:
+              dropout_p: float, queries: int | None = None) -> Tensor:
     """All heads' attention outputs [B, heads, T, head_dim] from a fused projection
     ``qkv`` [B, T, 3, heads, head_dim]: causal (``window``: local) or bidirectional, scores times
     ``scale``. With a ``cache`` the new keys and values are appended to it and the queries attend
-    to the cached positions too."""
+    to the cached positions too. ``queries``: only the first this many positions' outputs
+    [B, heads, queries, head_dim], attending to every key (bidirectional layers only)."""
+    if queries is not None and (causal or cache is not None):
+        raise ValueError("attention for the first positions only is for bidirectional layers without a cache")
     t, head_dim = qkv.shape[1], qkv.shape[-1]
     pad = 0
     if cache is None and head_dim < CPU_MIN_HEAD_DIM and qkv.device.type == "cpu" and qkv.dtype == torch.float32:
@@ -59,6 +62,8 @@ def attention(qkv: Tensor, cache: LayerCache | None, causal: bool, window: int |
         qkv = F.pad(qkv, (0, pad))
     # q, k, v are strided views of the projection [B, heads, T, head_dim]: SDPA reads them in place
     q, k, v = split_qkv(qkv)
+    if queries is not None:
+        q = q[:, :, :queries]
     past = 0
     if cache is not None:
         past = cache.length

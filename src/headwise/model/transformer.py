@@ -57,13 +57,15 @@ class Attention(nn.Module):
         self.scale = 1.0 if spec.score_scale == "none" else self.head_dim**-0.5
         self.dropout = spec.dropout
 
-    def forward(self, x: Tensor, cache: LayerCache | None = None) -> Tensor:
+    def forward(self, x: Tensor, cache: LayerCache | None = None, queries: int | None = None) -> Tensor:
+        """The layer's output for ``x`` [B, T, d]; ``queries``: for the first this many positions only."""
         b, t, _ = x.shape
         qkv = self.qkv(x).view(b, t, 3, self.heads, self.head_dim)
-        y = attention(qkv, cache, self.causal, self.window, self.scale, self.dropout if self.training else 0.0)
+        y = attention(qkv, cache, self.causal, self.window, self.scale, self.dropout if self.training else 0.0,
+                      queries)
         # SDPA's output is laid out [B, T, heads, head_dim] in memory: unless the kernel padded the
         # heads, this reshape copies nothing
-        return self.out(y.transpose(1, 2).reshape(b, t, self.width))
+        return self.out(y.transpose(1, 2).reshape(b, y.shape[2], self.width))
 
 
 class MLP(nn.Module):
@@ -91,11 +93,14 @@ class Block(nn.Module):
         self.mlp = MLP(spec, shape)
         self.drop = nn.Dropout(spec.dropout)
 
-    def forward(self, x: Tensor, cache: LayerCache | None = None) -> Tensor:
+    def forward(self, x: Tensor, cache: LayerCache | None = None, queries: int | None = None) -> Tensor:
+        """The block's output for ``x`` [B, T, d]; ``queries``: for the first this many positions
+        only (their attention still reads every position)."""
+        kept = x if queries is None else x[:, :queries]
         if self.pre_norm:
-            x = x + self.drop(self.attn(self.norm1(x), cache))
+            x = kept + self.drop(self.attn(self.norm1(x), cache, queries))
             return x + self.drop(self.mlp(self.norm2(x)))
-        x = self.norm1(x + self.drop(self.attn(x, cache)))
+        x = self.norm1(kept + self.drop(self.attn(x, cache, queries)))
         return self.norm2(x + self.drop(self.mlp(x)))
 
 
@@ -143,8 +148,13 @@ class Transformer(nn.Module):
         """
         past = cache.length if cache is not None else 0
         x = self.drop(self.front_end.forward(self, inputs, past))
+        # A head that reads only the first positions (a ViT's class token) needs the last block's
+        # queries, MLP and the final norm there alone: the same output for up to a 1 / n_layers
+        # share less work. Only in training: evaluation and analysis look at every position.
+        keep = self.output_head.positions_read(self.spec) if self.training and cache is None else None
+        last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
-            x = block(x, cache.layers[i] if cache is not None else None)
+            x = block(x, cache.layers[i] if cache is not None else None, keep if i == last else None)
         if cache is not None:
             cache.length += x.shape[1]
         return self.output_head.forward(self, self.norm_f(x), pad_vocab)
