@@ -188,3 +188,19 @@ def test_a_vit_learns_the_task_and_resumes_exactly(tmp_path, idx_folder, cache_d
     keys = ("step", "train_loss", "eval_loss", "eval_accuracy")
     assert [[r.get(k) for k in keys] for r in read_metrics(out)] == \
            [[r.get(k) for k in keys] for r in read_metrics(tmp_path / "whole")]
+
+
+def test_bf16_training_and_top5_above_ten_classes(tmp_path):
+    rng = np.random.default_rng(1)
+    folder = tmp_path / "twelve"
+    folder.mkdir()
+    for prefix, n in (("train", 96), ("t10k", 48)):
+        labels = np.arange(n) % 12
+        write_idx(folder / f"{prefix}-images-idx3-ubyte", rng.integers(0, 256, size=(n, SIDE, SIDE)))
+        write_idx(folder / f"{prefix}-labels-idx1-ubyte", labels)
+    cfg = vit_config(folder, tmp_path / "cache", steps=3, precision="bf16")
+    cfg.analysis.every = 0
+    summary = run_training(cfg, tmp_path / "run")
+    assert summary.status == "completed" and summary.precision == "bf16"
+    assert set(summary.eval_metrics) == {"accuracy", "top5_accuracy"}
+    assert summary.eval_metrics["top5_accuracy"] >= summary.eval_metrics["accuracy"]

@@ -220,6 +220,11 @@ class StudyRuns:
         return [v for v in self.variants if v.done]
 
     @property
+    def unit(self) -> str:
+        """What the runs count (tokens; images for image classification): their summaries' unit."""
+        return next((r.summary.unit for v in self.variants for r in v.runs if r.summary is not None), "tokens")
+
+    @property
     def task(self) -> TaskConfigBase | None:
         """The study's task: that of its first run with a config, else its base config's."""
         ran = next((r.task for v in self.variants for r in v.runs if r.task is not None), None)

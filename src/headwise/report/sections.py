@@ -83,8 +83,9 @@ def results_table(doc: Document, study: StudyRuns) -> None:
     """Every variant: shape, size, memory, loss, time, throughput and run statuses."""
     # results.csv is the study runner's (kept up to date as runs finish): linked, never written here
     per_run = " Per-run rows: [results.csv](../results.csv)." if (study.record.path / RESULTS_CSV).is_file() else ""
+    speed = f"{study.unit}/s"
     doc.add("## All runs", "Final eval loss is the mean over seeds ± the sample standard deviation; "
-            "times and tokens/s are means over completed seeds; peak memory is CUDA max allocated on a GPU, "
+            f"times and {speed} are means over completed seeds; peak memory is CUDA max allocated on a GPU, "
             "peak resident memory of the process on CPU." + per_run)
     rows = []
     for v in study.variants:
@@ -95,7 +96,7 @@ def results_table(doc: Document, study: StudyRuns) -> None:
             ", ".join(f"{n} {s}" for s, n in statuses.items()),
         ])
     doc.table(["variant", "heads per layer", "total heads", "head_dim", "params", "peak memory (MiB)",
-               "final eval loss", "train time (s)", "tokens/s", "runs"], rows)
+               "final eval loss", "train time (s)", speed, "runs"], rows)
 
 
 def comparison_table(doc: Document, seeds: int, comps: list[tuple[VariantRuns, VariantRuns, stats.Comparison]],
@@ -138,7 +139,7 @@ def comparison_table(doc: Document, seeds: int, comps: list[tuple[VariantRuns, V
 
 
 def time_section(doc: Document, study: StudyRuns, layout: Layout) -> None:
-    """Training time and tokens/s against total heads, one colour per layout group."""
+    """Training time and throughput (tokens/s, images/s) against total heads, one colour per layout group."""
     done = [v for v in study.done if v.total_heads]
     keys = list(dict.fromkeys(layout.group(v) for v in done))
     fig, axes = new_figure(11.0, 4.4, ncols=2)
@@ -154,14 +155,14 @@ def time_section(doc: Document, study: StudyRuns, layout: Layout) -> None:
                       train_time_s=v.mean("train_time_s"), wall_time_s=v.mean("wall_time_s"),
                       tokens_per_s=v.mean("tokens_per_s")) for v in vs]
     axes[0, 0].set_ylabel("training time (s)")
-    axes[0, 1].set_ylabel("training throughput (tokens/s)")
+    axes[0, 1].set_ylabel(f"training throughput ({study.unit}/s)")
     for ax in axes[0]:
         ax.set_xlabel("total attention heads")
         ax.grid(alpha=0.3)
     axes[0, 1].legend(fontsize=8, ncols=2 if len(keys) > 6 else 1)
     fig.suptitle("Training time and throughput vs heads")
     doc.add("## Training time and throughput")
-    doc.figure("time_vs_heads", fig, rows, "Training time (excluding evaluation and checkpoints) and tokens per "
+    doc.figure("time_vs_heads", fig, rows, f"Training time (excluding evaluation and checkpoints) and {study.unit} per "
                "second against total heads. On a shared CPU these timings include other processes' load.")
 
 
