@@ -14,6 +14,7 @@ from headwise.errors import HeadwiseError
 from headwise.train import run_training
 from headwise.train.checkpoint import latest_checkpoint, load_state
 from headwise.run import read_metrics, read_summary
+from test_image_task import idx_folder  # noqa: F401  (a fixture)
 from test_train_synthetic import SyntheticLM, tiny_config
 
 TESTS = Path(__file__).resolve().parent
@@ -55,3 +56,38 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
     # a checkpoint of 2 processes resumes only with 2 (the data positions are per process)
     with pytest.raises(HeadwiseError, match="written by 2 processes.*--nproc_per_node=2"):
         run_training(tiny_config(micro_batch=2, **{**RUN, "steps": 8}), ddp, resume=True, task=SyntheticLM())
+
+
+IMAGE_SCRIPT = f"""
+import sys
+sys.path.insert(0, {str(TESTS)!r})
+from headwise.train import run_training
+from test_image_task import vit_config
+from pathlib import Path
+cfg = vit_config(Path(sys.argv[2]), Path(sys.argv[3]), steps=4, micro_batch=4)
+cfg.task.augment.crop_padding = 0
+run_training(cfg, sys.argv[1])
+"""
+
+
+def test_two_processes_train_a_vit_as_one(tmp_path, idx_folder):
+    """Image batches are shared out by rank like token blocks: two processes of 4 images each
+    follow one process of 8 (unaugmented, so the pixels are the same)."""
+    from test_image_task import vit_config
+
+    cache = tmp_path / "cache"
+    cfg = vit_config(idx_folder, cache, steps=4, micro_batch=8)
+    cfg.task.augment.crop_padding = 0
+    run_training(cfg, tmp_path / "single")
+    script = tmp_path / "ddp_vit.py"
+    script.write_text(IMAGE_SCRIPT)
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script),
+         str(tmp_path / "ddp"), str(idx_folder), str(cache)],
+        env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    one, two = read_metrics(tmp_path / "single"), read_metrics(tmp_path / "ddp")
+    assert [r["train_loss"] for r in two] == pytest.approx([r["train_loss"] for r in one], abs=1e-5)
+    assert read_summary(tmp_path / "ddp").eval_metrics["accuracy"] == \
+        pytest.approx(read_summary(tmp_path / "single").eval_metrics["accuracy"], abs=1e-6)
