@@ -13,18 +13,26 @@ beside the old one. Building happens in a hidden temporary folder renamed into p
 complete (as for token caches, :mod:`headwise.data.cache`); opening checks the format version,
 the request, the file sizes (truncation) and their sha256 (corruption), and refuses a bad cache
 with one line.
+
+Class folders, parquet files and hub data sets stream: their images are decoded chunk by chunk
+on a process pool (:func:`headwise.data.image_formats.decode_split`, in file order) and written
+straight into the files of the temporary folder, hashed and counted (the statistics) on the way,
+so no more than a few chunks per worker are ever in memory. IDX and CIFAR, small by nature, are
+decoded whole first.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
 import re
 import shutil
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,13 +41,19 @@ import numpy as np
 
 from headwise.config import atomic_write_text, sha256_file
 from headwise.data.cache import CacheInvalid, _install, _make_root, _share, default_cache_dir, request_key
-from headwise.data.image_formats import ImageData, read_images, resolve_source, source_identity
+from headwise.data.image_formats import (
+    STREAM_FORMATS, ImageData, ImageStream, check_labels, check_same_shape, decode_split, open_stream, read_images,
+    resolve_source, source_identity,
+)
 from headwise.errors import HeadwiseError
 
 IMAGE_CACHE_FORMAT = 1
 META = "meta.json"
 SPLITS = ("train", "test")
 _LABEL_DTYPE = np.dtype("<i8")
+CHUNK_SIZE = 128  # images per unit of work when streaming (224 px RGB: ~19 MB)
+WORKERS: int | None = None  # decoding processes when streaming; None: the usable CPUs, at most MAX_WORKERS
+MAX_WORKERS = 16
 
 
 @dataclass
@@ -182,6 +196,9 @@ def prepare_images(
     ``source`` is a path, a name under ``HEADWISE_DATA`` (``fashion-mnist``) or a hub name
     (``uoft-cs/cifar10``); ``cache_dir`` defaults to ``default_cache_dir()``. A valid cache is
     reused unless ``rebuild``; an unusable one is refused with its reason unless ``rebuild``.
+    Class folders, parquet and hub data stream into the cache (``CHUNK_SIZE`` images at a time on
+    up to ``WORKERS`` processes; ``progress`` counts the images decoded); IDX and CIFAR are
+    decoded whole first.
     """
     name, format = resolve_source(source, format)
     request = image_request(name, format, image_size)
@@ -193,6 +210,11 @@ def prepare_images(
         except CacheInvalid as exc:
             raise CacheInvalid(f"{exc}; rebuild it (rebuild=True, or --rebuild) or delete the folder") from None
     started = time.perf_counter()
+    if format in STREAM_FORMATS:
+        with _Status(progress, f"decoding {name} ({format})") as status:
+            stream = open_stream(name, format)  # lists (checks) the files, or loads the hub data set
+            _prepare_stream(stream, request, root, final, rebuild, image_size, status, started)
+        return ImageCache.open(final, request)
     with _Status(progress, f"decoding {name} ({format})"):
         data = read_images(name, format, image_size)
     _, h, w, _ = data.train.images.shape
@@ -215,12 +237,19 @@ def prepare_images(
 def channel_stats(images: np.ndarray) -> tuple[list[float], list[float]]:
     """Per-channel mean and population std of uint8 ``[N, H, W, C]`` images in [0, 1] units,
     from exact per-channel histograms (float64, no rounding drift over millions of pixels)."""
+    hists = np.zeros((images.shape[-1], 256), dtype=np.int64)
+    for c in range(images.shape[-1]):
+        for start in range(0, len(images), 8192):  # chunks keep the copy of a strided channel small
+            hists[c] += np.bincount(images[start:start + 8192, ..., c].ravel(), minlength=256)
+    return histogram_stats(hists)
+
+
+def histogram_stats(hists: np.ndarray) -> tuple[list[float], list[float]]:
+    """:func:`channel_stats` from per-channel histograms int64 ``[C, 256]`` of pixel values (which
+    add up exactly, chunk by chunk)."""
     values = np.arange(256, dtype=np.float64) / 255.0
     means, stds = [], []
-    for c in range(images.shape[-1]):
-        hist = np.zeros(256, dtype=np.int64)
-        for start in range(0, len(images), 8192):  # chunks keep the copy of a strided channel small
-            hist += np.bincount(images[start:start + 8192, ..., c].ravel(), minlength=256)
+    for hist in hists:
         total = hist.sum()
         mean = float((hist * values).sum() / total)
         means.append(mean)
@@ -252,14 +281,22 @@ def _build(data: ImageData, request: dict[str, Any], tmp: Path, seconds: float) 
             "class_counts": np.bincount(part.labels, minlength=len(data.class_names)).tolist(),
         }
     mean, std = channel_stats(data.train.images)
+    _write_meta(tmp, request, data.description, data.format, data.train.images.shape[1:], data.class_names,
+                mean, std, splits, seconds)
+
+
+def _write_meta(
+    tmp: Path, request: dict[str, Any], description: str, source_format: str, shape: tuple[int, ...],
+    class_names: tuple[str, ...], mean: list[float], std: list[float], splits: dict[str, Any], seconds: float,
+) -> None:
     meta = {
         "kind": "images",
         "format": IMAGE_CACHE_FORMAT,
         "request": request,
-        "description": data.description,
-        "source_format": data.format,
-        "shape": list(data.train.images.shape[1:]),
-        "class_names": list(data.class_names),
+        "description": description,
+        "source_format": source_format,
+        "shape": list(shape),
+        "class_names": list(class_names),
         "mean": mean,
         "std": std,
         "splits": splits,
@@ -268,6 +305,110 @@ def _build(data: ImageData, request: dict[str, Any], tmp: Path, seconds: float) 
     }
     # meta.json is written last: a folder without it is never taken for a complete cache.
     atomic_write_text(tmp / META, json.dumps(meta, indent=2) + "\n")
+
+
+def _workers() -> int:
+    if WORKERS is not None:
+        return max(1, int(WORKERS))
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        usable = os.cpu_count() or 1
+    return max(1, min(usable, MAX_WORKERS))
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    # fork on Linux: workers start at once, without importing headwise (and torch) again; they
+    # only decode with Pillow and numpy
+    context = multiprocessing.get_context("fork") if sys.platform == "linux" else None
+    return ProcessPoolExecutor(max_workers=workers, mp_context=context)
+
+
+def _prepare_stream(
+    stream: ImageStream, request: dict[str, Any], root: Path, final: Path, rebuild: bool,
+    image_size: int | None, status: "_Status", started: float,
+) -> None:
+    """Build the cache of ``stream`` in a temporary folder and move it into place; on any failure
+    (a bad image found mid-build) remove the folder (and the cache root, if made for it)."""
+    made_root = not root.exists()
+    _make_root(root)
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}.", suffix=".tmp"))
+    try:
+        _build_stream(stream, request, tmp, image_size, status, started)
+        _share(tmp)
+        _install(tmp, final, replace=rebuild)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if made_root:
+            try:
+                root.rmdir()  # only if still empty
+            except OSError:
+                pass
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _build_stream(
+    stream: ImageStream, request: dict[str, Any], tmp: Path, image_size: int | None, status: "_Status", started: float,
+) -> None:
+    total = stream.train.count + stream.test.count
+    workers = _workers()
+    pool = _pool(workers) if workers > 1 and total > CHUNK_SIZE else None
+    shape: tuple[int, ...] | None = None
+    hists: np.ndarray | None = None
+    labels: dict[str, np.ndarray] = {}
+    images: dict[str, dict[str, Any]] = {}
+    done = 0
+    try:
+        for split, part in (("train", stream.train), ("test", stream.test)):
+            path = tmp / f"{split}-images.u8"
+            digest = hashlib.sha256()
+            labels[split] = np.empty(part.count, dtype=np.int64)
+            at = 0
+            with open(path, "wb") as f:
+                chunks = decode_split(part, image_size, CHUNK_SIZE, pool, ahead=2 * workers, stats=split == "train")
+                for chunk, chunk_labels, hist in chunks:
+                    if at == 0:  # the split's first image fixed the shape: check it before going on
+                        if shape is None:
+                            shape = chunk.shape[1:]
+                            if shape[0] != shape[1]:
+                                raise HeadwiseError(
+                                    f"{stream.description(shape)}: images are {shape[0]}x{shape[1]}, and image caches "
+                                    "hold square images; set image_size to resize and crop them"
+                                )
+                        else:
+                            check_same_shape(stream.label, shape, chunk.shape[1:])
+                    block = memoryview(np.ascontiguousarray(chunk)).cast("B")
+                    f.write(block)
+                    digest.update(block)
+                    labels[split][at:at + len(chunk)] = chunk_labels
+                    at += len(chunk)
+                    if hist is not None:
+                        hists = hist if hists is None else hists + hist
+                    done += len(chunk)
+                    status.update(f"{done:,} of {total:,} images")
+                f.flush()
+                os.fsync(f.fileno())
+            images[split] = {"file": path.name, "bytes": path.stat().st_size, "sha256": digest.hexdigest()}
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+    assert shape is not None and hists is not None  # decode_split raises on an empty split
+    classes = stream.classes(labels["train"], labels["test"])
+    check_labels(stream.label, classes, labels["train"], labels["test"])
+    splits = {
+        split: {
+            "count": len(labels[split]),
+            "images": images[split],
+            "labels": _write(tmp / f"{split}-labels.i64", labels[split].astype(_LABEL_DTYPE)),
+            "class_counts": np.bincount(labels[split], minlength=len(classes)).tolist(),
+        }
+        for split in SPLITS
+    }
+    mean, std = histogram_stats(hists)
+    _write_meta(tmp, request, stream.description(shape), stream.format, shape, classes, mean, std, splits,
+                time.perf_counter() - started)
 
 
 class _Status:
@@ -287,3 +428,8 @@ class _Status:
     def __exit__(self, *exc: Any) -> None:
         if self.enabled:
             self.status.stop()
+
+    def update(self, progress: str) -> None:
+        """Add ``progress`` (a count of images decoded) to the status line."""
+        if self.enabled:
+            self.status.update(f"{self.text}: {progress}")

@@ -9,6 +9,11 @@
 
 Every reader returns the same :class:`ImageData`: uint8 ``[N, H, W, C]`` images and int64 labels for a
 train and a test split. Bad input fails with one :class:`HeadwiseError` line naming the file.
+
+The formats stored image by image (parquet, class folders, hub) are also open as an
+:class:`ImageStream` (:func:`open_stream`) that :func:`decode_split` decodes chunk by chunk, in
+order, optionally on a process pool: the image cache is built from it without ever holding a
+whole split in memory (ImageNet at 224 px is ~193 GB of uint8).
 """
 
 from __future__ import annotations
@@ -20,9 +25,10 @@ import json
 import pickle
 import re
 import zlib
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -32,6 +38,8 @@ from headwise.data.sources import (
 from headwise.errors import HeadwiseError
 
 FORMATS = ("idx", "cifar", "parquet", "folder", "hub")
+STREAM_FORMATS = frozenset({"parquet", "folder", "hub"})  # decoded image by image: see open_stream
+DECODE_CHUNK = 128  # images per chunk of decode_split (a unit of work for one process)
 FASHION_MNIST_CLASSES = (
     "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
 )
@@ -64,6 +72,41 @@ class ImageData:
     class_names: tuple[str, ...]
     format: str
     description: str
+
+
+@dataclass(frozen=True)
+class StreamSplit:
+    """One split still to decode: ``count`` rows ``(image, label, where)`` from ``rows()``, in
+    order; ``image`` is raw bytes, a ``{"bytes", "path"}`` struct or a file path, ``where`` names
+    the row in messages and ``what`` the split."""
+
+    count: int
+    what: str
+    rows: Callable[[], Iterator[tuple[Any, Any, str]]]
+
+
+@dataclass(frozen=True)
+class ImageStream:
+    """A data set of the formats stored image by image, listed but not decoded: both splits, the
+    class names (None: told by the labels once decoded), the format and a short label."""
+
+    train: StreamSplit
+    test: StreamSplit
+    class_names: tuple[str, ...] | None
+    format: str
+    label: str
+
+    def classes(self, train_labels: np.ndarray, test_labels: np.ndarray) -> tuple[str, ...]:
+        """The class names: as listed, else ``"0"`` up to the largest label of either split."""
+        if self.class_names is not None:
+            return self.class_names
+        top = max(train_labels.max(initial=0), test_labels.max(initial=0))
+        return tuple(str(i) for i in range(int(top) + 1))
+
+    def description(self, shape: tuple[int, ...]) -> str:
+        """As :attr:`ImageData.description`, once the image shape ``(H, W, C)`` is known."""
+        h, w, c = shape
+        return f"{self.label} ({self.format}, {self.train.count:,} + {self.test.count:,} images {h}x{w}x{c})"
 
 
 def resolve_source(source: str | Path, format: str = "auto") -> tuple[str, str]:
@@ -113,22 +156,48 @@ def read_images(source: str | Path, format: str = "auto", image_size: int | None
     if image_size is not None and (not isinstance(image_size, int) or image_size < 1):
         raise HeadwiseError(f"image_size must be a positive whole number of pixels or None, not {image_size!r}")
     name, format = resolve_source(source, format)
-    readers = {"idx": _read_idx_folder, "cifar": _read_cifar, "parquet": _read_parquet, "folder": _read_folder}
-    train, test, classes, label = readers.get(format, _read_hub)(name, image_size)
-    for split, what in ((train, "train"), (test, "test")):
-        if len(split.labels) and (split.labels.min() < 0 or split.labels.max() >= len(classes)):
-            bad = int(split.labels.max() if split.labels.max() >= len(classes) else split.labels.min())
+    if format in STREAM_FORMATS:
+        stream = open_stream(name, format)
+        train, test = _gather(stream.train, image_size), _gather(stream.test, image_size)
+        classes, label = stream.classes(train.labels, test.labels), stream.label
+    else:
+        readers = {"idx": _read_idx_folder, "cifar": _read_cifar}
+        train, test, classes, label = readers[format](name, image_size)
+    check_labels(label, classes, train.labels, test.labels)
+    n, h, w, c = train.images.shape
+    check_same_shape(label, train.images.shape[1:], test.images.shape[1:])
+    desc = f"{label} ({format}, {n:,} + {len(test.labels):,} images {h}x{w}x{c})"
+    return ImageData(train=train, test=test, class_names=tuple(classes), format=format, description=desc)
+
+
+def check_labels(label: str, classes: tuple[str, ...], train: np.ndarray, test: np.ndarray) -> None:
+    """HeadwiseError naming the first split with a label outside ``classes``."""
+    for labels, what in ((train, "train"), (test, "test")):
+        if len(labels) and (labels.min() < 0 or labels.max() >= len(classes)):
+            bad = int(labels.max() if labels.max() >= len(classes) else labels.min())
             raise HeadwiseError(
                 f"{label}: {what} label {bad} is outside the {len(classes)} classes (0..{len(classes) - 1})"
             )
-    n, h, w, c = train.images.shape
-    if test.images.shape[1:] != train.images.shape[1:]:
+
+
+def check_same_shape(label: str, train: tuple[int, ...], test: tuple[int, ...]) -> None:
+    """HeadwiseError when the test images' ``(H, W, C)`` differs from the training images'."""
+    if tuple(test) != tuple(train):
+        h, w, c = train
         raise HeadwiseError(
-            f"{label}: test images are {_shape(test.images.shape[1:])} but train images {h}x{w}x{c}; "
+            f"{label}: test images are {_shape(tuple(test))} but train images {h}x{w}x{c}; "
             "set image_size to resize them all"
         )
-    desc = f"{label} ({format}, {n:,} + {len(test.labels):,} images {h}x{w}x{c})"
-    return ImageData(train=train, test=test, class_names=tuple(classes), format=format, description=desc)
+
+
+def open_stream(source: str | Path, format: str = "auto") -> ImageStream:
+    """List (not decode) a source of the formats stored image by image (``STREAM_FORMATS``):
+    its files or rows, counts and class names; a hub dataset is loaded (downloaded) here."""
+    name, format = resolve_source(source, format)
+    openers = {"parquet": _parquet_stream, "folder": _folder_stream, "hub": _hub_stream}
+    if format not in openers:
+        raise HeadwiseError(f"{name} is {format} data, decoded whole: read it with read_images")
+    return openers[format](name)
 
 
 def source_identity(source: str | Path, format: str = "auto") -> dict[str, Any]:
@@ -300,7 +369,7 @@ def _split_of(stem: str) -> str | None:
     return None if m is None else {"valid": "validation", "val": "validation"}.get(m[1].lower(), m[1].lower())
 
 
-def _read_parquet(name: str, image_size: int | None):
+def _parquet_stream(name: str) -> ImageStream:
     import pyarrow.parquet as pq
 
     root = Path(name)
@@ -329,9 +398,11 @@ def _read_parquet(name: str, image_size: int | None):
     def rows(files: list[Path]) -> Iterator[tuple[Any, Any, str]]:
         for f in files:
             try:
+                i = 0  # the row within the file, across its batches
                 for batch in pq.ParquetFile(f).iter_batches(columns=[image_col, label_col], batch_size=1024):
-                    for i, (img, label) in enumerate(zip(batch.column(0).to_pylist(), batch.column(1).to_pylist())):
+                    for img, label in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
                         yield img, label, f"{f.name} row {i}"
+                        i += 1
             except HeadwiseError:
                 raise
             except Exception as exc:
@@ -340,11 +411,13 @@ def _read_parquet(name: str, image_size: int | None):
                 ) from None
 
     count = lambda files: sum(pq.ParquetFile(f).metadata.num_rows for f in files)  # noqa: E731
-    train = _decode_rows(rows(shards["train"]), count(shards["train"]), image_size, f"{root} train")
-    test = _decode_rows(rows(shards[test_split]), count(shards[test_split]), image_size, f"{root} {test_split}")
-    if classes is None:
-        classes = tuple(str(i) for i in range(int(max(train.labels.max(initial=0), test.labels.max(initial=0))) + 1))
-    return train, test, classes, root.name
+    return ImageStream(
+        train=StreamSplit(count(shards["train"]), f"{root} train", lambda: rows(shards["train"])),
+        test=StreamSplit(count(shards[test_split]), f"{root} {test_split}", lambda: rows(shards[test_split])),
+        class_names=classes,
+        format="parquet",
+        label=root.name,
+    )
 
 
 def _columns(names: Iterable[str], where: str) -> tuple[str, str]:
@@ -369,18 +442,82 @@ def _parquet_class_names(schema: Any, label_col: str) -> tuple[str, ...] | None:
         return None
 
 
-def _decode_rows(rows: Iterator[tuple[Any, Any, str]], n: int, image_size: int | None, what: str) -> ImageSplit:
-    """Decode ``n`` (image, label, where) rows into one split; ``image`` is raw bytes, a
-    ``{"bytes", "path"}`` struct or a file path; ``what`` names the split in messages."""
+def decode_split(
+    split: StreamSplit,
+    image_size: int | None,
+    chunk_size: int = DECODE_CHUNK,
+    executor: Any = None,
+    ahead: int = 1,
+    stats: bool = False,
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
+    """Decode ``split`` chunk by chunk, in order: ``(images uint8 [k, H, W, C], labels int64 [k],
+    per-channel histograms int64 [C, 256] or None)``; image ``i`` of the split is always row ``i``.
+
+    The split's first image fixes the channels (and, without ``image_size``, the size) of all;
+    ``image_size`` resizes the shorter side (bilinear) and crops the centre square. The first
+    chunk is decoded here; the others on ``executor`` (a ``concurrent.futures`` executor, up to
+    ``ahead`` chunks in flight) when given. Errors are raised in row order, as a serial decode
+    would: the first bad row's, and a failure to read rows only after the rows before it.
+    """
+    n, rows = split.count, iter(split.rows())
+    taken, deferred = 0, None
+
+    def take() -> list[tuple[Any, Any, str]]:
+        nonlocal taken, deferred
+        chunk: list[tuple[Any, Any, str]] = []
+        if deferred is None:
+            try:
+                while len(chunk) < chunk_size:
+                    row = next(rows, None)
+                    if row is None:
+                        break
+                    if taken >= n:
+                        raise HeadwiseError(
+                            f"{row[2]}: more images than the {n:,} counted (the files changed while being read)"
+                        )
+                    chunk.append(row)
+                    taken += 1
+            except HeadwiseError as exc:  # raised once the rows before it are decoded
+                deferred = exc
+        return chunk
+
+    first = take()
+    if first:
+        images, labels, hist, mode, where = _decode_chunk(first, None, None, "", image_size, stats)
+        yield images, labels, hist
+        shape, pending = images.shape[1:], deque()
+        while True:
+            while len(pending) < max(1, ahead) and (chunk := take()):
+                args = (chunk, mode, shape, where, image_size, stats)
+                pending.append(executor.submit(_decode_chunk, *args) if executor is not None else args)
+            if not pending:
+                break
+            done = pending.popleft()
+            images, labels, hist, _, _ = _decode_chunk(*done) if isinstance(done, tuple) else done.result()
+            yield images, labels, hist
+    if deferred is not None:
+        raise deferred
+    if taken != n or taken == 0:
+        what = split.what
+        raise HeadwiseError(f"{what}: expected {n:,} images, read {taken:,}" if n else f"{what} holds no images")
+
+
+def _decode_chunk(
+    rows: list[tuple[Any, Any, str]],
+    mode: str | None,
+    shape: tuple[int, ...] | None,
+    first: str,
+    image_size: int | None,
+    stats: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, str, str]:
+    """Decode consecutive rows of a split (in a worker process, or here): the images, labels and
+    (``stats``) histograms, with the channel ``mode`` and ``first`` row, which ``mode`` None (the
+    split's first chunk) takes from its first row."""
     from PIL import Image
 
     images: np.ndarray | None = None
-    labels = np.empty(n, dtype=np.int64)
-    mode, first = "L", ""
-    i = -1
+    labels = np.empty(len(rows), dtype=np.int64)
     for i, (value, label, where) in enumerate(rows):
-        if i >= n:
-            raise HeadwiseError(f"{where}: more images than the {n:,} counted (the files changed while being read)")
         if isinstance(value, dict):
             data, path = value.get("bytes"), value.get("path")
             value = data if data is not None else path
@@ -392,7 +529,7 @@ def _decode_rows(rows: Iterator[tuple[Any, Any, str]], n: int, image_size: int |
         except Exception as exc:  # Pillow raises UnidentifiedImageError, OSError, SyntaxError, ...
             raise HeadwiseError(f"{where}: the image cannot be decoded ({_first_line(exc)})") from None
         own = "L" if img.mode in _GRAY_MODES else "RGB"
-        if i == 0:
+        if mode is None:
             mode, first = own, where
         elif own != mode and image_size is None:
             raise HeadwiseError(
@@ -401,20 +538,40 @@ def _decode_rows(rows: Iterator[tuple[Any, Any, str]], n: int, image_size: int |
             )
         array = np.asarray(_fit(img.convert(mode), image_size))
         array = array[..., None] if array.ndim == 2 else array
-        if images is None:
-            images = np.empty((n, *array.shape), dtype=np.uint8)
-        elif array.shape != images.shape[1:]:
+        if shape is None:
+            shape = array.shape
+        elif array.shape != shape:
             raise HeadwiseError(
-                f"{where} is {_shape(array.shape)} but {first} is {_shape(images.shape[1:])}: images of mixed sizes; "
+                f"{where} is {_shape(array.shape)} but {first} is {_shape(shape)}: images of mixed sizes; "
                 "set image_size to resize them"
             )
+        if images is None:
+            images = np.empty((len(rows), *shape), dtype=np.uint8)
         images[i] = array
         try:
             labels[i] = int(label)
         except (TypeError, ValueError):
             raise HeadwiseError(f"{where}: label {label!r} is not a whole number") from None
-    if i + 1 != n or images is None:
-        raise HeadwiseError(f"{what}: expected {n:,} images, read {i + 1:,}" if n else f"{what} holds no images")
+    assert images is not None and mode is not None  # rows is never empty
+    hist = None
+    if stats:  # per chunk, in the worker: summed, they are exactly the histograms of the split
+        hist = np.stack([np.bincount(images[..., c].ravel(), minlength=256) for c in range(images.shape[-1])])
+        hist = hist.astype(np.int64)
+    return images, labels, hist, mode, first
+
+
+def _gather(split: StreamSplit, image_size: int | None) -> ImageSplit:
+    """A whole split decoded into memory (small data; the cache streams instead)."""
+    images: np.ndarray | None = None
+    labels = np.empty(split.count, dtype=np.int64)
+    at = 0
+    for chunk, chunk_labels, _ in decode_split(split, image_size):
+        if images is None:
+            images = np.empty((split.count, *chunk.shape[1:]), dtype=np.uint8)
+        images[at:at + len(chunk)] = chunk
+        labels[at:at + len(chunk)] = chunk_labels
+        at += len(chunk)
+    assert images is not None  # decode_split raises on an empty split
     return ImageSplit(images, labels)
 
 
@@ -451,7 +608,7 @@ def _resize_array(images: np.ndarray, image_size: int | None) -> np.ndarray:
     return out
 
 
-def _read_folder(name: str, image_size: int | None):
+def _folder_stream(name: str) -> ImageStream:
     root = Path(name)
     train_dir = root / "train"
     test_dir = next((root / s for s in ("val", "test", "validation") if (root / s).is_dir()), None)
@@ -464,8 +621,8 @@ def _read_folder(name: str, image_size: int | None):
         raise HeadwiseError(f"{train_dir} holds no class folders")
     index = {c: i for i, c in enumerate(classes)}
     splits = []
-    for folder in (train_dir, test_dir):
-        files: list[tuple[Path, int]] = []
+    for folder in (train_dir, test_dir):  # listed (and checked) before any image is decoded
+        files: list[tuple[str, int]] = []  # strings: an ImageNet listing is 1.28M of them
         for cls in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
             if cls.name not in index:
                 raise HeadwiseError(
@@ -476,14 +633,14 @@ def _read_folder(name: str, image_size: int | None):
             )
             if not found:
                 raise HeadwiseError(f"class folder {cls} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))})")
-            files += [(p, index[cls.name]) for p in found]
+            files += [(str(p), index[cls.name]) for p in found]
         if not files:
             raise HeadwiseError(f"{folder} holds no class folders")
-        splits.append(_decode_rows(((str(p), label, str(p)) for p, label in files), len(files), image_size, str(folder)))
-    return splits[0], splits[1], classes, root.name
+        splits.append(StreamSplit(len(files), str(folder), lambda files=files: ((p, label, p) for p, label in files)))
+    return ImageStream(train=splits[0], test=splits[1], class_names=classes, format="folder", label=root.name)
 
 
-def _read_hub(name: str, image_size: int | None):
+def _hub_stream(name: str) -> ImageStream:
     import datasets
 
     # A local folder in the hub's layout needs no network; a hub name fails at once offline
@@ -504,8 +661,8 @@ def _read_hub(name: str, image_size: int | None):
     for split in ("train", test_split):
         # Undecoded, the image column is the same {"bytes", "path"} struct as in parquet files.
         ds = dd[split].cast_column(image_col, datasets.Image(decode=False))
-        rows = ((r[image_col], r[label_col], f"{name} {split} row {i}") for i, r in enumerate(ds))
-        splits.append(_decode_rows(rows, len(ds), image_size, f"dataset {name!r} {split}"))
-    if classes is None:
-        classes = tuple(str(i) for i in range(int(max(s.labels.max(initial=0) for s in splits)) + 1))
-    return splits[0], splits[1], classes, name
+        rows = lambda ds=ds, split=split: (  # noqa: E731
+            (r[image_col], r[label_col], f"{name} {split} row {i}") for i, r in enumerate(ds)
+        )
+        splits.append(StreamSplit(len(ds), f"dataset {name!r} {split}", rows))
+    return ImageStream(train=splits[0], test=splits[1], class_names=classes, format="hub", label=name)
