@@ -42,9 +42,10 @@ import numpy as np
 from headwise.config import atomic_write_text, sha256_file
 from headwise.data.cache import CacheInvalid, _install, _make_root, _share, default_cache_dir, request_key
 from headwise.data.image_formats import (
-    STREAM_FORMATS, ImageData, ImageStream, check_labels, check_same_shape, decode_split, open_stream, read_images,
-    resolve_source, source_identity,
+    STREAM_FORMATS, ImageData, check_labels, check_same_shape, open_stream, read_images, resolve_source,
+    source_identity,
 )
+from headwise.data.image_streams import ImageStream, decode_split
 from headwise.errors import HeadwiseError
 
 IMAGE_CACHE_FORMAT = 1
