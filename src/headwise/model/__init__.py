@@ -9,13 +9,16 @@
 - :mod:`~headwise.model.cache`: key/value caches for decoding;
 - :mod:`~headwise.model.pretrained`: saving and loading (safetensors plus ``spec.json``).
 
-Adding a task family (images, sequence classification, masked-LM pretraining, ...):
+Adding a task family (sequence classification, masked-LM pretraining, ...; images are done this
+way: ``ImageInputs`` and ``ClassifierHead``):
 
 1. In :mod:`headwise.spec`, add the front end's name to ``Inputs`` and the head's to ``Outputs``
    (and the front end's usual head to ``DEFAULT_OUTPUTS``), with whatever fields they need.
-2. Write a front end (a class with ``build``, ``param_counts`` and ``forward``; see
+2. Write a front end (a class with ``build``, ``param_counts``, ``forward`` and the positions
+   an input gives the blocks, ``positions`` and ``input_positions``; see
    :class:`~headwise.model.frontends.FrontEnd`) and add it to :data:`FRONT_ENDS`; write a head
-   (:class:`~headwise.model.heads.OutputHead`) and add it to :data:`OUTPUT_HEADS`.
+   (an :class:`~headwise.model.heads.OutputHead` subclass; ``positions_read`` says when it reads
+   only the first positions, as a ViT's classifier does) and add it to :data:`OUTPUT_HEADS`.
 
 Nothing else changes: the Transformer builds and calls whatever the spec names, and
 :func:`headwise.params.count_params` adds up their ``param_counts`` (a test checks that this equals
