@@ -15,7 +15,7 @@ the request, the file sizes (truncation) and their sha256 (corruption), and refu
 with one line.
 
 Class folders, parquet files and hub data sets stream: their images are decoded chunk by chunk
-on a process pool (:func:`headwise.data.image_formats.decode_split`, in file order) and written
+on a process pool (:func:`headwise.data.image_streams.decode_split`, in file order) and written
 straight into the files of the temporary folder, hashed and counted (the statistics) on the way,
 so no more than a few chunks per worker are ever in memory. IDX and CIFAR, small by nature, are
 decoded whole first.
