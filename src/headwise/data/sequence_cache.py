@@ -1,0 +1,367 @@
+"""Sequence caches: a Long Range Arena task's token sequences read once, reused while the request
+is the same.
+
+A cache is a folder ``<cache_dir>/lra-<task>-<source>-<key>/`` holding, per split (``train``,
+``val``, ``test``):
+
+- ``<split>-tokens.u8`` or ``.u16``: every sequence's ids back to back (uint8 when the vocabulary
+  fits 256 ids, else uint16; 0 is padding and never stored)
+- ``<split>-offsets.i64``: int64, ``count + 1`` entries: sequence ``i`` is
+  ``tokens[offsets[i]:offsets[i + 1]]``
+- ``<split>-labels.i64``: int64 labels
+- for pairs (retrieval) also ``<split>-tokens2.u16`` and ``<split>-offsets2.i64``, the second documents
+
+and ``meta.json``: the request (task, source identity, max_length, ListOps config, validation
+carving), counts, vocab_size, num_classes, max_length, the pairs flag, a description and each
+file's size and sha256. ``key`` is a hash of the request. Like the token and image caches, a cache
+is built in a hidden temporary folder and renamed into place when complete; opening it checks the
+format, the request, every file's size and (``verify``) sha256, the offsets and the label and id
+ranges, and refuses a damaged cache with one line (``rebuild=True`` builds it again).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from headwise.config import atomic_write_text, sha256_file
+from headwise.data import listops as lo
+from headwise.data.cache import CacheInvalid, _install, _make_root, _share, default_cache_dir, request_key
+from headwise.data.lra import (
+    DEFAULT_SOURCES, SPLITS, VAL_FRACTION, LRAData, SequenceSplit, check_task, load_lra, token_dtype,
+)
+from headwise.data.sources import _HUB_NAME, find_local
+from headwise.errors import HeadwiseError
+
+SEQUENCE_CACHE_FORMAT = 1
+META = "meta.json"
+_INDEX_DTYPE = np.dtype("<i8")
+_PARTS = ("tokens", "offsets", "labels", "tokens2", "offsets2")
+
+
+@dataclass
+class SequenceCache:
+    """An opened, checked sequence cache."""
+
+    path: Path
+    meta: dict[str, Any]
+
+    @property
+    def task(self) -> str:
+        return str(self.meta["task"])
+
+    @property
+    def vocab_size(self) -> int:
+        """Ids are ``1..vocab_size - 1``; 0 is padding."""
+        return int(self.meta["vocab_size"])
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.meta["num_classes"])
+
+    @property
+    def max_length(self) -> int:
+        """No sequence (nor second document) is longer."""
+        return int(self.meta["max_length"])
+
+    @property
+    def pairs(self) -> bool:
+        """Whether examples are pairs of documents (retrieval)."""
+        return bool(self.meta["pairs"])
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.meta["dtype"])
+
+    @property
+    def description(self) -> str:
+        return str(self.meta["description"])
+
+    def num_examples(self, split: str) -> int:
+        return int(self._split(split)["count"])
+
+    def _split(self, split: str) -> dict[str, Any]:
+        if split not in SPLITS:
+            raise HeadwiseError(f"unknown split {split!r}: use one of {', '.join(SPLITS)}")
+        return self.meta["splits"][split]
+
+    def _array(self, split: str, part: str) -> np.ndarray:
+        info = self._split(split)[part]
+        dtype = _INDEX_DTYPE if part.startswith(("offsets", "labels")) else self.dtype
+        size = int(info["bytes"]) // dtype.itemsize
+        if size == 0:
+            return np.zeros(0, dtype=dtype)
+        return np.memmap(self.path / info["file"], dtype=dtype, mode="r", shape=(size,))
+
+    def tokens(self, split: str, second: bool = False) -> np.ndarray:
+        """All ids of ``split`` back to back (a read-only memory map); ``second``: the second documents."""
+        return self._array(split, "tokens2" if second else "tokens")
+
+    def offsets(self, split: str, second: bool = False) -> np.ndarray:
+        """int64 ``count + 1`` offsets into :meth:`tokens`."""
+        return self._array(split, "offsets2" if second else "offsets")
+
+    def labels(self, split: str) -> np.ndarray:
+        return np.asarray(self._array(split, "labels"))
+
+    def lengths(self, split: str, second: bool = False) -> np.ndarray:
+        """Each sequence's length (int64)."""
+        return np.diff(np.asarray(self.offsets(split, second)))
+
+    def sequence(self, split: str, i: int) -> np.ndarray:
+        """Sequence ``i`` of ``split`` (the first document of a pair)."""
+        off = self.offsets(split)
+        return np.asarray(self.tokens(split)[off[i]:off[i + 1]])
+
+    def pair(self, split: str, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Both documents of pair ``i`` (retrieval caches only)."""
+        if not self.pairs:
+            raise HeadwiseError(f"the {self.task} cache holds single sequences, not pairs: use sequence()")
+        off2 = self.offsets(split, second=True)
+        return self.sequence(split, i), np.asarray(self.tokens(split, second=True)[off2[i]:off2[i + 1]])
+
+    def split(self, split: str) -> SequenceSplit:
+        """The whole split as a :class:`SequenceSplit` (memory maps)."""
+        second = (self.tokens(split, True), self.offsets(split, True)) if self.pairs else (None, None)
+        return SequenceSplit(self.tokens(split), self.offsets(split), self.labels(split), *second)
+
+    @classmethod
+    def open(cls, path: str | Path, request: dict[str, Any] | None = None, verify: bool = True) -> "SequenceCache":
+        """Open a cache folder, checking its metadata and files (and, when given, that it was built
+        from ``request``; ``verify`` hashes every file); raises :class:`CacheInvalid` with the reason."""
+        path = Path(path)
+
+        def invalid(reason: str) -> CacheInvalid:
+            return CacheInvalid(f"sequence cache {path} is unusable: {reason}")
+
+        try:
+            meta = json.loads((path / META).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise invalid(f"{META} is missing (an interrupted build, or not a headwise sequence cache)") from None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise invalid(f"{META} is not valid JSON") from None
+        if not isinstance(meta, dict) or meta.get("format") != SEQUENCE_CACHE_FORMAT or meta.get("kind") != "sequences":
+            found = meta.get("format") if isinstance(meta, dict) else None
+            raise invalid(f"not a sequence cache of format {SEQUENCE_CACHE_FORMAT} (format {found!r})")
+        cache = cls(path=path, meta=meta)
+        try:
+            if request is not None and meta["request"] != request:
+                raise invalid("it was built from a different request (task, source files, max_length or settings)")
+            if meta["dtype"] not in ("uint8", "uint16") or meta["dtype"] != token_dtype(int(meta["vocab_size"])).name:
+                raise invalid(f"{META} records dtype {meta['dtype']!r} for vocab_size {meta['vocab_size']} (damaged)")
+            for split in SPLITS:
+                cache._check_split(split, verify, invalid)
+        except CacheInvalid:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
+            raise invalid(f"{META} lacks or garbles {exc}") from None
+        return cache
+
+    def _check_split(self, split: str, verify: bool, invalid: Any) -> None:
+        info = self.meta["splits"][split]
+        n = int(info["count"])
+        parts = _PARTS if self.pairs else _PARTS[:3]
+        for part in parts:
+            name = info[part]["file"]
+            file = self.path / name
+            if not file.is_file():
+                raise invalid(f"{name} is missing")
+            size = file.stat().st_size
+            expected = int(info[part]["bytes"])
+            if part.startswith("offsets"):
+                expected = (n + 1) * _INDEX_DTYPE.itemsize
+            elif part == "labels":
+                expected = n * _INDEX_DTYPE.itemsize
+            if size != expected or size != int(info[part]["bytes"]):
+                raise invalid(f"{name} has {size:,} bytes, expected {expected:,} (truncated?)")
+            if verify and sha256_file(file) != info[part]["sha256"]:
+                raise invalid(f"{name} does not match its recorded sha256 (corrupted)")
+        for second in ((False, True) if self.pairs else (False,)):
+            off = np.asarray(self.offsets(split, second))
+            tokens = self.tokens(split, second)
+            lengths = np.diff(off)
+            if off[0] != 0 or off[-1] != len(tokens) or (lengths < 0).any():
+                raise invalid(f"{split} offsets do not index its {len(tokens):,} tokens (damaged)")
+            if len(lengths) and lengths.max() > self.max_length:
+                raise invalid(f"{split} holds a sequence of {int(lengths.max()):,} tokens, over max_length {self.max_length:,}")
+            if verify and len(tokens) and (int(tokens.min()) == 0 or int(tokens.max()) >= self.vocab_size):
+                raise invalid(f"{split} holds ids outside 1..{self.vocab_size - 1} (damaged)")
+        labels = self.labels(split)
+        if len(labels) and (labels.min() < 0 or labels.max() >= self.num_classes):
+            raise invalid(f"{split} labels reach {int(labels.max())} with {self.num_classes} classes (damaged)")
+
+
+def source_identity(task: str, source: str) -> dict[str, Any]:
+    """What identifies a source for cache keys: ``generate``; a hub name; or a local path with each
+    file's size and mtime (a digest of them past 64 files)."""
+    if task == "listops" and source == "generate":
+        return {"format": "generate"}
+    local = find_local(source)
+    if local is None:
+        if _HUB_NAME.fullmatch(source):
+            return {"format": "hub", "name": source}
+        return {"format": "missing", "name": source}  # load_lra refuses it with the right words
+    files = [local] if local.is_file() else sorted(
+        p for p in local.rglob("*") if p.is_file() and not any(s.startswith(".") for s in p.relative_to(local).parts)
+    )
+    rows = [[str(p.relative_to(local)) if p != local else p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files]
+    out: dict[str, Any] = {"format": "local", "path": str(local), "count": len(rows)}
+    if len(rows) <= 64:
+        out["files"] = rows
+    else:
+        out["files_sha256"] = hashlib.sha256(json.dumps(rows).encode()).hexdigest()
+    return out
+
+
+def sequence_request(task: str, source: str | None = None, max_length: int | None = None,
+                     listops: dict[str, Any] | None = None, val_fraction: float = VAL_FRACTION,
+                     seed: int = 0) -> dict[str, Any]:
+    """The request that keys a cache (a generated ListOps request holds its full config)."""
+    check_task(task)
+    source = str(DEFAULT_SOURCES[task] if source is None else source)
+    cfg = lo.listops_config(**listops) if task == "listops" and source == "generate" else None
+    if listops is not None and cfg is None:
+        raise HeadwiseError("a listops config applies to task listops with source 'generate' only: drop it")
+    return {
+        "kind": "sequences", "format": SEQUENCE_CACHE_FORMAT, "task": task,
+        "source": source_identity(task, source), "max_length": max_length, "listops": cfg,
+        "val_fraction": val_fraction, "seed": seed,
+    }
+
+
+def cache_name(request: dict[str, Any]) -> str:
+    source = request["source"]
+    if source["format"] == "local":
+        base = Path(source["path"]).name
+    else:
+        base = source.get("name", source["format"]).replace("/", "--")
+    if request["listops"] is not None:
+        base += f"-{request['listops']['min_length']}-{request['listops']['max_length']}"
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", base).strip("-.")[:40] or "data"
+    return f"lra-{request['task']}-{slug}-{request_key(request)}"
+
+
+def prepare_sequences(
+    task: str,
+    source: str | Path | None = None,
+    max_length: int | None = None,
+    listops: dict[str, Any] | None = None,
+    cache_dir: str | Path | None = None,
+    rebuild: bool = False,
+    progress: bool = False,
+    val_fraction: float = VAL_FRACTION,
+    seed: int = 0,
+) -> SequenceCache:
+    """Read ``task``'s data (see :func:`headwise.data.lra.load_lra`) into a cache, or reuse the
+    cache of the same request. ``listops`` configures the generator (``variant`` "standard" or
+    "short" plus overrides, see :func:`headwise.data.listops.listops_config`); ``cache_dir``
+    defaults to ``default_cache_dir()``. A valid cache is reused unless ``rebuild``; an unusable
+    one is refused with its reason unless ``rebuild``."""
+    source = str(DEFAULT_SOURCES[check_task(task)] if source is None else source)
+    request = sequence_request(task, source, max_length, listops, val_fraction, seed)
+    root = Path(cache_dir or default_cache_dir()).expanduser()
+    final = root / cache_name(request)
+    if final.exists() and not rebuild:
+        try:
+            return SequenceCache.open(final, request)
+        except CacheInvalid as exc:
+            raise CacheInvalid(f"{exc}; rebuild it (rebuild=True, or --rebuild) or delete the folder") from None
+    started = time.perf_counter()
+    with _Status(progress, f"reading LRA {task} ({source})") as status:
+        data = load_lra(task, source, max_length, listops, val_fraction, seed, status=status.update)
+    _make_root(root)
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}.", suffix=".tmp"))
+    try:
+        _build(data, request, tmp, time.perf_counter() - started)
+        _share(tmp)
+        _install(tmp, final, replace=rebuild)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return SequenceCache.open(final, request)
+
+
+def _write(path: Path, array: np.ndarray) -> dict[str, Any]:
+    data = np.ascontiguousarray(array)
+    digest = hashlib.sha256()
+    with open(path, "wb") as f:
+        view = memoryview(data).cast("B") if data.size else memoryview(b"")
+        for start in range(0, len(view), 1 << 24):
+            block = view[start:start + (1 << 24)]
+            f.write(block)
+            digest.update(block)
+        f.flush()
+        os.fsync(f.fileno())
+    return {"file": path.name, "bytes": data.nbytes, "sha256": digest.hexdigest()}
+
+
+def _build(data: LRAData, request: dict[str, Any], tmp: Path, seconds: float) -> None:
+    dtype = token_dtype(data.vocab_size)
+    suffix = f"u{dtype.itemsize * 8}"
+    splits: dict[str, Any] = {}
+    for split in SPLITS:
+        part = data.splits[split]
+        info: dict[str, Any] = {
+            "count": len(part),
+            "tokens_total": int(part.offsets[-1]),
+            "tokens": _write(tmp / f"{split}-tokens.{suffix}", part.tokens.astype(dtype, copy=False)),
+            "offsets": _write(tmp / f"{split}-offsets.i64", part.offsets.astype(_INDEX_DTYPE, copy=False)),
+            "labels": _write(tmp / f"{split}-labels.i64", part.labels.astype(_INDEX_DTYPE, copy=False)),
+            "class_counts": np.bincount(part.labels, minlength=data.num_classes).tolist(),
+            "max_length_found": int(part.lengths().max()) if len(part) else 0,
+        }
+        if data.pairs:
+            assert part.tokens2 is not None and part.offsets2 is not None
+            info["tokens2"] = _write(tmp / f"{split}-tokens2.{suffix}", part.tokens2.astype(dtype, copy=False))
+            info["offsets2"] = _write(tmp / f"{split}-offsets2.i64", part.offsets2.astype(_INDEX_DTYPE, copy=False))
+        splits[split] = info
+    meta = {
+        "kind": "sequences",
+        "format": SEQUENCE_CACHE_FORMAT,
+        "request": request,
+        "task": data.task,
+        "description": data.description,
+        "vocab_size": data.vocab_size,
+        "num_classes": data.num_classes,
+        "max_length": data.max_length,
+        "pairs": data.pairs,
+        "dtype": dtype.name,
+        "splits": splits,
+        "seconds": round(seconds, 3),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    # meta.json is written last: a folder without it is never taken for a complete cache.
+    atomic_write_text(tmp / META, json.dumps(meta, indent=2) + "\n")
+
+
+class _Status:
+    """A one-line status on stderr while reading (only on a terminal)."""
+
+    def __init__(self, enabled: bool, text: str) -> None:
+        self.enabled, self.text = enabled and sys.stderr.isatty(), text
+
+    def __enter__(self) -> "_Status":
+        if self.enabled:
+            from rich.console import Console
+
+            self.status = Console(file=sys.stderr).status(self.text)
+            self.status.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.enabled:
+            self.status.stop()
+
+    def update(self, progress: str) -> None:
+        if self.enabled:
+            self.status.update(f"{self.text}: {progress}")
