@@ -27,16 +27,22 @@ def _random_spec(rng: random.Random) -> ModelSpec:
     heads = [rng.randint(1, 5) for _ in range(n_layers)]
     head_dim = rng.choice([rng.randint(1, 9), [rng.randint(1, 9) for _ in range(n_layers)]])
     inputs = rng.choice(list(FRONT_ENDS))
-    outputs = rng.choice([None] + [o for o in OUTPUT_HEADS if inputs == "tokens" or o != "lm"])
-    fields = {"max_seq_len": rng.randint(4, 32)}
+    tokens = inputs in ("tokens", "token_pairs")
+    outputs = rng.choice([None] + [o for o in OUTPUT_HEADS if tokens or o != "lm"])
+    head = outputs or DEFAULT_OUTPUTS[inputs]
+    fields = {"max_seq_len": rng.randint(4, 32), "causal": head == "lm" or rng.random() < 0.5}
     if inputs == "images":  # positions follow from the image and patch sizes
         patch = rng.choice([1, 2, 3])
         fields = {"image_size": patch * rng.randint(1, 4), "patch_size": patch, "channels": rng.choice([1, 3]),
-                  "pooling": rng.choice(["cls", "mean"]), "causal": False}
-    if (outputs or DEFAULT_OUTPUTS[inputs]) == "classes":
-        fields["num_classes"] = rng.randint(2, 12)
+                  "causal": False}
+    if head in ("classes", "pair_classes"):
+        fields.update(num_classes=rng.randint(2, 12), classifier_hidden=rng.choice([None, rng.randint(1, 9)]),
+                      pooling=rng.choice(["cls", "mean"]))
+    if not fields["causal"]:  # Nyström layers, with or without their convolution
+        fields.update(attention=[rng.choice(["global", "nystrom"]) for _ in range(n_layers)],
+                      nystrom_conv=rng.choice([None, 3, 5]))
     return ModelSpec(
-        inputs=inputs, outputs=outputs, vocab_size=rng.randint(5, 40) if inputs == "tokens" else None,
+        inputs=inputs, outputs=outputs, vocab_size=rng.randint(5, 40) if tokens else None,
         d_model=d_model, n_layers=n_layers, heads=heads, head_dim=head_dim,
         mlp_hidden=rng.choice([None, rng.randint(1, 30)]), norm=rng.choice(["layernorm_pre", "unitnorm_post"]),
         positions=rng.choice(["learned", "none"]), tie_embeddings=rng.random() < 0.5, qkv_bias=rng.random() < 0.5,
@@ -65,7 +71,7 @@ def test_every_front_end_and_head_counts_exactly_what_it_builds():
         # a head's weights tied to the front end are counted there, not again
         head_built = sum(_numel(getattr(model, name), front_params) for name in head.build(spec, model))
         assert sum(head.param_counts(spec).values()) == head_built, spec
-    assert seen == {(i, o) for i in FRONT_ENDS for o in OUTPUT_HEADS if i == "tokens" or o != "lm"}
+    assert seen == {(i, o) for i in FRONT_ENDS for o in OUTPUT_HEADS if i in ("tokens", "token_pairs") or o != "lm"}
 
 
 def test_state_dict_keys_are_those_of_saved_models():
@@ -124,7 +130,7 @@ class _MeanPoolClassifier(OutputHead):
         return {"classifier": spec.d_model * 3 + 3}
 
     @staticmethod
-    def forward(model, x, pad_vocab):
+    def forward(model, x, pad_vocab, key_mask=None):
         return model.classifier(x.mean(dim=1))
 
 

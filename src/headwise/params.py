@@ -18,11 +18,14 @@ def norm_params(spec: ModelSpec) -> int:
 
 
 def attention_params(spec: ModelSpec, shape: LayerShape) -> int:
-    """q, k, v (d_model -> width, fused) and the output projection (width -> d_model)."""
+    """q, k, v (d_model -> width, fused), the output projection (width -> d_model), and a Nyström
+    layer's convolution."""
     d, w = spec.d_model, shape.width
     qkv = 3 * d * w + (3 * w if spec.qkv_bias else 0)
     out = w * d + (d if spec.out_bias else 0)
-    return qkv + out
+    # a nystrom layer's depthwise convolution on values: one kernel per head, no bias
+    conv = shape.heads * spec.nystrom_conv if shape.attention == "nystrom" and spec.nystrom_conv else 0
+    return qkv + out + conv
 
 
 def mlp_params(spec: ModelSpec, shape: LayerShape) -> int:

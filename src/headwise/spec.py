@@ -15,13 +15,16 @@ from pydantic import Field, model_validator
 from headwise.config import Config
 
 Activation = Literal["gelu_new", "gelu", "relu"]
-AttentionKind = Literal["global", "local"]
+AttentionKind = Literal["global", "local", "nystrom"]
 #: Input front ends and output heads (implemented and registered in :mod:`headwise.model.frontends`
 #: and :mod:`headwise.model.heads`; a test checks that the names agree).
-Inputs = Literal["tokens", "vectors", "images"]
-Outputs = Literal["lm", "vectors", "classes"]
+Inputs = Literal["tokens", "vectors", "images", "token_pairs"]
+Outputs = Literal["lm", "vectors", "classes", "pair_classes"]
 #: The output head of a spec that does not set ``outputs``.
-DEFAULT_OUTPUTS: dict[str, str] = {"tokens": "lm", "vectors": "vectors", "images": "classes"}
+DEFAULT_OUTPUTS: dict[str, str] = {"tokens": "lm", "vectors": "vectors", "images": "classes",
+                                   "token_pairs": "pair_classes"}
+#: Output heads that classify a pooled sequence.
+CLASSIFIER_OUTPUTS = ("classes", "pair_classes")
 #: Inputs without a vocabulary.
 _NO_VOCAB = ("vectors", "images")
 
@@ -88,6 +91,16 @@ class ModelSpec(Config):
     #: class outputs: number of classes, and what the classifier reads
     num_classes: int | None = Field(default=None, gt=0)
     pooling: Literal["cls", "mean"] = "cls"
+    #: class outputs: the classifier's hidden layer (ReLU), as the LRA reference models' 128;
+    #: None: one linear map
+    classifier_hidden: int | None = Field(default=None, gt=0)
+    #: token inputs: the id of padding, which attention and pooling ignore (bidirectional only)
+    pad_id: int | None = Field(default=None, ge=0)
+    #: ``nystrom`` layers: landmarks (segment means), pseudo-inverse iterations, and the kernel of
+    #: the depthwise convolution on values (None: none)
+    landmarks: int = Field(default=64, gt=0)
+    pinv_iterations: int = Field(default=6, gt=0)
+    nystrom_conv: int | None = Field(default=None, gt=0)
 
     @model_validator(mode="before")
     @classmethod
@@ -116,6 +129,12 @@ class ModelSpec(Config):
                 raise ValueError(f"{name} has {len(value)} entries but n_layers is {n}: give one per layer")
         if not self.causal and "local" in (self.attention or []):
             raise ValueError("local attention layers need causal = true (the window is defined for decoders)")
+        if self.causal and "nystrom" in (self.attention or []):
+            raise ValueError("nystrom attention layers are bidirectional: set causal = false")
+        if self.pad_id is not None and self.causal:
+            raise ValueError("pad_id masks padding in bidirectional models: set causal = false or remove pad_id")
+        if self.pad_id is not None and self.vocab_size is not None and self.pad_id >= self.vocab_size:
+            raise ValueError(f"pad_id {self.pad_id} is outside the vocabulary of {self.vocab_size} tokens")
         for i, h in enumerate(self.heads):
             if h < 1:
                 raise ValueError(f"layer {i}: heads = {h}; every layer needs at least 1 head")
@@ -134,8 +153,8 @@ class ModelSpec(Config):
                     raise ValueError(f"layer {i}: {name} = {v}; it must be a positive integer")
         if self.output_head == "lm" and self.vocab_size is None:
             raise ValueError("outputs = 'lm' needs token inputs with a vocab_size; a vector model has no vocabulary")
-        if self.output_head == "classes" and self.num_classes is None:
-            raise ValueError("outputs = 'classes' needs num_classes (set it, or let the task's data set it)")
+        if self.output_head in CLASSIFIER_OUTPUTS and self.num_classes is None:
+            raise ValueError(f"outputs = {self.output_head!r} needs num_classes (set it, or let the task's data set it)")
         if self.inputs == "images" and self.causal:
             raise ValueError("image models attend both ways: set causal = false")
         return self

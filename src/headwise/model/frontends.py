@@ -10,7 +10,7 @@ from typing import Protocol
 import torch
 from torch import Tensor, nn
 
-from headwise.spec import ModelSpec
+from headwise.spec import CLASSIFIER_OUTPUTS, ModelSpec
 
 
 class SequenceTooLong(ValueError):
@@ -49,6 +49,29 @@ class FrontEnd(Protocol):
         """The positions T the blocks see for a batch of ``inputs``."""
         ...
 
+    @staticmethod
+    def key_mask(model: nn.Module, inputs: Tensor) -> Tensor | None:
+        """[B', T] bool, False at the positions attention and pooling must ignore (padding), for
+        the sequences :meth:`forward` returns; None when every position counts."""
+        return None
+
+
+def has_class_token(spec: ModelSpec) -> bool:
+    """Whether the sequence starts with a learned class token: a classifier that reads it."""
+    return spec.output_head in CLASSIFIER_OUTPUTS and spec.pooling == "cls"
+
+
+def class_token(spec: ModelSpec) -> "ClassToken | None":
+    """The class token ``cls_token`` of a spec that has one (see :func:`has_class_token`)."""
+    return ClassToken(spec.d_model, spec.init_std) if has_class_token(spec) else None
+
+
+def with_class_token(model: nn.Module, x: Tensor) -> Tensor:
+    """``x`` [B, T, d] with the model's class token put first, when it has one."""
+    if getattr(model, "cls_token", None) is None:
+        return x
+    return torch.cat([model.cls_token(x.shape[0]), x], dim=1)
+
 
 def learned_positions(spec: ModelSpec) -> nn.Embedding | None:
     """The learned absolute positions ``pos_emb`` of a spec, or None (``positions = "none"``)."""
@@ -75,27 +98,77 @@ def add_positions(model: nn.Module, x: Tensor, past: int) -> Tensor:
 
 class TokenInputs(FrontEnd):
     """Token ids [B, T]: token embeddings ``tok_emb`` plus learned positions ``pos_emb`` (GPT-Neo's
-    ``wte`` and ``wpe``)."""
+    ``wte`` and ``wpe``); a sequence classifier reading a class token gets ``cls_token`` first.
+    With ``pad_id`` set, positions holding it are masked out of attention and pooling."""
 
     @staticmethod
     def build(spec: ModelSpec) -> dict[str, nn.Module | None]:
-        return {"tok_emb": nn.Embedding(spec.vocab_size, spec.d_model), "pos_emb": learned_positions(spec)}
+        return {"tok_emb": nn.Embedding(spec.vocab_size, spec.d_model), "cls_token": class_token(spec),
+                "pos_emb": learned_positions(spec)}
 
     @staticmethod
     def param_counts(spec: ModelSpec) -> dict[str, int]:
-        return {"token_embedding": spec.vocab_size * spec.d_model, "position_embedding": position_params(spec)}
+        return {"token_embedding": spec.vocab_size * spec.d_model,
+                "class_token": spec.d_model if has_class_token(spec) else 0,
+                "position_embedding": position_params(spec)}
 
     @staticmethod
     def forward(model: nn.Module, inputs: Tensor, past: int) -> Tensor:
-        return add_positions(model, model.tok_emb(inputs), past)
+        return add_positions(model, with_class_token(model, model.tok_emb(inputs)), past)
 
     @staticmethod
     def positions(spec: ModelSpec, seq_len: int) -> int:
-        return seq_len
+        return seq_len + has_class_token(spec)
 
     @staticmethod
     def input_positions(spec: ModelSpec, inputs: Tensor) -> int:
-        return inputs.shape[1]
+        return inputs.shape[1] + has_class_token(spec)
+
+    @staticmethod
+    def key_mask(model: nn.Module, inputs: Tensor) -> Tensor | None:
+        spec = model.spec
+        if spec.pad_id is None:
+            return None
+        mask = inputs != spec.pad_id
+        if has_class_token(spec):
+            mask = torch.cat([torch.ones_like(mask[:, :1]), mask], dim=1)
+        return mask
+
+
+class TokenPairInputs(FrontEnd):
+    """Pairs of token sequences [B, 2, T] (LRA Retrieval's two documents): both sequences of each
+    pair go through the same embeddings and blocks as a batch of 2B sequences (pair i's are rows
+    2i and 2i + 1); the pair head combines their pooled vectors."""
+
+    @staticmethod
+    def build(spec: ModelSpec) -> dict[str, nn.Module | None]:
+        return TokenInputs.build(spec)
+
+    @staticmethod
+    def param_counts(spec: ModelSpec) -> dict[str, int]:
+        return TokenInputs.param_counts(spec)
+
+    @staticmethod
+    def forward(model: nn.Module, inputs: Tensor, past: int) -> Tensor:
+        return TokenInputs.forward(model, _pairs_as_rows(inputs), past)
+
+    @staticmethod
+    def positions(spec: ModelSpec, seq_len: int) -> int:
+        return TokenInputs.positions(spec, seq_len)
+
+    @staticmethod
+    def input_positions(spec: ModelSpec, inputs: Tensor) -> int:
+        return TokenInputs.input_positions(spec, inputs[:, 0])
+
+    @staticmethod
+    def key_mask(model: nn.Module, inputs: Tensor) -> Tensor | None:
+        return TokenInputs.key_mask(model, _pairs_as_rows(inputs))
+
+
+def _pairs_as_rows(inputs: Tensor) -> Tensor:
+    if inputs.dim() != 3 or inputs.shape[1] != 2:
+        raise ValueError(f"token pairs of shape {tuple(inputs.shape)}; this model takes [batch, 2, length]")
+    return inputs.reshape(-1, inputs.shape[-1])
 
 
 class VectorInputs(FrontEnd):
@@ -133,8 +206,7 @@ class ImageInputs(FrontEnd):
         modules: dict[str, nn.Module | None] = {
             "patch_emb": nn.Conv2d(spec.channels, spec.d_model, spec.patch_size, stride=spec.patch_size),
         }
-        if spec.pooling == "cls":
-            modules["cls_token"] = ClassToken(spec.d_model, spec.init_std)
+        modules["cls_token"] = class_token(spec)
         modules["pos_emb"] = learned_positions(spec)
         return modules
 
@@ -143,7 +215,7 @@ class ImageInputs(FrontEnd):
         d = spec.d_model
         return {
             "patch_embedding": spec.channels * spec.patch_size**2 * d + d,
-            "class_token": d if spec.pooling == "cls" else 0,
+            "class_token": d if has_class_token(spec) else 0,
             "position_embedding": position_params(spec),
         }
 
@@ -154,9 +226,7 @@ class ImageInputs(FrontEnd):
         if inputs.dim() != 4 or tuple(inputs.shape[1:]) != want:
             raise ValueError(f"images of shape {tuple(inputs.shape)}; this model takes [batch, {', '.join(map(str, want))}]")
         x = model.patch_emb(inputs).flatten(2).transpose(1, 2)  # [B, patches, d], row-major patches
-        if spec.pooling == "cls":
-            x = torch.cat([model.cls_token(x.shape[0]), x], dim=1)
-        return add_positions(model, x, past)
+        return add_positions(model, with_class_token(model, x), past)
 
     @staticmethod
     def positions(spec: ModelSpec, seq_len: int) -> int:
@@ -179,4 +249,5 @@ class ClassToken(nn.Module):
 
 
 #: ``ModelSpec.inputs`` -> its front end.
-FRONT_ENDS: dict[str, type[FrontEnd]] = {"tokens": TokenInputs, "vectors": VectorInputs, "images": ImageInputs}
+FRONT_ENDS: dict[str, type[FrontEnd]] = {"tokens": TokenInputs, "vectors": VectorInputs, "images": ImageInputs,
+                                         "token_pairs": TokenPairInputs}

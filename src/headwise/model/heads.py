@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+import torch
 from torch import Tensor, nn
 
 from headwise.model.kernels import padded_logits
@@ -31,9 +32,10 @@ class OutputHead(Protocol):
         ...
 
     @staticmethod
-    def forward(model: nn.Module, x: Tensor, pad_vocab: bool) -> Tensor:
+    def forward(model: nn.Module, x: Tensor, pad_vocab: bool, key_mask: Tensor | None = None) -> Tensor:
         """The output for the final hidden states ``x`` [B, T, d_model]. ``pad_vocab``: the caller
-        accepts logits padded past the vocabulary with -inf (see :data:`~headwise.model.kernels.VOCAB_PAD`)."""
+        accepts logits padded past the vocabulary with -inf (see :data:`~headwise.model.kernels.VOCAB_PAD`).
+        ``key_mask`` [B, T]: False at padding (see :meth:`~headwise.model.frontends.FrontEnd.key_mask`)."""
         ...
 
     @staticmethod
@@ -59,7 +61,7 @@ class LMHead(OutputHead):
         return {"lm_head": 0 if spec.tie_embeddings else spec.vocab_size * spec.d_model}
 
     @staticmethod
-    def forward(model: nn.Module, x: Tensor, pad_vocab: bool) -> Tensor:
+    def forward(model: nn.Module, x: Tensor, pad_vocab: bool, key_mask: Tensor | None = None) -> Tensor:
         return padded_logits(x, model.lm_head.weight) if pad_vocab else model.lm_head(x)
 
 
@@ -75,26 +77,52 @@ class VectorOutputs(OutputHead):
         return {}
 
     @staticmethod
-    def forward(model: nn.Module, x: Tensor, pad_vocab: bool) -> Tensor:
+    def forward(model: nn.Module, x: Tensor, pad_vocab: bool, key_mask: Tensor | None = None) -> Tensor:
         return x
 
 
+def make_classifier(spec: ModelSpec, in_dim: int) -> nn.Module:
+    """``in_dim`` -> classes: one linear map, or through a ReLU hidden layer of ``classifier_hidden``."""
+    if spec.classifier_hidden is None:
+        return nn.Linear(in_dim, spec.num_classes)
+    h = spec.classifier_hidden
+    return nn.Sequential(nn.Linear(in_dim, h), nn.ReLU(), nn.Linear(h, spec.num_classes))
+
+
+def classifier_params(spec: ModelSpec, in_dim: int) -> int:
+    """Parameters of :func:`make_classifier`."""
+    if spec.classifier_hidden is None:
+        return (in_dim + 1) * spec.num_classes
+    h = spec.classifier_hidden
+    return (in_dim + 1) * h + (h + 1) * spec.num_classes
+
+
+def pool(spec: ModelSpec, x: Tensor, key_mask: Tensor | None) -> Tensor:
+    """One vector per sequence [B, d]: the class token's final state (``pooling = "cls"``) or the
+    mean over the positions ``key_mask`` keeps (all when None)."""
+    if spec.pooling == "cls":
+        return x[:, 0]
+    if key_mask is None:
+        return x.mean(dim=1)
+    keep = key_mask[:, :x.shape[1], None].to(x.dtype)
+    return (x * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1)
+
+
 class ClassifierHead(OutputHead):
-    """Class logits [B, num_classes] from ``classifier``, a linear map (with bias) of the class
-    token's final state (``pooling = "cls"``) or of the mean over positions (``"mean"``)."""
+    """Class logits [B, num_classes] from ``classifier`` (linear, or with a ReLU hidden layer) of
+    the pooled sequence (see :func:`pool`)."""
 
     @staticmethod
     def build(spec: ModelSpec, model: nn.Module) -> dict[str, nn.Module | None]:
-        return {"classifier": nn.Linear(spec.d_model, spec.num_classes)}
+        return {"classifier": make_classifier(spec, spec.d_model)}
 
     @staticmethod
     def param_counts(spec: ModelSpec) -> dict[str, int]:
-        return {"classifier": (spec.d_model + 1) * spec.num_classes}
+        return {"classifier": classifier_params(spec, spec.d_model)}
 
     @staticmethod
-    def forward(model: nn.Module, x: Tensor, pad_vocab: bool) -> Tensor:
-        pooled = x[:, 0] if model.spec.pooling == "cls" else x.mean(dim=1)
-        return model.classifier(pooled)
+    def forward(model: nn.Module, x: Tensor, pad_vocab: bool, key_mask: Tensor | None = None) -> Tensor:
+        return model.classifier(pool(model.spec, x, key_mask))
 
     @staticmethod
     def positions_read(spec: ModelSpec) -> int | None:
@@ -102,5 +130,30 @@ class ClassifierHead(OutputHead):
         return 1 if spec.pooling == "cls" else None
 
 
+class PairClassifierHead(OutputHead):
+    """Class logits [B, num_classes] for pairs of sequences (rows 2i and 2i + 1 of the blocks'
+    output, see :class:`~headwise.model.frontends.TokenPairInputs`): the pooled u and v combined
+    as [u, v, u * v, u - v] (the LRA Retrieval models' rule), then ``classifier``."""
+
+    @staticmethod
+    def build(spec: ModelSpec, model: nn.Module) -> dict[str, nn.Module | None]:
+        return {"classifier": make_classifier(spec, 4 * spec.d_model)}
+
+    @staticmethod
+    def param_counts(spec: ModelSpec) -> dict[str, int]:
+        return {"classifier": classifier_params(spec, 4 * spec.d_model)}
+
+    @staticmethod
+    def forward(model: nn.Module, x: Tensor, pad_vocab: bool, key_mask: Tensor | None = None) -> Tensor:
+        pooled = pool(model.spec, x, key_mask).view(-1, 2, x.shape[-1])
+        u, v = pooled[:, 0], pooled[:, 1]
+        return model.classifier(torch.cat([u, v, u * v, u - v], dim=-1))
+
+    @staticmethod
+    def positions_read(spec: ModelSpec) -> int | None:
+        return ClassifierHead.positions_read(spec)
+
+
 #: ``ModelSpec.output_head`` -> its output head.
-OUTPUT_HEADS: dict[str, type[OutputHead]] = {"lm": LMHead, "vectors": VectorOutputs, "classes": ClassifierHead}
+OUTPUT_HEADS: dict[str, type[OutputHead]] = {"lm": LMHead, "vectors": VectorOutputs, "classes": ClassifierHead,
+                                             "pair_classes": PairClassifierHead}

@@ -47,14 +47,16 @@ def attention_mask(past: int, t: int, window: int | None, device: torch.device) 
 
 
 def attention(qkv: Tensor, cache: LayerCache | None, causal: bool, window: int | None, scale: float,
-              dropout_p: float, queries: int | None = None) -> Tensor:
+              dropout_p: float, queries: int | None = None, key_mask: Tensor | None = None) -> Tensor:
     """All heads' attention outputs [B, heads, T, head_dim] from a fused projection
     ``qkv`` [B, T, 3, heads, head_dim]: causal (``window``: local) or bidirectional, scores times
     ``scale``. With a ``cache`` the new keys and values are appended to it and the queries attend
     to the cached positions too. ``queries``: only the first this many positions' outputs
-    [B, heads, queries, head_dim], attending to every key (bidirectional layers only)."""
-    if queries is not None and (causal or cache is not None):
-        raise ValueError("attention for the first positions only is for bidirectional layers without a cache")
+    [B, heads, queries, head_dim], attending to every key; ``key_mask`` [B, T]: keys where it is
+    False get no weight (both for bidirectional layers without a cache only)."""
+    if (queries is not None or key_mask is not None) and (causal or cache is not None):
+        raise ValueError("attention for the first positions only, or with a key mask, is for bidirectional layers "
+                         "without a cache")
     t, head_dim = qkv.shape[1], qkv.shape[-1]
     pad = 0
     if cache is None and head_dim < CPU_MIN_HEAD_DIM and qkv.device.type == "cpu" and qkv.dtype == torch.float32:
@@ -71,7 +73,7 @@ def attention(qkv: Tensor, cache: LayerCache | None, causal: bool, window: int |
     if causal and past == 0 and q.device.type == "cpu" and CPU_SPLIT_QUERIES[0] < t <= CPU_SPLIT_QUERIES[1]:
         y = causal_attention_in_halves(q, k, v, window, scale, dropout_p)
     else:
-        mask, is_causal = None, False
+        mask, is_causal = (None if key_mask is None else key_mask[:, None, None, :]), False
         if causal:
             # Only a local layer whose window is shorter than the keys needs a band mask (a
             # single new query just sees the last `window` keys); a single new query of a

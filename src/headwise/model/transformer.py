@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from headwise.model.cache import KVCache, LayerCache
 from headwise.model.frontends import FRONT_ENDS
 from headwise.model.heads import OUTPUT_HEADS
-from headwise.model.kernels import attention
+from headwise.model.kernels import attention, split_qkv
 from headwise.spec import LayerShape, ModelSpec
 
 ACTIVATIONS = {
@@ -45,7 +45,8 @@ def make_norm(spec: ModelSpec) -> nn.Module:
 
 
 class Attention(nn.Module):
-    """All heads of a layer in one fused qkv projection and one SDPA call."""
+    """All heads of a layer in one fused qkv projection and one SDPA call (or, for a ``nystrom``
+    layer, the Nyström approximation of softmax attention, :mod:`headwise.model.nystrom`)."""
 
     def __init__(self, spec: ModelSpec, shape: LayerShape) -> None:
         super().__init__()
@@ -56,16 +57,35 @@ class Attention(nn.Module):
         self.window = spec.window if shape.attention == "local" else None
         self.scale = 1.0 if spec.score_scale == "none" else self.head_dim**-0.5
         self.dropout = spec.dropout
+        self.nystrom = shape.attention == "nystrom"
+        self.landmarks, self.pinv_iterations = spec.landmarks, spec.pinv_iterations
+        self.conv = None
+        if self.nystrom and spec.nystrom_conv:
+            from headwise.model.nystrom import NystromConv
+            self.conv = NystromConv(self.heads, spec.nystrom_conv)
 
-    def forward(self, x: Tensor, cache: LayerCache | None = None, queries: int | None = None) -> Tensor:
-        """The layer's output for ``x`` [B, T, d]; ``queries``: for the first this many positions only."""
+    def forward(self, x: Tensor, cache: LayerCache | None = None, queries: int | None = None,
+                key_mask: Tensor | None = None) -> Tensor:
+        """The layer's output for ``x`` [B, T, d]; ``queries``: for the first this many positions
+        only; ``key_mask`` [B, T]: False at padding, which no position attends to."""
         b, t, _ = x.shape
         qkv = self.qkv(x).view(b, t, 3, self.heads, self.head_dim)
-        y = attention(qkv, cache, self.causal, self.window, self.scale, self.dropout if self.training else 0.0,
-                      queries)
+        if self.nystrom:
+            y = self._nystrom(qkv, key_mask)[:, :, :queries]
+        else:
+            y = attention(qkv, cache, self.causal, self.window, self.scale, self.dropout if self.training else 0.0,
+                          queries, key_mask)
         # SDPA's output is laid out [B, T, heads, head_dim] in memory: unless the kernel padded the
         # heads, this reshape copies nothing
         return self.out(y.transpose(1, 2).reshape(b, y.shape[2], self.width))
+
+    def _nystrom(self, qkv: Tensor, key_mask: Tensor | None) -> Tensor:
+        from headwise.model.nystrom import nystrom_attention
+        q, k, v = split_qkv(qkv)
+        y = nystrom_attention(q, k, v, self.landmarks, self.scale, self.pinv_iterations, key_mask=key_mask)
+        if self.conv is not None:
+            y = y + self.conv(v if key_mask is None else v * key_mask[:, None, :, None].to(v.dtype))
+        return y
 
 
 class MLP(nn.Module):
@@ -93,14 +113,15 @@ class Block(nn.Module):
         self.mlp = MLP(spec, shape)
         self.drop = nn.Dropout(spec.dropout)
 
-    def forward(self, x: Tensor, cache: LayerCache | None = None, queries: int | None = None) -> Tensor:
+    def forward(self, x: Tensor, cache: LayerCache | None = None, queries: int | None = None,
+                key_mask: Tensor | None = None) -> Tensor:
         """The block's output for ``x`` [B, T, d]; ``queries``: for the first this many positions
-        only (their attention still reads every position)."""
+        only (their attention still reads every position); ``key_mask``: see :class:`Attention`."""
         kept = x if queries is None else x[:, :queries]
         if self.pre_norm:
-            x = kept + self.drop(self.attn(self.norm1(x), cache, queries))
+            x = kept + self.drop(self.attn(self.norm1(x), cache, queries, key_mask))
             return x + self.drop(self.mlp(self.norm2(x)))
-        x = self.norm1(kept + self.drop(self.attn(x, cache, queries)))
+        x = self.norm1(kept + self.drop(self.attn(x, cache, queries, key_mask)))
         return self.norm2(x + self.drop(self.mlp(x)))
 
 
@@ -148,16 +169,17 @@ class Transformer(nn.Module):
         """
         past = cache.length if cache is not None else 0
         x = self.drop(self.front_end.forward(self, inputs, past))
+        key_mask = self.front_end.key_mask(self, inputs)
         # A head that reads only the first positions (a ViT's class token) needs the last block's
         # queries, MLP and the final norm there alone: the same output for up to a 1 / n_layers
         # share less work. Only in training: evaluation and analysis look at every position.
         keep = self.output_head.positions_read(self.spec) if self.training and cache is None else None
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
-            x = block(x, cache.layers[i] if cache is not None else None, keep if i == last else None)
+            x = block(x, cache.layers[i] if cache is not None else None, keep if i == last else None, key_mask)
         if cache is not None:
             cache.length += x.shape[1]
-        return self.output_head.forward(self, self.norm_f(x), pad_vocab)
+        return self.output_head.forward(self, self.norm_f(x), pad_vocab, key_mask)
 
     def new_cache(self) -> KVCache:
         """An empty key/value cache for incremental decoding with this model."""

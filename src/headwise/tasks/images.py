@@ -5,11 +5,10 @@ and standard deviation; targets are int64 class ids ``[B]``; the model returns l
 ``[B, classes]`` (a ViT: ``inputs = "images"``, ``outputs = "classes"``). The trainer counts
 images (the task's unit), so ``train.epochs`` is passes over the training images.
 
-Training order: a permutation of the training images per epoch from ``default_rng([seed,
-epoch])``, each data-parallel rank reading its own share of every global batch (as language
-modelling does with blocks); augmentation (random crop after zero padding, horizontal flip)
-draws from a generator seeded by ``(seed, rank, position)``, so a resumed stream gives the same
-pixels. Evaluation reads the test split (or evenly spaced images of it), unaugmented.
+Training order: a :class:`~headwise.data.shuffled.ShuffledStream` over the training images
+(reshuffled every epoch, shared out among data-parallel ranks); augmentation (random crop after
+zero padding, horizontal flip) draws from the generator it seeds by ``(seed, rank, position)``,
+so a resumed stream gives the same pixels. Evaluation reads the test split (or evenly spaced images of it), unaugmented.
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ from torch import Tensor
 from headwise.config import Config
 from headwise.data.augment import normalize, random_crop_flip
 from headwise.data.image_cache import ImageCache, prepare_images
+from headwise.data.shuffled import ShuffledStream
 from headwise.errors import HeadwiseError
 from headwise.tasks.base import Batch, BatchStream, Task
 from headwise.tasks.family import TaskConfigBase, TaskFamily, register_family
@@ -48,60 +48,6 @@ def topk_accuracy(logits: Tensor, targets: Tensor, k: int) -> Tensor:
     """The share of rows whose target is among the ``k`` largest logits."""
     top = logits.topk(min(k, logits.shape[-1]), dim=-1).indices
     return (top == targets[:, None]).any(dim=-1).float().mean()
-
-
-class ImageStream(BatchStream):
-    """Endless seeded, augmented batches of training images for one data-parallel rank."""
-
-    def __init__(self, task: "ImageTask", micro_batch: int, seed: int, rank: int, world_size: int) -> None:
-        self.task, self.micro_batch, self.seed = task, micro_batch, seed
-        self.rank, self.world_size = rank, world_size
-        self.n = len(task.train_index)
-        self.position = 0
-        self._orders: dict[int, np.ndarray] = {}
-
-    @property
-    def epoch(self) -> float:
-        return self.position / self.n
-
-    def _order(self, epoch: int) -> np.ndarray:
-        if epoch not in self._orders:
-            # Keep at most the two epochs a batch can touch.
-            self._orders = {e: o for e, o in self._orders.items() if e >= epoch - 1}
-            self._orders[epoch] = np.random.default_rng([self.seed, epoch]).permutation(self.n)
-        return self._orders[epoch]
-
-    def indices(self, position: int) -> np.ndarray:
-        """The training images (indices into the cache's train split) this rank reads for the
-        step starting at global ``position``."""
-        positions = position + self.rank * self.micro_batch + np.arange(self.micro_batch)
-        epochs, offsets = np.divmod(positions, self.n)
-        picked = np.array([self._order(int(e))[o] for e, o in zip(epochs, offsets)], dtype=np.int64)
-        return self.task.train_index[picked]
-
-    def __next__(self) -> Batch:
-        index = self.indices(self.position)
-        generator = torch.Generator().manual_seed(hash_seed(self.seed, self.rank, self.position))
-        self.position += self.micro_batch * self.world_size
-        return self.task.batch("train", index, generator)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"kind": "images", "position": self.position, "seed": self.seed, "n_images": self.n}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("kind") != "images":
-            raise HeadwiseError(f"the saved data position is for a {state.get('kind')!r} stream, not an image one")
-        if state["n_images"] != self.n:
-            raise HeadwiseError(
-                f"the saved data position is for {state['n_images']} training images, but this data has {self.n}: "
-                "resume with the same data and train_examples"
-            )
-        self.seed, self.position, self._orders = int(state["seed"]), int(state["position"]), {}
-
-
-def hash_seed(*parts: int) -> int:
-    """One generator seed from several non-negative integers (numpy's seed sequence mixes them)."""
-    return int(np.random.default_rng(list(parts)).integers(2**63))
 
 
 class EvalImages(Sequence[Batch]):
@@ -167,9 +113,11 @@ class ImageTask(Task):
         return Batch(inputs=normalize(pixels, self.cache.mean, self.cache.std), targets=labels)
 
     def train_stream(self, micro_batch: int, seed: int, rank: int = 0, world_size: int = 1) -> BatchStream:
-        if micro_batch < 1 or not 0 <= rank < world_size:
-            raise HeadwiseError(f"micro_batch must be >= 1 and rank in 0..{world_size - 1} (got {micro_batch}, {rank})")
-        return ImageStream(self, micro_batch, seed, rank, world_size)
+        return ShuffledStream(len(self.train_index), self._train_batch, micro_batch, seed, rank, world_size,
+                              kind="images")
+
+    def _train_batch(self, picked: np.ndarray, generator: torch.Generator) -> Batch:
+        return self.batch("train", self.train_index[picked], generator)
 
     def eval_batches(self) -> Sequence[Batch]:
         return EvalImages(self, self.eval_index, self.eval_batch_size)

@@ -17,6 +17,7 @@ from pydantic import Field, create_model, model_validator
 
 from headwise.config import Config
 from headwise.errors import HeadwiseError
+from headwise.model.frontends import FRONT_ENDS
 from headwise.plans import Plan, Scheme, plan_heads
 from headwise.presets import preset_dict
 from headwise.spec import DEFAULT_OUTPUTS, ModelSpec
@@ -178,10 +179,13 @@ def resolve_spec(model: Any, task: TaskShape | Task, source: str = "config") -> 
             )
         fields["heads"] = list(plan.heads)
     spec = ModelSpec.parse(fields, source=where)
-    if spec.max_seq_len < task.seq_len:
+    # the positions the blocks see: the task's sequences, with a class token if the model has one
+    positions = FRONT_ENDS[spec.inputs].positions(spec, shape.seq_len)
+    if spec.max_seq_len < positions:
+        extra = " positions with the class token" if positions != shape.seq_len else ""
         raise HeadwiseError(
-            f"{where}: max_seq_len {spec.max_seq_len} is shorter than the task's sequences ({task.seq_len}); "
-            f"set model.max_seq_len >= {task.seq_len}"
+            f"{where}: max_seq_len {spec.max_seq_len} is shorter than the task's sequences ({positions}{extra}); "
+            f"set model.max_seq_len >= {positions}"
         )
     if shape.input_dim is not None and spec.d_model != shape.input_dim:
         raise HeadwiseError(
