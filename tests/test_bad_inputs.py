@@ -99,6 +99,14 @@ FILES = {
     # a ViT on the 8x8 images of `imgs` (made by `world`), 4 classes
     "img.toml": '[model]\npreset = "vit-tiny-28"\nd_model = 16\nn_layers = 1\nheads = [2]\n'
                 '[task]\nkind = "images"\nsource = "imgs"\n[train]\nsteps = 1\nmicro_batch = 4\n',
+    # a one-layer Nyströmformer on generated ListOps (its cache made by `world`)
+    "lra.toml": '[model]\nd_model = 16\nn_layers = 1\nheads = [2]\nhead_dim = 8\ncausal = false\n'
+                'attention = "nystrom"\nlandmarks = 8\npooling = "mean"\nmax_seq_len = 128\n'
+                '[task]\nkind = "lra"\ntask = "listops"\n'
+                '[task.listops]\nvariant = "short"\nn_train = 40\nn_val = 10\nn_test = 10\n'
+                '[train]\nsteps = 1\nmicro_batch = 4\n',
+    "lra_files.toml": '[model]\nd_model = 16\nn_layers = 1\nheads = [2]\ncausal = false\nmax_seq_len = 128\n'
+                      '[task]\nkind = "lra"\ntask = "listops"\nmax_length = 100\n[train]\nsteps = 1\n',
     "img_bad.toml": '[model]\npreset = "vit-tiny-28"\n[task]\nkind = "images"\nsource = "imgs-magic"\n'
                     '[train]\nsteps = 1\n',
 }
@@ -128,6 +136,21 @@ def write_image_sources(root: Path) -> None:
     write_cifar10(root / "imgs-label", label_names=("x", "y"), labels=[0, 1, 2, 1])
 
 
+def write_lra_sources(root: Path) -> None:
+    """The generated ListOps of `lra.toml` (its cache built) and damaged LRA files."""
+    from test_lra_data import IMDB, write_imdb_parquet, write_listops
+
+    from headwise.tasks.config import parse_task_config
+    from headwise.config import read_toml
+
+    parse_task_config(read_toml(root / "lra.toml")["task"]).cache(cache_dir=root / "cache")
+    bad = write_listops(root / "lo-bad")
+    (bad / "basic_train.tsv").write_text("Source\tTarget\n( [MAX 2 9 ]\t9\n[MIN 3 ]]\t3\n")
+    empty = write_listops(root / "lo-empty")
+    (empty / "basic_test.tsv").write_text("Source\tTarget\n")
+    write_imdb_parquet(root / "imdb-bad", {**IMDB, "train": [("fine", 1), ("odd", 2)]})
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> Path:
     """A folder with the files the cases read, an empty folder, one tiny trained run, and a copy
@@ -141,6 +164,7 @@ def world(tmp_path_factory) -> Path:
     shutil.copy(REPO / "configs" / "lm-tiny.toml", root / "lm.toml")
     (root / "empty").mkdir()
     write_image_sources(root)
+    write_lra_sources(root)
     old = Path.cwd()
     os.chdir(root)
     try:
@@ -215,7 +239,7 @@ CASES = [
     c("train-invalid-toml", "train", "bad.toml", "--out", "new-run", says="not valid TOML"),
     c("train-not-utf8", "train", "latin1.toml", "--out", "new-run", says="not UTF-8"),
     c("train-no-task", "train", "notask.toml", "--out", "new-run", says="task"),
-    c("train-unknown-task-kind", "train", "tk.toml", "--out", "new-run", says="unknown task kind 'translate'; use one of: images, lm, nearest"),
+    c("train-unknown-task-kind", "train", "tk.toml", "--out", "new-run", says="unknown task kind 'translate'; use one of: images, lm, lra, nearest"),
     c("train-empty-config", "train", "blank.toml", "--out", "new-run", says="missing required key 'model'"),
     c("train-model-not-table", "train", "model5.toml", "--out", "new-run", says=("model", "table")),
     c("train-resume-empty-dir", "train", "--resume", "--out", "empty", says="holds no run to resume"),
@@ -242,13 +266,24 @@ CASES = [
     train("task.source=imgs-label", config="img.toml", says="outside the 2 classes"),
     train("task.source=imgs-none", config="img.toml", says="not found"),
     train("task.image_size=0", config="img.toml", says="image_size"),
+    # Long Range Arena: the model against the data, and damaged LRA files
+    train("model.max_seq_len=50", config="lra.toml", says="max_seq_len 50 is shorter than the task's sequences (100)"),
+    train("model.pad_id=3", config="lra.toml", says="pad_id = 3, but the task's data has 0"),
+    train("model.causal=true", config="lra.toml", says="causal = false"),
+    train("model.nystrom_conv=4", config="lra.toml", says="odd"),
+    train("task.source=lo-bad", config="lra_files.toml", says="basic_train.tsv"),
+    train("task.source=lo-empty", config="lra_files.toml", says="test split is empty"),
+    train("task.task=text", "task.source=imdb-bad", config="lra_files.toml", says="label 2"),
+    train("task.source=lo-none", config="lra.toml", says="task.listops"),
+    train("task.task=retrieval", config="lra_files.toml", says="task.source"),
+    train("task.listops.variant=huge", config="lra.toml", says="variant"),
     c("data-prepare-image-config", "data", "prepare", "--config", "img_bad.toml", says="bad magic"),
     # --set overrides
     c("set-no-equals", "train", "nn.toml", "--out", "new-run", "--set", "optim.lr", says="key=value"),
     c("set-empty-key", "train", "nn.toml", "--out", "new-run", "--set", "=3", says="empty key"),
     c("set-into-value", "train", "nn.toml", "--out", "new-run", "--set", "model.d_model.x=1", says="not a section"),
     train("model.attention=[local,local]", says=("quote", "--set 'model.attention=[\"local\",\"local\"]'")),
-    train("model.attention=local", says=("valid list", "quote")),
+    train("model.attention=local", says="local attention layers need causal = true"),  # one kind: every layer
     train('optim.lr="abc', says="quote"),
     train("foo.bar=1", says=("unknown key 'foo'", "valid keys")),
     train("task=5", says=("task", "table")),

@@ -70,8 +70,8 @@ class ModelSpec(Config):
     mlp_hidden: int | list[int] | None = None
     mlp_ratio: float = Field(default=4.0, gt=0)
     activation: Activation = "gelu_new"
-    #: Per-layer attention layout; None: every layer global.
-    attention: list[AttentionKind] | None = None
+    #: Per-layer attention layout (one kind given alone: every layer); None: every layer global.
+    attention: list[AttentionKind] | AttentionKind | None = None
     window: int = Field(default=256, gt=0)
     causal: bool = True
     score_scale: Literal["none", "inv_sqrt"] = "none"
@@ -105,6 +105,9 @@ class ModelSpec(Config):
     @model_validator(mode="before")
     @classmethod
     def _vector_inputs(cls, data):
+        # `attention = "nystrom"`: that kind in every layer (a study varies depth with it set once)
+        if isinstance(data, dict) and isinstance(data.get("attention"), str) and isinstance(data.get("n_layers"), int):
+            data = {**data, "attention": [data["attention"]] * data["n_layers"]}
         # Either spelling selects a vector model; TOML cannot store None, so `inputs` is what
         # a saved spec keeps.
         if isinstance(data, dict):
@@ -131,6 +134,9 @@ class ModelSpec(Config):
             raise ValueError("local attention layers need causal = true (the window is defined for decoders)")
         if self.causal and "nystrom" in (self.attention or []):
             raise ValueError("nystrom attention layers are bidirectional: set causal = false")
+        if self.nystrom_conv is not None and self.nystrom_conv % 2 == 0:
+            raise ValueError(f"nystrom_conv = {self.nystrom_conv}: the convolution's kernel must be odd (it keeps "
+                             "the length)")
         if self.pad_id is not None and self.causal:
             raise ValueError("pad_id masks padding in bidirectional models: set causal = false or remove pad_id")
         if self.pad_id is not None and self.vocab_size is not None and self.pad_id >= self.vocab_size:

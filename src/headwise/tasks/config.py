@@ -27,9 +27,10 @@ from headwise.tasks.family import FAMILIES, TaskConfigBase
 # The built-in families: importing their modules registers them.
 from headwise.tasks.images import ImageTaskConfig
 from headwise.tasks.lm import LMTaskConfig
+from headwise.tasks.lra import LRATaskConfig
 from headwise.tasks.nearest import NearestTaskConfig
 
-__all__ = ["ImageTaskConfig", "LMTaskConfig", "NearestTaskConfig", "TaskConfig", "build_task", "parse_task_config"]
+__all__ = ["ImageTaskConfig", "LMTaskConfig", "LRATaskConfig", "NearestTaskConfig", "TaskConfig", "build_task", "parse_task_config"]
 
 
 def _task_kind(value: Any) -> str | None:

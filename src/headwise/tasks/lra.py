@@ -1,0 +1,243 @@
+"""Long Range Arena sequence classification: token sequences (or pairs of them) in, class logits out.
+
+The tasks (Tay et al., 2021, as Leaner Transformers runs them with Nyströmformers): ``listops``
+(generated here, :mod:`headwise.data.listops`), ``text`` (IMDb bytes), ``retrieval`` (pairs of
+AAN documents, bytes), ``image`` (CIFAR-10 as grayscale pixel tokens), ``pathfinder`` (32 x 32
+pixel tokens), and ``fashion-mnist`` (sequential Fashion-MNIST, 784 pixel tokens: the offline
+stand-in for ``image``). Token id 0 is padding everywhere (:mod:`headwise.data.lra`); every
+sequence is padded to ``max_length``, and the model (``pad_id = 0``, bidirectional) ignores the
+padding in attention and pooling. Targets are class ids ``[B]``; ``retrieval``'s inputs are
+``[B, 2, max_length]`` (the model's ``token_pairs`` front end), the others' ``[B, max_length]``.
+
+Training order is a :class:`~headwise.data.shuffled.ShuffledStream` over the training split;
+evaluation reads the test split (or evenly spaced examples of it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from pydantic import Field, model_validator
+from torch import Tensor
+
+from headwise.config import Config
+from headwise.data.listops import listops_config
+from headwise.data.sequence_cache import SequenceCache, prepare_sequences
+from headwise.data.shuffled import ShuffledStream
+from headwise.errors import HeadwiseError
+from headwise.tasks.base import Batch, BatchStream, Task, TaskShape
+from headwise.tasks.family import TaskConfigBase, TaskFamily, register_family
+from headwise.tasks.images import evenly_spaced, topk_accuracy
+
+PAD_ID = 0
+#: per task: default source, default max_length (per document for retrieval), vocabulary with
+#: padding, classes
+TASKS: dict[str, tuple[str | None, int, int, int]] = {
+    "listops": ("generate", 2000, 16, 10),
+    "text": ("stanfordnlp/imdb", 4000, 257, 2),
+    "retrieval": (None, 4000, 257, 2),
+    "image": ("uoft-cs/cifar10", 1024, 257, 10),
+    "pathfinder": (None, 1024, 257, 2),
+    "fashion-mnist": ("fashion-mnist", 784, 257, 10),
+}
+
+
+class SequenceTask(Task):
+    """Classification of cached token sequences, padded to ``max_length`` (see the module docstring)."""
+
+    inputs = "tokens"
+    outputs = "classes"
+    metric_names = ("accuracy",)
+
+    def __init__(self, cache: SequenceCache, max_length: int, *, train_examples: int | None = None,
+                 eval_examples: int | None = None, eval_batch_size: int = 32) -> None:
+        self.cache, self.max_length, self.eval_batch_size = cache, max_length, eval_batch_size
+        if cache.max_length > max_length:
+            raise HeadwiseError(f"the cached sequences reach {cache.max_length} tokens, more than max_length "
+                                f"{max_length}: prepare the data with max_length {max_length}")
+        self.pairs = cache.pairs
+        if self.pairs:  # retrieval: two documents per example
+            self.inputs, self.outputs = "token_pairs", "pair_classes"
+        self.train_index = evenly_spaced(cache.num_examples("train"), train_examples)
+        self.eval_index = evenly_spaced(cache.num_examples("test"), eval_examples)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.cache.vocab_size
+
+    @property
+    def seq_len(self) -> int:
+        """Every sequence is padded to ``max_length`` (per document for pairs)."""
+        return self.max_length
+
+    def spec_fields(self) -> dict[str, Any]:
+        """The class count and the padding id the model must mask."""
+        return {"num_classes": self.cache.num_classes, "pad_id": PAD_ID}
+
+    def batch(self, split: str, index: np.ndarray) -> Batch:
+        """Examples ``index`` of ``split``, padded with :data:`PAD_ID` to ``max_length``."""
+        shape = (len(index), 2, self.max_length) if self.pairs else (len(index), self.max_length)
+        tokens = np.full(shape, PAD_ID, dtype=np.int64)
+        for row, i in enumerate(index):
+            docs = self.cache.pair(split, int(i)) if self.pairs else (self.cache.sequence(split, int(i)),)
+            for j, doc in enumerate(docs):
+                target = tokens[row, j] if self.pairs else tokens[row]
+                target[:len(doc)] = doc
+        labels = np.asarray(self.cache.labels(split)[index], dtype=np.int64)
+        return Batch(inputs=torch.from_numpy(tokens), targets=torch.from_numpy(labels))
+
+    def train_stream(self, micro_batch: int, seed: int, rank: int = 0, world_size: int = 1) -> BatchStream:
+        return ShuffledStream(len(self.train_index), self._train_batch, micro_batch, seed, rank, world_size,
+                              kind="sequences")
+
+    def _train_batch(self, picked: np.ndarray, generator: torch.Generator) -> Batch:
+        return self.batch("train", self.train_index[picked])
+
+    def eval_batches(self) -> Sequence[Batch]:
+        size = self.eval_batch_size
+        return [self.batch("test", self.eval_index[i:i + size]) for i in range(0, len(self.eval_index), size)]
+
+    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        """Mean cross-entropy of class logits ``[B, classes]`` against class ids ``[B]`` (in fp32)."""
+        return F.cross_entropy(outputs.float(), targets)
+
+    def metrics(self, outputs: Tensor, batch: Batch) -> dict[str, Tensor]:
+        """``accuracy``: the share of examples whose largest logit is their class."""
+        return {"accuracy": topk_accuracy(outputs, batch.targets, 1)}
+
+    def tokens_per_epoch(self) -> int:
+        """Padded positions in one pass over the training examples."""
+        return len(self.train_index) * self.max_length
+
+    def describe(self) -> dict[str, Any]:
+        c = self.cache
+        lengths = c.lengths("train")
+        return {
+            "task": "lra",
+            "data": c.description,
+            "cache": str(c.path),
+            "classes": c.num_classes,
+            "vocab_size": c.vocab_size,
+            "max_length": self.max_length,
+            "pairs": self.pairs,
+            "train_examples": len(self.train_index),
+            "eval_examples": len(self.eval_index),
+            "mean_train_length": float(np.mean(lengths)) if len(lengths) else 0.0,
+            "chance_accuracy": 1 / c.num_classes,
+        }
+
+
+class ListOpsConfig(Config):
+    """``[task.listops]``: how ListOps is generated (see :mod:`headwise.data.listops`): a variant
+    (``standard``: LRA's 96k/2k/2k of 500-2000 tokens; ``short``: 20k/2k/2k of 20-100 tokens for
+    CPU studies) with any of its settings overridden."""
+
+    variant: Literal["standard", "short"] = "standard"
+    n_train: int | None = Field(default=None, gt=0)
+    n_val: int | None = Field(default=None, gt=0)
+    n_test: int | None = Field(default=None, gt=0)
+    #: kept when min_length < tokens < max_length
+    min_length: int | None = Field(default=None, ge=0)
+    max_length: int | None = Field(default=None, gt=1)
+    max_depth: int | None = Field(default=None, gt=0)
+    max_args: int | None = Field(default=None, ge=2)
+    seed: int | None = None
+
+    def request(self) -> dict[str, Any]:
+        """The variant and the settings given, as :func:`headwise.data.sequence_cache.prepare_sequences` takes them."""
+        return {k: v for k, v in self.to_dict().items() if v is not None}
+
+    def resolved(self) -> dict[str, int]:
+        """Every generator setting."""
+        overrides = self.request()
+        return listops_config(overrides.pop("variant"), **overrides)
+
+
+class LRATaskConfig(TaskConfigBase):
+    """``[task]`` of a Long Range Arena task::
+
+        [task]
+        kind = "lra"
+        task = "listops"            # listops, text, retrieval, image, pathfinder, fashion-mnist
+        max_length = 2000
+        listops = { variant = "standard" }
+    """
+
+    kind: Literal["lra"] = "lra"
+    task: Literal["listops", "text", "retrieval", "image", "pathfinder", "fashion-mnist"]
+    #: the data: "generate" (ListOps), a path, a name under $HEADWISE_DATA, or a hub dataset;
+    #: None: the task's default (retrieval and pathfinder have none: give the LRA release's files)
+    source: str | None = None
+    #: tokens per sequence (per document for retrieval), longer ones truncated; None: the task's
+    max_length: int | None = Field(default=None, gt=0)
+    listops: ListOpsConfig = ListOpsConfig()
+    train_examples: int | None = Field(default=None, gt=0)
+    eval_examples: int | None = Field(default=None, gt=0)
+    eval_batch_size: int = Field(default=32, gt=0)
+    cache_dir: str | None = None
+
+    @model_validator(mode="after")
+    def _listops_generated(self) -> "LRATaskConfig":
+        if "listops" in self.model_fields_set and (self.task != "listops" or self.source not in (None, "generate")):
+            raise ValueError("task.listops configures generated ListOps (task = 'listops', source = 'generate'): "
+                             "remove it for other data")
+        return self
+
+    @property
+    def length(self) -> int:
+        """The resolved ``max_length``."""
+        if self.max_length is not None:
+            return self.max_length
+        if self.task == "listops" and self.data_source == "generate":
+            return self.listops.resolved()["max_length"]
+        return TASKS[self.task][1]
+
+    @property
+    def data_source(self) -> str:
+        """The resolved source; a HeadwiseError when the task has no default."""
+        source = self.source or TASKS[self.task][0]
+        if source is None:
+            raise HeadwiseError(f"[task] task = {self.task!r} has no public default source: set task.source to the "
+                                "LRA release's files (see headwise.data.lra)")
+        return source
+
+    def dims(self) -> tuple[int | None, int, int | None]:
+        """The task's vocabulary (with padding), ``max_length``, no vector inputs."""
+        return TASKS[self.task][2], self.length, None
+
+    def shape(self) -> TaskShape:
+        """Token sequences, or pairs of them for retrieval, classified."""
+        vocab, seq_len, _ = self.dims()
+        pairs = self.task == "retrieval"
+        return TaskShape("token_pairs" if pairs else "tokens", "pair_classes" if pairs else "classes",
+                         vocab, seq_len, None, self.spec_fields())
+
+    def spec_fields(self) -> dict[str, Any]:
+        return {"num_classes": TASKS[self.task][3], "pad_id": PAD_ID}
+
+    def data_description(self) -> str:
+        return f"LRA {self.task} ({self.data_source}, up to {self.length} tokens)"
+
+    def prepare(self, progress: bool = False) -> None:
+        """Generate or read the data into the sequence cache (or check the cache already there)."""
+        self.cache(progress=progress)
+
+    def cache(self, cache_dir: str | Path | None = None, rebuild: bool = False, progress: bool = False) -> SequenceCache:
+        """The sequence cache of this table's data, built or reused."""
+        listops = self.listops.request() if self.task == "listops" and self.data_source == "generate" else None
+        return prepare_sequences(self.task, source=self.data_source, max_length=self.length, listops=listops,
+                                 cache_dir=cache_dir or self.cache_dir, rebuild=rebuild, progress=progress)
+
+    def build(self, cache_dir: str | Path | None = None, progress: bool = False) -> SequenceTask:
+        """The task on the sequence cache, which is prepared (or reused) first."""
+        return SequenceTask(self.cache(cache_dir, progress=progress), self.length,
+                            train_examples=self.train_examples, eval_examples=self.eval_examples,
+                            eval_batch_size=self.eval_batch_size)
+
+
+LRA_FAMILY = register_family(TaskFamily(kind="lra", config=LRATaskConfig, task=SequenceTask, report_layout="lra"))
