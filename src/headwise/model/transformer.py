@@ -84,7 +84,7 @@ class Attention(nn.Module):
         q, k, v = split_qkv(qkv)
         y = nystrom_attention(q, k, v, self.landmarks, self.scale, self.pinv_iterations, key_mask=key_mask)
         if self.conv is not None:
-            y = y + self.conv(v if key_mask is None else v * key_mask[:, None, :, None].to(v.dtype))
+            y = y + self.conv(v, key_mask)
         return y
 
 
