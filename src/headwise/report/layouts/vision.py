@@ -27,9 +27,11 @@ from headwise.config import Config
 from headwise.errors import HeadwiseError
 from headwise.presets import preset_dict
 from headwise.report import stats
+from headwise.report.accuracy import acc_cell, draw_accuracy, noise_summary, noise_table, verdict
+from headwise.report.accuracy import accuracy_values as _metric
+from headwise.report.accuracy import statuses as _statuses
 from headwise.report.data import VariantRuns
-from headwise.report.document import (LABEL_SIDES, Document, fixed_ticks, fmt, fmt_p, fmt_params, new_figure,
-                                      plural)
+from headwise.report.document import Document, fixed_ticks, fmt, fmt_p, fmt_params, new_figure, plural
 from headwise.report.registry import Layout, LayoutOptions, register_layout
 from headwise.report.sections import ALPHA
 
@@ -64,12 +66,6 @@ class VisionOptions(LayoutOptions):
     paper: VisionReference | None = None
 
 
-def _metric(v: VariantRuns, key: str) -> list[float]:
-    """A metric of the completed runs, in %."""
-    vals = [r.summary.eval_metrics.get(key) for r in v.done if r.summary is not None]
-    return [100.0 * float(x) for x in vals if isinstance(x, (int, float)) and math.isfinite(x)]
-
-
 def _model(v: VariantRuns) -> dict[str, Any]:
     """The variant's model table, over its preset's fields."""
     model = v.info.config.get("model", {}) if v.info else {}
@@ -89,17 +85,6 @@ def mlp_hidden(v: VariantRuns) -> int | None:
         return hidden
     d_model = v.d_model or m.get("d_model")
     return int(round(float(m.get("mlp_ratio", 4.0)) * d_model)) if d_model else None
-
-
-def _statuses(v: VariantRuns) -> str:
-    return ", ".join(f"{n} {s}" for s, n in Counter(r.status.value for r in v.runs).items())
-
-
-def acc_cell(s: stats.SeedStats) -> str:
-    """A mean accuracy (%) with its seed spread."""
-    if s.n == 0:
-        return "–"
-    return f"{s.mean:.2f}" if s.n == 1 else f"{s.mean:.2f} ± {s.std:.2f} (n={s.n})"
 
 
 @register_layout
@@ -233,15 +218,7 @@ class VisionLayout(Layout):
 
     def _draw(self, ax: Any, vs: list[VariantRuns], x: list[float], color: str, label: str | None, side: int,
               rows: list[dict[str, Any]]) -> None:
-        seeds = any(self.top1[v.name].n > 1 for v in vs)
-        y = [self.acc(v) for v in vs]
-        yerr = [self.top1[v.name].std if self.top1[v.name].n > 1 else 0.0 for v in vs] if seeds else None
-        ax.errorbar(x, y, yerr=yerr, marker="o", color=color, capsize=3, label=label)
-        dx, dy, ha = LABEL_SIDES[side % len(LABEL_SIDES)]
-        for v, xi, yi in zip(vs, x, y):
-            ax.annotate(fmt_params(v.params), (xi, yi), textcoords="offset points", xytext=(dx, dy), ha=ha,
-                        fontsize=7, color=color)
-            rows.append(self._point(v))
+        draw_accuracy(ax, vs, x, self.top1, color, label, side, rows, self._point)
 
     def _baseline_line(self, ax: Any) -> None:
         if self.base is not None and self.top1[self.base.name].n:
@@ -320,24 +297,9 @@ class VisionLayout(Layout):
                 f"Each variant's top-1 against `{base.name}`, in points (positive = more accurate), with Welch's "
                 "unequal-variance t-test across seeds (two-sided) and Holm's correction over the "
                 f"{len(comps)} comparisons; distinguishable means Holm-adjusted p < {ALPHA}.")
-        rows = []
-        for c in comps:
-            verdict = ("no claim (needs >= 2 seeds each)" if not c.testable else
-                       "distinguishable from seed noise" if c.p_holm < ALPHA else "within seed noise")
-            rows.append([f"`{c.name}`", acc_cell(self.top1[c.name]), f"{c.difference:+.2f}", fmt(c.t, 2),
-                         fmt_p(c.p), fmt_p(c.p_holm), verdict])
-        doc.table(["variant", "top-1 %", "vs baseline (points)", "Welch t", "p", "p (Holm)", "verdict"], rows)
-        if not any(c.testable for c in comps):
-            text = ("Each configuration was trained with one seed, so noise cannot be judged: no difference can be "
-                    "called real or within noise; rerun with `--seeds 3` (or more) to test them.")
-            doc.add(f"**{text}**")
-            return [text]
-        within = [f"`{c.name}`" for c in comps if c.testable and c.p_holm >= ALPHA]
-        sig = [f"`{c.name}`" for c in comps if c.testable and c.p_holm < ALPHA]
-        text = (f"With {self.study.record.seeds} seeds, {len(sig)} of {len(comps)} differences from the baseline "
-                "are distinguishable from seed noise" + (f" ({', '.join(sig)})" if sig else "")
-                + (f"; within noise: {', '.join(within)}" if within else "") + ".")
-        doc.add(text)
+        noise_table(doc, comps, self.top1)
+        text, testable = noise_summary(comps, self.study.record.seeds)
+        doc.add(text if testable else f"**{text}**")
         return [text]
 
     def _conditioning_training(self, doc: Document) -> list[str]:
@@ -398,11 +360,7 @@ class VisionLayout(Layout):
                 return f"within noise ({ps})"
             real = (holds and heads.p_holm < ALPHA) or (c.p_holm >= ALPHA and heads.p_holm < ALPHA)
             return ("reproduced" if real else "not reproduced") + f" ({ps})"
-        if c is None or not c.testable:
-            return ("reproduced" if holds else "not reproduced") + " (one seed: noise cannot be judged)"
-        if c.p_holm >= ALPHA:
-            return f"within noise (Welch p = {fmt_p(c.p_holm)}, Holm-corrected)"
-        return ("reproduced" if holds else "not reproduced") + f" (Welch p = {fmt_p(c.p_holm)}, Holm-corrected)"
+        return verdict(c, holds)
 
     def _verdicts(self) -> list[str]:
         parts: list[tuple[str, Any]] = []  # (text, test), verdicts filled after Holm's correction
