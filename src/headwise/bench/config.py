@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SECTIONS: tuple[str, ...] = ("hf", "penalty", "mfu", "bf16", "generate", "tokenize", "vision", "gpu")
+SECTIONS: tuple[str, ...] = ("hf", "penalty", "mfu", "bf16", "generate", "tokenize", "vision", "nystrom", "gpu")
 SECTION_HELP = {
     "hf": "training tokens/s vs transformers' GPTNeoForCausalLM (eager attention)",
     "penalty": "tokens/s of every plan of the blog's grid relative to 4 x 12 heads",
@@ -13,6 +13,8 @@ SECTION_HELP = {
     "generate": "generation tokens/s with and without the KV cache",
     "tokenize": "GPT-Neo tokenization tokens/s (headwise.bench.tokenize)",
     "vision": "ViT training images/s vs transformers' ViTForImageClassification (SDPA) at 3 and 12 heads",
+    "nystrom": "one Nystrom attention layer, forward + backward tokens/s at 1k-4k tokens, vs softmax attention "
+               "and transformers' NystromformerSelfAttention",
     "gpu": "the training sections at bf16 with peak memory, when CUDA is available",
 }
 
@@ -57,6 +59,20 @@ class BenchConfig:
     vision_rounds: int = 5
     vision_warmup: int = 1
     vision_idle_wait: float = 5.0
+    # nystrom: one attention layer (qkv projection, attention, output projection), d 64, 2 heads of
+    # width 32, 64 landmarks, no conv, forward + backward on B x T random inputs, at each length;
+    # a sample is as many passes as take ~nystrom_sample_s; ~30-60 s in all
+    nystrom_seq_lens: tuple[int, ...] = (1024, 2048, 4096)
+    nystrom_d_model: int = 64
+    nystrom_heads: int = 2
+    nystrom_landmarks: int = 64
+    nystrom_pinv_iterations: int = 6
+    nystrom_batch: int = 1
+    nystrom_sample_s: float = 0.1
+    nystrom_rounds: int = 11
+    nystrom_warmup: int = 2
+    nystrom_idle_wait: float = 1.0
+    nystrom_softmax_target_from: int = 2048  # Nystrom must beat softmax attention from this length on
     seed: int = 0
     quick: bool = False
 
@@ -64,7 +80,8 @@ class BenchConfig:
     def quick_config(cls) -> BenchConfig:
         """Vocabulary 8192, 512 tokens per step, three rounds, 100 generated tokens."""
         return cls(vocab_size=8192, tokens_per_step=512, rounds=3, gen_new_tokens=100, gen_rounds=1,
-                   tokenize_repeats=1, vision_rounds=3, gpu_rounds=3, gpu_warmup=1, idle_wait=5.0, quick=True)
+                   tokenize_repeats=1, vision_rounds=3, nystrom_rounds=3, nystrom_warmup=1,
+                   nystrom_sample_s=0.03, gpu_rounds=3, gpu_warmup=1, idle_wait=5.0, quick=True)
 
     def batch(self, seq_len: int, tokens_per_step: int | None = None) -> int:
         """Sequences per step at ``seq_len`` (at least one)."""

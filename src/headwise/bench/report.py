@@ -90,6 +90,16 @@ def evaluate_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         pen = comp["penalty"]
         targets.append(_target(f"ViT head-count penalty: headwise {pen['plan']} / {pen['baseline'].split()[-1]}",
                                ">= 0.9x", pen["ratio"], pen["ratio"] >= 0.9, _shown(pen)))
+    nys = result.get("nystrom")
+    if nys is not None:
+        for row in nys["comparisons"]:
+            t, hf, soft = row["seq_len"], row["vs_hf"], row["vs_softmax"]
+            targets.append(_target(f"Nyström layer vs HF NystromformerSelfAttention, fwd+bwd tokens/s, T={t}: "
+                                   f"headwise / HF", ">= 1.0x", hf["ratio"], hf["ratio"] >= 1.0, _shown(hf)))
+            if t >= nys["softmax_target_from"]:
+                targets.append(_target(f"Nyström layer vs softmax attention (SDPA), fwd+bwd tokens/s, T={t}: "
+                                       f"nystrom / softmax", "> 1.0x", soft["ratio"], soft["ratio"] > 1.0,
+                                       _shown(soft)))
     gpu = {s["seq_len"]: s for s in result.get("training", []) if s["device"].startswith("cuda")}
     if gpu:
         s = gpu[max(gpu)]
@@ -171,6 +181,8 @@ def render_markdown(result: dict[str, Any]) -> str:
                   f"{gen['speedup']['ratio']:.1f}x | {gen['greedy_tokens_agree']} / {gen['new_tokens']} |", ""]
     if result.get("vision") is not None:
         lines += _vision_table(result["vision"])
+    if result.get("nystrom") is not None:
+        lines += _nystrom_table(result["nystrom"])
     tok = result.get("tokenize")
     if tok is not None:
         lines += ["## Tokenization (GPT-Neo, headwise.bench.tokenize)", ""]
@@ -265,6 +277,29 @@ def _vision_table(v: dict[str, Any]) -> list[str]:
     if hf_pen:
         lines += ["", f"HF's own head-count ratio, {hf_pen['plan']} / {hf_pen['baseline'].split()[-1]}: "
                       f"{_ratio(hf_pen)}."]
+    lines.append("")
+    return lines
+
+
+def _nystrom_table(n: dict[str, Any]) -> list[str]:
+    comp = {r["seq_len"]: r for r in n["comparisons"]}
+    cases = n["cases"]
+    lines = [f"## Nyström attention layer, forward + backward ({n['device']}, {n['precision']}, B={n['batch']})", "",
+             f"One layer: qkv projection, attention, output projection (with biases); d_model {n['d_model']}, "
+             f"{n['heads']} heads of width {n['head_dim']}, {n['landmarks']} landmarks, {n['pinv_iterations']} "
+             "pseudo-inverse iterations (per-head start), no conv. Softmax = the same headwise module with "
+             "attention = global (SDPA), same weights; HF = transformers NystromformerSelfAttention (conv off) + "
+             "Linear, a copy of the weights. A sample is several passes (forward, backward to the input and the "
+             f"weights); waited {n.get('idle_wait_s', 0):.0f} s in all for the machine to go quiet before rounds.", "",
+             "| T | quiet | headwise nyström tok/s | softmax tok/s | HF nyström tok/s | nyström / HF | "
+             "nyström / softmax | max abs diff vs HF |",
+             "|---|---|---|---|---|---|---|---|"]
+    for t in n["seq_lens"]:
+        ours, soft, hf = (cases[f"{impl} T={t}"] for impl in ("headwise nystrom", "headwise softmax", "hf nystrom"))
+        lines.append(f"| {t} | {_quiet(ours)} | {_num(ours['tokens_per_s_median'])} | "
+                     f"{_num(soft['tokens_per_s_median'])} | {_num(hf['tokens_per_s_median'])} | "
+                     f"{_ratio(comp[t]['vs_hf'])} | {_ratio(comp[t]['vs_softmax'])} | "
+                     f"{n['max_abs_diff'][str(t)]['hf']:.1e} |")
     lines.append("")
     return lines
 

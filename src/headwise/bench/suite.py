@@ -1,7 +1,8 @@
 """The benchmark suite: training throughput against Hugging Face GPT-Neo, the head-count penalty,
 MFU, bf16 (:mod:`headwise.bench.training`), generation with and without the KV cache,
-tokenization (:mod:`headwise.bench.tokenize`) and ViT training against Hugging Face's ViT
-(:mod:`headwise.bench.vision`), run section by section into one result document.
+tokenization (:mod:`headwise.bench.tokenize`), ViT training against Hugging Face's ViT
+(:mod:`headwise.bench.vision`) and a Nyström attention layer against softmax attention and Hugging
+Face's (:mod:`headwise.bench.nystrom`), run section by section into one result document.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from headwise.bench.core import (
     quiet_mask,
     ratio_stats,
 )
+from headwise.bench.nystrom import bench_nystrom
 from headwise.bench.tokenize import bench_tokenize
 from headwise.bench.training import bench_training
 from headwise.bench.vision import bench_vision
@@ -147,6 +149,9 @@ def run_bench(cfg: BenchConfig, sections: set[str] | None = None,
     if "vision" in sections:
         result["vision"] = bench_vision(cfg, cpu, say)
         result["load"]["after vision"] = load_snapshot()
+    if "nystrom" in sections:
+        result["nystrom"] = bench_nystrom(cfg, cpu, say)
+        result["load"]["after nystrom"] = load_snapshot()
     if "gpu" in sections and has_cuda:
         _run_gpu(cfg, sections, result, say)
     elif "gpu" in sections:
