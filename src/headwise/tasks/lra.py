@@ -183,7 +183,8 @@ class LRATaskConfig(TaskConfigBase):
 
     @model_validator(mode="after")
     def _listops_generated(self) -> "LRATaskConfig":
-        if "listops" in self.model_fields_set and (self.task != "listops" or self.source not in (None, "generate")):
+        # (a resolved config writes the default table back: only settings given count)
+        if self.listops != ListOpsConfig() and (self.task != "listops" or self.source not in (None, "generate")):
             raise ValueError("task.listops configures generated ListOps (task = 'listops', source = 'generate'): "
                              "remove it for other data")
         return self
