@@ -262,3 +262,23 @@ def test_lra_dry_run_needs_no_data(monkeypatch, capsys):
     report_spec = load_study("lra", preset="tiny").config.report
     assert report_spec.kind == "lra" and report_spec.options.paper.table == "Table 3"
     assert len(report_spec.options.paper.rows) == 10
+
+
+def test_without_paper_and_a_wider_table_shape(tmp_path):
+    """No [report.paper]: no quoted columns or claim; a shape with more parameters than the reference is
+    'better but with more parameters', which does not reproduce the claim."""
+    import tomllib
+
+    out = tmp_path / "nopaper"
+    fill(out, 1, heads_help)
+    path = out / "study.toml"
+    data = tomllib.loads(path.read_text())
+    data["definition"]["report"] = {"kind": "lra", "table": ["l2-h2", "l1-h8"]}
+    path.write_text(tomli_w.dumps(data))
+    text = report(out)
+    assert "Table 3 top-1 %" not in text and "The paper's claim" not in text and "did not run" not in text
+    f = findings(text)
+    assert ("listops, `listops-l1-h8` (1 layer, 8 heads) against the reference `listops-l2-h2`: 37.50% vs 32.00% "
+            f"(+5.50 points) with {pct(params('listops', 1, 8), params('listops', 2, 2))} parameters; better but "
+            "with more parameters: not reproduced (one seed: noise cannot be judged).") in f
+    assert "(1 layer, 4 heads)" not in f
