@@ -23,7 +23,6 @@ from headwise.report.probes import COND_SEQUENCES, Probes
 from headwise.report.registry import Layout
 from headwise.report.spec import ReportSpec
 from headwise.study.layout import RESULTS_CSV
-from headwise.tasks.config import NearestTaskConfig
 
 #: Significance level of the Holm-corrected Welch tests.
 ALPHA = 0.05
@@ -60,20 +59,7 @@ def _describe_setup(run: RunRecord) -> str:
     """One line on the task, model size and training of a run."""
     s = run.summary
     assert s is not None  # a completed run has its summary
-    task = run.task
-    if isinstance(task, NearestTaskConfig):
-        what = f"nearest-neighbour task, d = {task.dim}, N = {task.n_points} points ({task.variant})"
-    elif task is not None and getattr(task, "kind", None) == "images":
-        t = s.task
-        what = (f"image classification on {t.get('data') or getattr(task, 'source', '?')}, {t.get('classes', '?')} "
-                f"classes at {t.get('image_size', '?')} px, {t.get('train_images', '?')} training images, "
-                f"{t.get('eval_images', '?')} eval images")
-    elif task is not None:
-        what = (f"language modelling on {Path(str(task.source)).name}, tokenizer {task.tokenizer}, "
-                f"{s.task.get('tokens_per_epoch', '?')} training tokens, sequences of {task.block_size}, "
-                f"{s.task.get('eval_tokens', '?')} eval tokens")
-    else:
-        what = "an unreadable task config"
+    what = run.task.setup_line(s.task) if run.task is not None else "an unreadable task config"
     d_model = s.d_model or run.config.get("model", {}).get("d_model")
     return (f"{what}; d_model {d_model}; {s.steps} steps of {s.tokens_per_step} {s.unit} ({s.tokens} in all), "
             f"AdamW lr {run.lr}, {s.precision} on {s.device}")

@@ -58,6 +58,11 @@ class TaskConfigBase(Config):
         count) is checked against the built task."""
         return {}
 
+    def setup_line(self, facts: dict[str, Any]) -> str:
+        """The task in a few words for a report's set-up line, given the facts a run recorded
+        (:meth:`~headwise.tasks.base.Task.describe`, kept in its summary)."""
+        return f"{self.kind} task ({facts.get('data') or self.data_description() or 'generated data'})"
+
     def data_description(self) -> str | None:
         """What :meth:`prepare` makes ready, in a few words; None when the task makes its data
         on the fly and there is nothing to prepare."""

@@ -202,6 +202,11 @@ class ImageTaskConfig(TaskConfigBase):
         fields = {"image_size": self.image_size, "channels": self.channels, "num_classes": self.num_classes}
         return {k: v for k, v in fields.items() if v is not None}
 
+    def setup_line(self, facts: dict[str, Any]) -> str:
+        return (f"image classification on {facts.get('data') or self.source}, {facts.get('classes', '?')} classes at "
+                f"{facts.get('image_size', '?')} px, {facts.get('train_images', '?')} training images, "
+                f"{facts.get('eval_images', '?')} eval images")
+
     def data_description(self) -> str:
         return f"{self.source} images" + (f" at {self.image_size} px" if self.image_size else "")
 

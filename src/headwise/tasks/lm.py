@@ -125,6 +125,11 @@ class LMTaskConfig(DataConfig, TaskConfigBase):
     def data_description(self) -> str:
         return f"{self.source} ({self.tokenizer})"
 
+    def setup_line(self, facts: dict[str, Any]) -> str:
+        return (f"language modelling on {Path(str(self.source)).name}, tokenizer {self.tokenizer}, "
+                f"{facts.get('tokens_per_epoch', '?')} training tokens, sequences of {self.block_size}, "
+                f"{facts.get('eval_tokens', '?')} eval tokens")
+
     def prepare(self, progress: bool = False) -> None:
         """Tokenize the data into the token cache (or check the cache already there)."""
         prepare(self, progress=progress)

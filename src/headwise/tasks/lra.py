@@ -221,6 +221,12 @@ class LRATaskConfig(TaskConfigBase):
     def spec_fields(self) -> dict[str, Any]:
         return {"num_classes": TASKS[self.task][3], "pad_id": PAD_ID}
 
+    def setup_line(self, facts: dict[str, Any]) -> str:
+        return (f"LRA {self.task} on {facts.get('data') or self.source}, {facts.get('classes', '?')} classes, "
+                f"sequences padded to {self.length} tokens (mean training length "
+                f"{facts.get('mean_train_length', float('nan')):.0f}), {facts.get('train_examples', '?')} training "
+                f"and {facts.get('eval_examples', '?')} eval examples")
+
     def data_description(self) -> str:
         return f"LRA {self.task} ({self.data_source}, up to {self.length} tokens)"
 

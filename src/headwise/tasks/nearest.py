@@ -238,6 +238,9 @@ class NearestTaskConfig(TaskConfigBase):
         queries = (self.n_queries or self.n_points) if query else 0
         return None, self.n_points + queries, self.dim + (1 if query else 0)
 
+    def setup_line(self, facts: dict[str, Any]) -> str:
+        return f"nearest-neighbour task, d = {self.dim}, N = {self.n_points} points ({self.variant})"
+
     def build(self, cache_dir: str | Path | None = None, progress: bool = False) -> NearestNeighbourTask:
         """The task; its samples are drawn on the fly, so there is no data to prepare."""
         return NearestNeighbourTask(dim=self.dim, n_points=self.n_points, variant=self.variant,
