@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter, defaultdict
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
