@@ -1,0 +1,183 @@
+"""Long Range Arena pixel-sequence tasks: images read into sequences of pixel tokens.
+
+The readers behind :func:`headwise.data.lra.load_lra` for its image tasks, built on that module's
+types and helpers (ids: pixel + 1, 0 reserved for padding, vocab 257):
+
+- ``image``: CIFAR-10 in grayscale, 1024 pixel tokens row by row, id = pixel + 1 (vocab 257), 10
+  classes. Read with :func:`headwise.data.image_formats.read_images` (torchvision's pickles, the hub
+  parquet layout, or ``uoft-cs/cifar10``); grayscale is Pillow's ``L`` (ITU-R 601-2 luma, rounded):
+  ``(19595 R + 38470 G + 7471 B + 32768) >> 16``.
+- ``pathfinder``: 32x32 grayscale images, 1024 pixel tokens, id = pixel + 1, 2 classes. Source the
+  LRA release layout ``pathfinder32/<difficulty>/{imgs/<k>/sample_<i>.png, metadata/<k>.npy}``
+  (the source may name ``pathfinder32``, whose ``curv_baseline`` is taken, or a difficulty
+  folder): each metadata file, despite its name, is text with one image a line, space-separated
+  fields ``<folder> <file> <...> <label> ...`` (folder relative to the difficulty folder, label the
+  fourth field); a real ``.npy`` of such rows is read too. Files are taken in numeric order and
+  their rows split 80% / 10% / 10% into train / val / test in that order. Otherwise the source is
+  any image source :func:`read_images` reads (a hub dataset with ``image`` and ``label``).
+- ``fashion-mnist``: the offline stand-in for ``image``, Fashion-MNIST's 28x28 pixels as 784
+  tokens, id = pixel + 1, 10 classes, from ``$HEADWISE_DATA/fashion-mnist``.
+
+Sources without a validation split (CIFAR-10, Fashion-MNIST, hub images) have one carved from
+training (:func:`headwise.data.lra.carve_val`). Bad input fails with one HeadwiseError line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from headwise.data.lra import (
+    NUM_CLASSES, PATHFINDER_DIFFICULTY, PATHFINDER_FRACTIONS, LRAData, SequenceSplit, _carve_note, _data, _local,
+    carve_val,
+)
+from headwise.data.sources import _first_line
+from headwise.errors import HeadwiseError
+
+
+# --- images ------------------------------------------------------------------------------------
+
+
+def grayscale(images: np.ndarray) -> np.ndarray:
+    """uint8 ``[N, H, W]`` from ``[N, H, W, C]``: C = 1 as is, RGB by Pillow's ``L`` conversion."""
+    if images.shape[-1] == 1:
+        return images[..., 0]
+    rgb = images.astype(np.uint32)
+    return ((rgb[..., 0] * 19595 + rgb[..., 1] * 38470 + rgb[..., 2] * 7471 + 0x8000) >> 16).astype(np.uint8)
+
+
+def pixel_split(gray: np.ndarray, labels: np.ndarray) -> SequenceSplit:
+    """Images ``[N, H, W]`` as sequences of ``H * W`` pixel ids (pixel + 1)."""
+    n = len(gray)
+    length = int(np.prod(gray.shape[1:]))
+    tokens = gray.reshape(-1).astype(np.uint16) + 1
+    return SequenceSplit(tokens, np.arange(n + 1, dtype=np.int64) * length, np.asarray(labels, dtype=np.int64))
+
+
+def _image_data(task: str, source: str, max_length: int | None, val_fraction: float, seed: int,
+                say: Callable[[str], None], what: str) -> LRAData:
+    from headwise.data.image_formats import read_images
+
+    say(f"decoding {source}")
+    data = read_images(source)
+    if len(data.class_names) > NUM_CLASSES[task]:
+        raise HeadwiseError(
+            f"{data.description} has {len(data.class_names)} classes, {task} has {NUM_CLASSES[task]}: check the source"
+        )
+    length = int(np.prod(data.train.images.shape[1:3]))
+    limit = max_length if max_length is not None else length
+    if length > limit:
+        raise HeadwiseError(f"{data.description}: images are {length:,} pixels, over max_length {limit:,}; raise max_length")
+    train = pixel_split(grayscale(data.train.images), data.train.labels)
+    test = pixel_split(grayscale(data.test.images), data.test.labels)
+    train, val = carve_val(train, val_fraction, seed, data.description)
+    desc = f"{what} from {data.description}"
+    return _data(task, {"train": train, "val": val, "test": test}, limit, desc,
+                 [_carve_note(val_fraction, seed, len(val))])
+
+
+def _image(source: str, max_length: int | None, _cfg: Any, val_fraction: float, seed: int,
+           say: Callable[[str], None]) -> LRAData:
+    return _image_data("image", source, max_length, val_fraction, seed, say, "grayscale pixels (Pillow L)")
+
+
+def _fashion(source: str, max_length: int | None, _cfg: Any, val_fraction: float, seed: int,
+             say: Callable[[str], None]) -> LRAData:
+    return _image_data("fashion-mnist", source, max_length, val_fraction, seed, say, "sequential pixels")
+
+
+def _pathfinder(source: str, max_length: int | None, _cfg: Any, val_fraction: float, seed: int,
+                say: Callable[[str], None]) -> LRAData:
+    path = _local(source, "Pathfinder", "the LRA release's pathfinder32 folder (or one difficulty folder with "
+                  "imgs/ and metadata/), an image folder, or a hub dataset with image and label", True)
+    if path is not None and path.is_dir():
+        folder = _pathfinder_folder(path)
+        if folder is not None:
+            return _pathfinder_lra(folder, max_length, say)
+    return _image_data("pathfinder", source, max_length, val_fraction, seed, say, "Pathfinder pixels")
+
+
+def _pathfinder_folder(path: Path) -> Path | None:
+    for candidate in (path, path / PATHFINDER_DIFFICULTY, path / "pathfinder32" / PATHFINDER_DIFFICULTY):
+        if (candidate / "metadata").is_dir():
+            return candidate
+    return None
+
+
+def _metadata_key(p: Path) -> tuple[int, Any]:
+    return (0, int(p.stem)) if p.stem.isdigit() else (1, p.stem)
+
+
+def read_pathfinder_metadata(path: Path) -> list[tuple[str, int]]:
+    """``(image path relative to the difficulty folder, label)`` for each row of a metadata file."""
+    data = path.read_bytes()
+    rows: list[list[str]]
+    if data.startswith(b"\x93NUMPY"):
+        try:
+            import io
+
+            array = np.load(io.BytesIO(data), allow_pickle=False)
+        except Exception as exc:
+            raise HeadwiseError(f"Pathfinder metadata {path} is not a readable .npy: {_first_line(exc)}") from None
+        rows = [r.split() if isinstance(r, str) else [str(x) for x in r] for r in array.tolist()]
+    else:
+        try:
+            rows = [line.split() for line in data.decode("utf-8").splitlines() if line.strip()]
+        except UnicodeDecodeError:
+            raise HeadwiseError(f"Pathfinder metadata {path} is neither text nor a .npy") from None
+    out = []
+    for i, fields in enumerate(rows, start=1):
+        if len(fields) < 4:
+            raise HeadwiseError(
+                f"Pathfinder metadata {path} row {i}: {len(fields)} fields, expected at least 4 (folder, file, ..., label)"
+            )
+        try:
+            label = int(float(fields[3]))
+        except ValueError:
+            raise HeadwiseError(f"Pathfinder metadata {path} row {i}: the label {fields[3][:20]!r} is not a number") from None
+        if label not in (0, 1):
+            raise HeadwiseError(f"Pathfinder metadata {path} row {i}: label {label} is outside the 2 classes (0, 1)")
+        out.append((f"{fields[0]}/{fields[1]}", label))
+    return out
+
+
+def _pathfinder_lra(folder: Path, max_length: int | None, say: Callable[[str], None]) -> LRAData:
+    from PIL import Image, UnidentifiedImageError
+
+    metas = sorted((p for p in (folder / "metadata").iterdir() if p.is_file() and not p.name.startswith(".")),
+                   key=_metadata_key)
+    rows = [row for m in metas for row in read_pathfinder_metadata(m)]
+    if not rows:
+        raise HeadwiseError(f"Pathfinder folder {folder}: metadata/ lists no images; check the source")
+    shape = None
+    pixels = []
+    for i, (rel, _) in enumerate(rows):
+        if i % 5000 == 0:
+            say(f"decoding Pathfinder images: {i:,} of {len(rows):,}")
+        file = folder / rel
+        try:
+            with Image.open(file) as img:
+                a = np.asarray(img.convert("L"))
+        except FileNotFoundError:
+            raise HeadwiseError(f"Pathfinder image {file} (listed in metadata) does not exist") from None
+        except (UnidentifiedImageError, OSError) as exc:
+            raise HeadwiseError(f"Pathfinder image {file} is not a readable image: {_first_line(exc)}") from None
+        if shape is None:
+            shape = a.shape
+        elif a.shape != shape:
+            raise HeadwiseError(f"Pathfinder image {file} is {a.shape[0]}x{a.shape[1]}, the first was {shape[0]}x{shape[1]}")
+        pixels.append(a)
+    assert shape is not None
+    limit = max_length if max_length is not None else shape[0] * shape[1]
+    if shape[0] * shape[1] > limit:
+        raise HeadwiseError(f"Pathfinder images in {folder} are {shape[0] * shape[1]:,} pixels, over max_length {limit:,}")
+    all_split = pixel_split(np.stack(pixels), np.array([label for _, label in rows], dtype=np.int64))
+    n = len(rows)
+    a = int(n * PATHFINDER_FRACTIONS[0])
+    b = a + int(n * PATHFINDER_FRACTIONS[1])
+    splits = {"train": all_split.take(np.arange(a)), "val": all_split.take(np.arange(a, b)),
+              "test": all_split.take(np.arange(b, n))}
+    return _data("pathfinder", splits, limit, f"Pathfinder {shape[0]}x{shape[1]} from {folder}",
+                 ["metadata rows split 80/10/10 in order"])
