@@ -20,6 +20,7 @@ from headwise.cli import main
 from headwise.model import Transformer
 from headwise.params import flops_per_token
 from headwise.plans import Plan, Scheme
+from helpers import one_thread, run_sections  # noqa: F401  (one_thread: autouse, one torch thread)
 
 transformers = pytest.importorskip("transformers", reason="the suite compares against transformers' GPT-Neo")
 
@@ -30,16 +31,6 @@ TINY = dataclasses.replace(
     vision_mlp_hidden=32, vision_classes=5, vision_batch=4, vision_rounds=2, vision_idle_wait=0.0,
 )
 
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Tiny models gain nothing from a second thread, and on a loaded machine every parallel
-    # region of a tiny op waits for a descheduled worker (milliseconds each): run on one.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def test_interleave_warms_up_then_runs_each_case_once_per_shuffled_round():
@@ -120,10 +111,7 @@ def test_shared_models_compute_what_separate_models_compute():
 
 @pytest.fixture(scope="module")
 def tiny_result():
-    lines = []
-    result = suite.run_bench(TINY, set(suite.SECTIONS) - {"tokenize"}, log=lines.append)
-    result["log"] = lines
-    return result
+    return run_sections(TINY, set(suite.SECTIONS) - {"tokenize"})
 
 
 def test_tiny_run_measures_every_case_and_derives_consistent_numbers(tiny_result):

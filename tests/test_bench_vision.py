@@ -6,11 +6,12 @@ import dataclasses
 import pytest
 import torch
 
-from headwise.bench import core, suite
+from headwise.bench import core
 from headwise.bench.config import SECTIONS, BenchConfig
 from headwise.bench.report import evaluate_targets, render_markdown
 from headwise.bench.vision import _models, compare_vision, vision_spec
 from headwise.params import count_params
+from helpers import one_thread, run_sections  # noqa: F401  (one_thread: autouse, one torch thread)
 
 transformers = pytest.importorskip("transformers", reason="the section compares against transformers' ViT")
 
@@ -21,20 +22,9 @@ TINY = dataclasses.replace(
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def vision_result():
-    lines = []
-    result = suite.run_bench(TINY, {"vision"}, log=lines.append)
-    result["log"] = lines
-    return result
+    return run_sections(TINY, {"vision"})
 
 
 def test_default_section_is_the_briefs_model():

@@ -25,19 +25,10 @@ from headwise.data.image_formats import (
     source_identity,
 )
 from headwise.data.cache import CacheInvalid
-from headwise.errors import HeadwiseError
+from helpers import one_line_error
 
 RNG = np.random.default_rng(0)
 REPO = Path(__file__).resolve().parents[1]
-
-
-def one_line_error(fn, *args, match=None, **kwargs):
-    """Run ``fn``, expecting a HeadwiseError with a one-line message; return the message."""
-    with pytest.raises(HeadwiseError, match=match) as info:
-        fn(*args, **kwargs)
-    message = str(info.value)
-    assert message and "\n" not in message, message
-    return message
 
 
 # --- fixtures -------------------------------------------------------------------------------

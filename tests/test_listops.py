@@ -19,15 +19,7 @@ from headwise.data.listops import (
     to_lra_string,
     write_tsv,
 )
-from headwise.errors import HeadwiseError
-
-
-def one_line_error(fn, *args, match=None, **kwargs):
-    with pytest.raises(HeadwiseError, match=match) as info:
-        fn(*args, **kwargs)
-    message = str(info.value)
-    assert message and "\n" not in message, message
-    return message
+from helpers import one_line_error
 
 
 # --- an independent evaluator: the tokens rewritten as a Python call expression ----------------

@@ -15,17 +15,9 @@ from headwise.data import listops as lo
 from headwise.data.cache import CacheInvalid
 from headwise.data.lra import TASKS, grayscale, load_lra, read_lra
 from headwise.data.sequence_cache import SequenceCache, prepare_sequences
-from headwise.errors import HeadwiseError
+from helpers import one_line_error
 
 RNG = np.random.default_rng(0)
-
-
-def one_line_error(fn, *args, match=None, **kwargs):
-    with pytest.raises(HeadwiseError, match=match) as info:
-        fn(*args, **kwargs)
-    message = str(info.value)
-    assert message and "\n" not in message, message
-    return message
 
 
 def byte_ids(text, limit=None):

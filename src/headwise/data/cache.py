@@ -23,9 +23,7 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,13 +31,18 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from headwise.config import atomic_write_text, sha256_file
+from headwise.config import sha256_file
+from headwise.data.cache_files import (
+    META, CacheInvalid, build_in_temporary, open_existing, read_meta, unusable, write_meta,
+)
+from headwise.data.cache_files import install as _install  # noqa: F401  (the names this module had)
+from headwise.data.cache_files import make_root as _make_root  # noqa: F401
+from headwise.data.cache_files import share as _share  # noqa: F401
 from headwise.data.plan import DataConfig, DataPlan, plan_data
 from headwise.data.tokenizer import BPETokenizer, Tokenizer, gpt_neo_tokenizer, parse_tokenizer_spec
 from headwise.errors import HeadwiseError
 
 CACHE_FORMAT = 1
-META = "meta.json"
 TOKENIZER_FILE = "tokenizer.json"
 SPLITS = ("train", "valid")
 # Documents are encoded in groups of about this many characters (parallel inside a group).
@@ -74,10 +77,6 @@ def cache_name(plan: DataPlan) -> str:
     return f"{slug}-{plan.tokenizer.replace(':', '')}-{request_key(plan.request())}"
 
 
-class CacheInvalid(HeadwiseError):
-    """A cache folder that must not be used (incomplete, truncated, corrupted or mismatched)."""
-
-
 @dataclass
 class TokenCache:
     """An opened, checked token cache."""
@@ -110,16 +109,8 @@ class TokenCache:
         """Open a cache folder, checking its metadata, tokenizer and files (and, when given, that
         it was built from ``request``); raises :class:`CacheInvalid` with the reason."""
         path = Path(path)
-
-        def invalid(reason: str) -> CacheInvalid:
-            return CacheInvalid(f"token cache {path} is unusable: {reason}")
-
-        try:
-            meta = json.loads((path / META).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise invalid(f"{META} is missing (an interrupted build, or not a headwise cache)") from None
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise invalid(f"{META} is not valid JSON") from None
+        invalid = unusable("token cache", path)
+        meta = read_meta(path, "cache", invalid)
         if not isinstance(meta, dict) or meta.get("format") != CACHE_FORMAT:
             found = meta.get("format") if isinstance(meta, dict) else None
             raise invalid(f"format version {found!r}, this headwise reads {CACHE_FORMAT}")
@@ -186,19 +177,9 @@ def prepare(
     final = root / cache_name(plan)
     request = plan.request()
     if final.exists() and not rebuild:
-        try:
-            return TokenCache.open(final, request)
-        except CacheInvalid as exc:
-            raise CacheInvalid(f"{exc}; rebuild it (headwise data prepare --rebuild) or delete the folder") from None
+        return open_existing(lambda: TokenCache.open(final, request), "headwise data prepare --rebuild")
     _check_not_empty(plan)
-    _make_root(root)
-    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}.", suffix=".tmp"))
-    try:
-        _build(plan, request, tmp, progress)
-        _share(tmp)
-        _install(tmp, final, replace=rebuild)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    build_in_temporary(root, final, lambda tmp: _build(plan, request, tmp, progress), rebuild)
     return TokenCache.open(final, request)
 
 
@@ -207,40 +188,6 @@ def _check_not_empty(plan: DataPlan) -> None:
     for source, what in ((plan.train, "training"), (plan.valid, "validation")):
         if source is not None and next(iter(source.documents()), None) is None:
             raise HeadwiseError(f"the {what} source {source.label()} holds no text: check the source")
-
-
-def _make_root(root: Path) -> None:
-    if root.exists() and not root.is_dir():
-        raise HeadwiseError(f"cache folder {root} is a file: give a folder (--cache-dir, cache_dir or HEADWISE_CACHE)")
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise HeadwiseError(f"cannot create cache folder {root}: {exc.strerror}; give another (--cache-dir or HEADWISE_CACHE)") from None
-
-
-def _share(folder: Path) -> None:
-    """Give the build the permissions of an ordinary folder (temporary files are private)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    folder.chmod(0o777 & ~umask)
-    for f in folder.iterdir():
-        f.chmod(0o666 & ~umask)
-
-
-def _install(tmp: Path, final: Path, replace: bool) -> None:
-    """Move a complete build into place (atomic rename; an old cache is removed only after)."""
-    old = None
-    if replace and final.exists():
-        old = final.with_name(f".{final.name}.old-{os.getpid()}")
-        final.rename(old)
-    try:
-        tmp.rename(final)
-    except OSError:
-        if not final.exists():
-            raise
-        # Another process finished the same cache first: keep theirs (opened and checked next).
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 class _SplitWriter:
@@ -305,8 +252,7 @@ def _build(plan: DataPlan, request: dict[str, Any], tmp: Path, progress: bool) -
         "seconds": round(time.perf_counter() - started, 3),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    # meta.json is written last: a folder without it is never taken for a complete cache.
-    atomic_write_text(tmp / META, json.dumps(meta, indent=2) + "\n")
+    write_meta(tmp, meta)
 
 
 def _groups(documents: Iterator[tuple[str, str]]) -> Iterator[tuple[str, list[str]]]:

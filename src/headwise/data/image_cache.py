@@ -23,14 +23,10 @@ decoded whole first.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import multiprocessing
 import os
 import re
-import shutil
 import sys
-import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -39,8 +35,12 @@ from typing import Any
 
 import numpy as np
 
-from headwise.config import atomic_write_text, sha256_file
-from headwise.data.cache import CacheInvalid, _install, _make_root, _share, default_cache_dir, request_key
+from headwise.data.cache import default_cache_dir, request_key
+from headwise.data.cache_files import (
+    META, CacheInvalid, HashedFile, build_in_temporary, check_file, open_existing, read_meta, unusable, write_meta,
+)
+from headwise.data.cache_files import Status as _Status
+from headwise.data.cache_files import write_array as _write
 from headwise.data.image_formats import (
     STREAM_FORMATS, ImageData, check_labels, check_same_shape, open_stream, read_images, resolve_source,
     source_identity,
@@ -49,7 +49,6 @@ from headwise.data.image_streams import ImageStream, decode_split
 from headwise.errors import HeadwiseError
 
 IMAGE_CACHE_FORMAT = 1
-META = "meta.json"
 SPLITS = ("train", "test")
 _LABEL_DTYPE = np.dtype("<i8")
 CHUNK_SIZE = 128  # images per unit of work when streaming (224 px RGB: ~19 MB)
@@ -124,19 +123,8 @@ class ImageCache:
         """Open a cache folder, checking its metadata and files (and, when given, that it was built
         from ``request``; ``verify`` hashes every file); raises :class:`CacheInvalid` with the reason."""
         path = Path(path)
-
-        def invalid(reason: str) -> CacheInvalid:
-            return CacheInvalid(f"image cache {path} is unusable: {reason}")
-
-        try:
-            meta = json.loads((path / META).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise invalid(f"{META} is missing (an interrupted build, or not a headwise image cache)") from None
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise invalid(f"{META} is not valid JSON") from None
-        if not isinstance(meta, dict) or meta.get("format") != IMAGE_CACHE_FORMAT or meta.get("kind") != "images":
-            found = meta.get("format") if isinstance(meta, dict) else None
-            raise invalid(f"not an image cache of format {IMAGE_CACHE_FORMAT} (format {found!r})")
+        invalid = unusable("image cache", path)
+        meta = read_meta(path, "image cache", invalid, kind="images", version=IMAGE_CACHE_FORMAT)
         try:
             if request is not None and meta["request"] != request:
                 raise invalid("it was built from a different request (source files, format or image_size)")
@@ -147,15 +135,7 @@ class ImageCache:
                 info = meta["splits"][split]
                 n = int(info["count"])
                 for part, expected in (("images", n * h * w * c), ("labels", n * _LABEL_DTYPE.itemsize)):
-                    name = info[part]["file"]
-                    file = path / name
-                    if not file.is_file():
-                        raise invalid(f"{name} is missing")
-                    size = file.stat().st_size
-                    if size != expected or size != int(info[part]["bytes"]):
-                        raise invalid(f"{name} has {size:,} bytes, expected {expected:,} (truncated?)")
-                    if verify and sha256_file(file) != info[part]["sha256"]:
-                        raise invalid(f"{name} does not match its recorded sha256 (corrupted)")
+                    check_file(path, info[part], expected, verify, invalid)
         except CacheInvalid:
             raise
         except (KeyError, TypeError, ValueError) as exc:
@@ -206,15 +186,16 @@ def prepare_images(
     root = Path(cache_dir or default_cache_dir()).expanduser()
     final = root / cache_name(request)
     if final.exists() and not rebuild:
-        try:
-            return ImageCache.open(final, request)
-        except CacheInvalid as exc:
-            raise CacheInvalid(f"{exc}; rebuild it (rebuild=True, or --rebuild) or delete the folder") from None
+        return open_existing(lambda: ImageCache.open(final, request))
     started = time.perf_counter()
     if format in STREAM_FORMATS:
         with _Status(progress, f"decoding {name} ({format})") as status:
             stream = open_stream(name, format)  # lists (checks) the files, or loads the hub data set
-            _prepare_stream(stream, request, root, final, rebuild, image_size, status, started)
+            # on any failure (a bad image found mid-build) the cache root goes too, if made for it
+            build_in_temporary(
+                root, final, lambda tmp: _build_stream(stream, request, tmp, image_size, status, started),
+                replace=rebuild, remove_new_root=True,
+            )
         return ImageCache.open(final, request)
     with _Status(progress, f"decoding {name} ({format})"):
         data = read_images(name, format, image_size)
@@ -224,14 +205,7 @@ def prepare_images(
             f"{data.description}: images are {h}x{w}, and image caches hold square images; "
             "set image_size to resize and crop them"
         )
-    _make_root(root)
-    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}.", suffix=".tmp"))
-    try:
-        _build(data, request, tmp, time.perf_counter() - started)
-        _share(tmp)
-        _install(tmp, final, replace=rebuild)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    build_in_temporary(root, final, lambda tmp: _build(data, request, tmp, time.perf_counter() - started), rebuild)
     return ImageCache.open(final, request)
 
 
@@ -256,19 +230,6 @@ def histogram_stats(hists: np.ndarray) -> tuple[list[float], list[float]]:
         means.append(mean)
         stds.append(float(np.sqrt((hist * (values - mean) ** 2).sum() / total)))
     return means, stds
-
-
-def _write(path: Path, array: np.ndarray) -> dict[str, Any]:
-    data = np.ascontiguousarray(array)
-    digest = hashlib.sha256()
-    with open(path, "wb") as f:
-        for start in range(0, len(data), 4096):  # blocks: no second full copy in memory
-            block = data[start:start + 4096].tobytes()
-            f.write(block)
-            digest.update(block)
-        f.flush()
-        os.fsync(f.fileno())
-    return {"file": path.name, "bytes": data.nbytes, "sha256": digest.hexdigest()}
 
 
 def _build(data: ImageData, request: dict[str, Any], tmp: Path, seconds: float) -> None:
@@ -304,8 +265,7 @@ def _write_meta(
         "seconds": round(seconds, 3),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    # meta.json is written last: a folder without it is never taken for a complete cache.
-    atomic_write_text(tmp / META, json.dumps(meta, indent=2) + "\n")
+    write_meta(tmp, meta)
 
 
 def _workers() -> int:
@@ -325,31 +285,6 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=workers, mp_context=context)
 
 
-def _prepare_stream(
-    stream: ImageStream, request: dict[str, Any], root: Path, final: Path, rebuild: bool,
-    image_size: int | None, status: "_Status", started: float,
-) -> None:
-    """Build the cache of ``stream`` in a temporary folder and move it into place; on any failure
-    (a bad image found mid-build) remove the folder (and the cache root, if made for it)."""
-    made_root = not root.exists()
-    _make_root(root)
-    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}.", suffix=".tmp"))
-    try:
-        _build_stream(stream, request, tmp, image_size, status, started)
-        _share(tmp)
-        _install(tmp, final, replace=rebuild)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if made_root:
-            try:
-                root.rmdir()  # only if still empty
-            except OSError:
-                pass
-        raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 def _build_stream(
     stream: ImageStream, request: dict[str, Any], tmp: Path, image_size: int | None, status: "_Status", started: float,
 ) -> None:
@@ -363,11 +298,9 @@ def _build_stream(
     done = 0
     try:
         for split, part in (("train", stream.train), ("test", stream.test)):
-            path = tmp / f"{split}-images.u8"
-            digest = hashlib.sha256()
             labels[split] = np.empty(part.count, dtype=np.int64)
             at = 0
-            with open(path, "wb") as f:
+            with HashedFile(tmp / f"{split}-images.u8") as f:
                 chunks = decode_split(part, image_size, CHUNK_SIZE, pool, ahead=2 * workers, stats=split == "train")
                 for chunk, chunk_labels, hist in chunks:
                     if at == 0:  # the split's first image fixed the shape: check it before going on
@@ -380,18 +313,14 @@ def _build_stream(
                                 )
                         else:
                             check_same_shape(stream.label, shape, chunk.shape[1:])
-                    block = memoryview(np.ascontiguousarray(chunk)).cast("B")
-                    f.write(block)
-                    digest.update(block)
+                    f.write(memoryview(np.ascontiguousarray(chunk)).cast("B"))
                     labels[split][at:at + len(chunk)] = chunk_labels
                     at += len(chunk)
                     if hist is not None:
                         hists = hist if hists is None else hists + hist
                     done += len(chunk)
                     status.update(f"{done:,} of {total:,} images")
-                f.flush()
-                os.fsync(f.fileno())
-            images[split] = {"file": path.name, "bytes": path.stat().st_size, "sha256": digest.hexdigest()}
+                images[split] = f.finish()
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
@@ -411,26 +340,3 @@ def _build_stream(
     _write_meta(tmp, request, stream.description(shape), stream.format, shape, classes, mean, std, splits,
                 time.perf_counter() - started)
 
-
-class _Status:
-    """A one-line status on stderr while decoding (only on a terminal: a log gains nothing)."""
-
-    def __init__(self, enabled: bool, text: str) -> None:
-        self.enabled, self.text = enabled and sys.stderr.isatty(), text
-
-    def __enter__(self) -> "_Status":
-        if self.enabled:
-            from rich.console import Console
-
-            self.status = Console(file=sys.stderr).status(self.text)
-            self.status.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.enabled:
-            self.status.stop()
-
-    def update(self, progress: str) -> None:
-        """Add ``progress`` (a count of images decoded) to the status line."""
-        if self.enabled:
-            self.status.update(f"{self.text}: {progress}")

@@ -23,11 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import shutil
-import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,9 +31,13 @@ from typing import Any
 
 import numpy as np
 
-from headwise.config import atomic_write_text, sha256_file
 from headwise.data import listops as lo
-from headwise.data.cache import CacheInvalid, _install, _make_root, _share, default_cache_dir, request_key
+from headwise.data.cache import default_cache_dir, request_key
+from headwise.data.cache_files import (
+    META, CacheInvalid, build_in_temporary, check_file, open_existing, read_meta, unusable, write_meta,
+)
+from headwise.data.cache_files import Status as _Status
+from headwise.data.cache_files import write_array as _write
 from headwise.data.lra import (
     DEFAULT_SOURCES, SPLITS, VAL_FRACTION, LRAData, SequenceSplit, check_task, load_lra, token_dtype,
 )
@@ -45,7 +45,6 @@ from headwise.data.sources import _HUB_NAME, find_local
 from headwise.errors import HeadwiseError
 
 SEQUENCE_CACHE_FORMAT = 1
-META = "meta.json"
 _INDEX_DTYPE = np.dtype("<i8")
 _PARTS = ("tokens", "offsets", "labels", "tokens2", "offsets2")
 
@@ -141,19 +140,8 @@ class SequenceCache:
         """Open a cache folder, checking its metadata and files (and, when given, that it was built
         from ``request``; ``verify`` hashes every file); raises :class:`CacheInvalid` with the reason."""
         path = Path(path)
-
-        def invalid(reason: str) -> CacheInvalid:
-            return CacheInvalid(f"sequence cache {path} is unusable: {reason}")
-
-        try:
-            meta = json.loads((path / META).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise invalid(f"{META} is missing (an interrupted build, or not a headwise sequence cache)") from None
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise invalid(f"{META} is not valid JSON") from None
-        if not isinstance(meta, dict) or meta.get("format") != SEQUENCE_CACHE_FORMAT or meta.get("kind") != "sequences":
-            found = meta.get("format") if isinstance(meta, dict) else None
-            raise invalid(f"not a sequence cache of format {SEQUENCE_CACHE_FORMAT} (format {found!r})")
+        invalid = unusable("sequence cache", path)
+        meta = read_meta(path, "sequence cache", invalid, kind="sequences", version=SEQUENCE_CACHE_FORMAT)
         cache = cls(path=path, meta=meta)
         try:
             if request is not None and meta["request"] != request:
@@ -173,20 +161,12 @@ class SequenceCache:
         n = int(info["count"])
         parts = _PARTS if self.pairs else _PARTS[:3]
         for part in parts:
-            name = info[part]["file"]
-            file = self.path / name
-            if not file.is_file():
-                raise invalid(f"{name} is missing")
-            size = file.stat().st_size
-            expected = int(info[part]["bytes"])
+            expected: int | None = None  # tokens: as recorded
             if part.startswith("offsets"):
                 expected = (n + 1) * _INDEX_DTYPE.itemsize
             elif part == "labels":
                 expected = n * _INDEX_DTYPE.itemsize
-            if size != expected or size != int(info[part]["bytes"]):
-                raise invalid(f"{name} has {size:,} bytes, expected {expected:,} (truncated?)")
-            if verify and sha256_file(file) != info[part]["sha256"]:
-                raise invalid(f"{name} does not match its recorded sha256 (corrupted)")
+            check_file(self.path, info[part], expected, verify, invalid)
         for second in ((False, True) if self.pairs else (False,)):
             off = np.asarray(self.offsets(split, second))
             tokens = self.tokens(split, second)
@@ -273,36 +253,12 @@ def prepare_sequences(
     root = Path(cache_dir or default_cache_dir()).expanduser()
     final = root / cache_name(request)
     if final.exists() and not rebuild:
-        try:
-            return SequenceCache.open(final, request)
-        except CacheInvalid as exc:
-            raise CacheInvalid(f"{exc}; rebuild it (rebuild=True, or --rebuild) or delete the folder") from None
+        return open_existing(lambda: SequenceCache.open(final, request))
     started = time.perf_counter()
     with _Status(progress, f"reading LRA {task} ({source})") as status:
         data = load_lra(task, source, max_length, listops, val_fraction, seed, status=status.update)
-    _make_root(root)
-    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}.", suffix=".tmp"))
-    try:
-        _build(data, request, tmp, time.perf_counter() - started)
-        _share(tmp)
-        _install(tmp, final, replace=rebuild)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    build_in_temporary(root, final, lambda tmp: _build(data, request, tmp, time.perf_counter() - started), rebuild)
     return SequenceCache.open(final, request)
-
-
-def _write(path: Path, array: np.ndarray) -> dict[str, Any]:
-    data = np.ascontiguousarray(array)
-    digest = hashlib.sha256()
-    with open(path, "wb") as f:
-        view = memoryview(data).cast("B") if data.size else memoryview(b"")
-        for start in range(0, len(view), 1 << 24):
-            block = view[start:start + (1 << 24)]
-            f.write(block)
-            digest.update(block)
-        f.flush()
-        os.fsync(f.fileno())
-    return {"file": path.name, "bytes": data.nbytes, "sha256": digest.hexdigest()}
 
 
 def _build(data: LRAData, request: dict[str, Any], tmp: Path, seconds: float) -> None:
@@ -340,28 +296,5 @@ def _build(data: LRAData, request: dict[str, Any], tmp: Path, seconds: float) ->
         "seconds": round(seconds, 3),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    # meta.json is written last: a folder without it is never taken for a complete cache.
-    atomic_write_text(tmp / META, json.dumps(meta, indent=2) + "\n")
+    write_meta(tmp, meta)
 
-
-class _Status:
-    """A one-line status on stderr while reading (only on a terminal)."""
-
-    def __init__(self, enabled: bool, text: str) -> None:
-        self.enabled, self.text = enabled and sys.stderr.isatty(), text
-
-    def __enter__(self) -> "_Status":
-        if self.enabled:
-            from rich.console import Console
-
-            self.status = Console(file=sys.stderr).status(self.text)
-            self.status.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.enabled:
-            self.status.stop()
-
-    def update(self, progress: str) -> None:
-        if self.enabled:
-            self.status.update(f"{self.text}: {progress}")

@@ -1,0 +1,229 @@
+"""What every headwise cache (token, image and sequence caches) does with its files.
+
+A cache is a folder under a cache root holding data files and ``meta.json``, which records the
+request the cache was built from and each file's size and sha256. Building happens in a hidden
+temporary folder beside the final one (:func:`build_in_temporary`): the data files are written,
+hashed and synced on the way (:class:`HashedFile`, :func:`write_array`), ``meta.json`` last
+(:func:`write_meta`), then the folder is given ordinary permissions and renamed into place
+(:func:`install`), so an interrupted build never leaves a folder that looks complete. Opening a
+cache reads ``meta.json`` (:func:`read_meta`) and checks every file's size and sha256 against it
+(:func:`check_file`); an unusable cache is refused with one line (:class:`CacheInvalid`), and an
+existing one found unusable when preparing is refused with how to rebuild it
+(:func:`open_existing`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+import numpy as np
+
+from headwise.config import atomic_write_text, sha256_file
+from headwise.errors import HeadwiseError
+
+META = "meta.json"
+REBUILD_HINT = "rebuild=True, or --rebuild"
+_BLOCK = 1 << 24  # bytes written (and hashed) at a time: no second full copy in memory
+
+C = TypeVar("C")
+
+
+class CacheInvalid(HeadwiseError):
+    """A cache folder that must not be used (incomplete, truncated, corrupted or mismatched)."""
+
+
+# --- opening ---------------------------------------------------------------------------------
+
+
+def unusable(what: str, path: Path) -> Callable[[str], CacheInvalid]:
+    """The error for the cache ``what`` ("image cache") at ``path``, given the reason."""
+
+    def invalid(reason: str) -> CacheInvalid:
+        return CacheInvalid(f"{what} {path} is unusable: {reason}")
+
+    return invalid
+
+
+def read_meta(
+    path: Path, what: str, invalid: Callable[[str], CacheInvalid], kind: str | None = None, version: int | None = None,
+) -> Any:
+    """``meta.json`` of the cache folder ``path``, parsed. With ``kind``, it must be a dict recording
+    that kind and the format ``version``, or the folder is not a ``what`` ("image cache") of it."""
+    try:
+        meta = json.loads((path / META).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise invalid(f"{META} is missing (an interrupted build, or not a headwise {what})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise invalid(f"{META} is not valid JSON") from None
+    if kind is not None and (not isinstance(meta, dict) or meta.get("format") != version or meta.get("kind") != kind):
+        found = meta.get("format") if isinstance(meta, dict) else None
+        article = "an" if what[:1] in ("a", "e", "i", "o", "u") else "a"
+        raise invalid(f"not {article} {what} of format {version} (format {found!r})")
+    return meta
+
+
+def check_file(
+    path: Path, record: dict[str, Any], expected: int | None, verify: bool, invalid: Callable[[str], CacheInvalid],
+) -> None:
+    """The file ``record`` names (``file``, ``bytes``, ``sha256``, as :func:`write_array` returns)
+    in the cache folder ``path`` must exist and hold ``expected`` bytes (None: the recorded size),
+    as recorded; ``verify`` also compares its sha256."""
+    name = record["file"]
+    file = path / name
+    if not file.is_file():
+        raise invalid(f"{name} is missing")
+    size = file.stat().st_size
+    if expected is None:
+        expected = int(record["bytes"])
+    if size != expected or size != int(record["bytes"]):
+        raise invalid(f"{name} has {size:,} bytes, expected {expected:,} (truncated?)")
+    if verify and sha256_file(file) != record["sha256"]:
+        raise invalid(f"{name} does not match its recorded sha256 (corrupted)")
+
+
+def open_existing(open_cache: Callable[[], C], hint: str = REBUILD_HINT) -> C:
+    """The existing cache ``open_cache`` opens; an unusable one is refused with its reason and
+    ``hint``, how to rebuild it."""
+    try:
+        return open_cache()
+    except CacheInvalid as exc:
+        raise CacheInvalid(f"{exc}; rebuild it ({hint}) or delete the folder") from None
+
+
+# --- building --------------------------------------------------------------------------------
+
+
+class HashedFile:
+    """A file written block by block, counted and hashed on the way; :meth:`finish` syncs it to
+    disk and returns its record. Used as a context manager, it is closed whatever happens."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.file = open(path, "wb")
+        self.sha = hashlib.sha256()
+        self.bytes = 0
+
+    def __enter__(self) -> "HashedFile":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.file.close()
+
+    def write(self, block: bytes | memoryview) -> None:
+        self.file.write(block)
+        self.sha.update(block)
+        self.bytes += len(block)
+
+    def finish(self) -> dict[str, Any]:
+        """Flush, sync and close; the file's name, size in bytes and sha256."""
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+        return {"file": self.path.name, "bytes": self.bytes, "sha256": self.sha.hexdigest()}
+
+
+def write_array(path: Path, array: np.ndarray) -> dict[str, Any]:
+    """Write ``array``'s bytes (row-major, no header) to ``path``; its record, as :meth:`HashedFile.finish`."""
+    data = np.ascontiguousarray(array)
+    view = memoryview(data).cast("B") if data.size else memoryview(b"")
+    with HashedFile(path) as out:
+        for start in range(0, len(view), _BLOCK):
+            out.write(view[start:start + _BLOCK])
+        return out.finish()
+
+
+def write_meta(folder: Path, meta: dict[str, Any]) -> None:
+    """Write ``meta.json``. It is written last: a folder without it is never taken for a complete cache."""
+    atomic_write_text(folder / META, json.dumps(meta, indent=2) + "\n")
+
+
+def make_root(root: Path) -> None:
+    """Create the cache root (and its parents), refusing a file in its place in one line."""
+    if root.exists() and not root.is_dir():
+        raise HeadwiseError(f"cache folder {root} is a file: give a folder (--cache-dir, cache_dir or HEADWISE_CACHE)")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise HeadwiseError(f"cannot create cache folder {root}: {exc.strerror}; give another (--cache-dir or HEADWISE_CACHE)") from None
+
+
+def share(folder: Path) -> None:
+    """Give the build the permissions of an ordinary folder (temporary files are private)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    folder.chmod(0o777 & ~umask)
+    for f in folder.iterdir():
+        f.chmod(0o666 & ~umask)
+
+
+def install(tmp: Path, final: Path, replace: bool) -> None:
+    """Move a complete build into place (atomic rename; an old cache is removed only after)."""
+    old = None
+    if replace and final.exists():
+        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        final.rename(old)
+    try:
+        tmp.rename(final)
+    except OSError:
+        if not final.exists():
+            raise
+        # Another process finished the same cache first: keep theirs (opened and checked next).
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def build_in_temporary(
+    root: Path, final: Path, build: Callable[[Path], None], replace: bool, remove_new_root: bool = False,
+) -> None:
+    """Make the cache ``final`` under ``root``: ``build`` fills a new hidden temporary folder
+    beside it, which is then shared and installed (replacing an old cache when ``replace``). The
+    temporary folder is removed whatever happens; on a failure, with ``remove_new_root``, so is
+    ``root`` if it was made for this build and is still empty."""
+    made_root = not root.exists()
+    make_root(root)
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}.", suffix=".tmp"))
+    try:
+        build(tmp)
+        share(tmp)
+        install(tmp, final, replace=replace)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if remove_new_root and made_root:
+            try:
+                root.rmdir()  # only if still empty
+            except OSError:
+                pass
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+class Status:
+    """A one-line status on stderr while a cache is built (only on a terminal: a log gains nothing)."""
+
+    def __init__(self, enabled: bool, text: str) -> None:
+        self.enabled, self.text = enabled and sys.stderr.isatty(), text
+
+    def __enter__(self) -> "Status":
+        if self.enabled:
+            from rich.console import Console
+
+            self.status = Console(file=sys.stderr).status(self.text)
+            self.status.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.enabled:
+            self.status.stop()
+
+    def update(self, progress: str) -> None:
+        """Add ``progress`` (a count of what is done) to the status line."""
+        if self.enabled:
+            self.status.update(f"{self.text}: {progress}")
