@@ -150,3 +150,24 @@ def test_a_nystromformer_trains_on_listops(tmp_path):
     assert 0.0 <= summary.eval_metrics["accuracy"] <= 1.0 and summary.task["chance_accuracy"] == 0.1
     rows = read_metrics(tmp_path / "run")
     assert "eval_accuracy" in rows[-1] and "cond_mean" in rows[-1]
+
+
+def test_the_analysis_leaves_padding_out():
+    """Condition numbers, entropies and effective ranks of a padded sequence are those of its real
+    tokens alone."""
+    from headwise.analysis.conditioning import analyze_model
+
+    model = Transformer(spec(attention="global", max_seq_len=64)).eval()
+    torch.manual_seed(3)
+    tokens = torch.randint(1, 32, (1, 40))
+    padded = torch.cat([tokens, tokens], 0)
+    padded[1, 25:] = 0
+    both = analyze_model(model, [padded])
+    alone = analyze_model(model, [tokens[:, :25]])
+    for layer, ref in zip(both.layers, alone.layers):
+        assert layer.cond[1] == pytest.approx(ref.cond[0], rel=1e-9)
+    whole = analyze_model(model, [tokens])
+    for layer, ref, full in zip(both.layers, alone.layers, whole.layers):
+        # the mean over the two sequences: the full one's and the cut one's
+        assert layer.entropy == pytest.approx((ref.entropy + full.entropy) / 2, rel=1e-9)
+        assert layer.erank == pytest.approx((ref.erank + full.erank) / 2, rel=1e-9)

@@ -75,10 +75,12 @@ def effective_rank(a: Tensor | np.ndarray) -> Tensor:
     return torch.where(total[..., 0] > 0, erank, torch.zeros_like(erank))
 
 
-def attention_probabilities(attn: nn.Module, qkv: Tensor) -> Tensor:
+def attention_probabilities(attn: nn.Module, qkv: Tensor, key_mask: Tensor | None = None) -> Tensor:
     """The attention probabilities ``[B, heads, T, T]`` of a headwise ``Attention`` layer from its
     ``qkv`` projection output ``[B, T, 3 * width]``, under the layer's own scale, causal mask and
-    local window (the rules of :class:`headwise.model.Attention` for a fresh sequence)."""
+    local window (the rules of :class:`headwise.model.Attention` for a fresh sequence); keys where
+    ``key_mask`` [B, T] is False (padding) get none. For a Nyström layer these are the exact
+    softmax probabilities its approximation stands for."""
     b, t, _ = qkv.shape
     work = torch.promote_types(qkv.dtype, torch.float32)  # bf16 probabilities are too coarse
     q, k, _ = qkv.to(work).view(b, t, 3, attn.heads, attn.head_dim).permute(2, 0, 3, 1, 4)
@@ -86,6 +88,8 @@ def attention_probabilities(attn: nn.Module, qkv: Tensor) -> Tensor:
     if attn.causal:
         allowed = attention_mask(0, t, attn.window, qkv.device)
         scores = scores.masked_fill(~allowed, -math.inf)
+    if key_mask is not None:
+        scores = scores.masked_fill(~key_mask[:, None, None, :], -math.inf)
     return scores.softmax(dim=-1)
 
 
@@ -293,15 +297,31 @@ class _Accumulator:
     erank: list[np.ndarray] = field(default_factory=list)
     entropy_sum: np.ndarray | None = None
     sequences: int = 0
+    #: the real (unpadded) positions [B, T] of the batch being run; None: every position
+    mask: Tensor | None = None
 
     def add_output(self, a: Tensor) -> None:
+        b, t, _ = a.shape
+        if self.mask is not None and not bool(self.mask.all()):
+            # padded sequences: each one's real rows alone (lengths differ, so one at a time)
+            for i in range(b):
+                self._add_matrices(a[i:i + 1, self.mask[i]])
+            return
+        self._add_matrices(a)
+
+    def _add_matrices(self, a: Tensor) -> None:
         b, t, _ = a.shape
         self.cond.append(condition_number(a).cpu().numpy())
         per_head = a.view(b, t, self.heads, self.head_dim).transpose(1, 2)
         self.erank.append(effective_rank(per_head).cpu().numpy())
 
     def add_qkv(self, attn: nn.Module, qkv: Tensor) -> None:
-        ent = attention_entropy(attention_probabilities(attn, qkv)).mean(-1).sum(0)  # [heads]
+        per_query = attention_entropy(attention_probabilities(attn, qkv, self.mask))  # [B, heads, T]
+        if self.mask is None:
+            ent = per_query.mean(-1).sum(0)  # [heads]
+        else:  # mean over each sequence's real queries
+            real = self.mask[:, None, :].to(per_query.dtype)
+            ent = ((per_query * real).sum(-1) / real.sum(-1).clamp(min=1)).sum(0)
         ent = ent.double().cpu().numpy()
         self.entropy_sum = ent if self.entropy_sum is None else self.entropy_sum + ent
         self.sequences += qkv.shape[0]
@@ -363,7 +383,13 @@ def analyze_model(
             per_seq = max_heads * seq_len * seq_len * itemsize * 3  # scores, probabilities, entropy terms
             chunk = max(1, PROBS_BUDGET_BYTES // per_seq)
             for part in inputs.split(chunk):
-                work(part.to(device))
+                part = part.to(device)
+                # padding (a sequence task's pad_id) is left out of every statistic
+                spec = getattr(work, "spec", None)
+                mask = FRONT_ENDS[spec.inputs].key_mask(work, part) if spec is not None else None
+                for acc in accs.values():
+                    acc.mask = mask
+                work(part)
     if seq_len is None:
         raise HeadwiseError("no batches to analyse: the evaluation set is empty")
     stats = []
