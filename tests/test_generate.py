@@ -9,7 +9,7 @@ from headwise.errors import HeadwiseError
 from headwise.model import Transformer
 from headwise.spec import ModelSpec
 from headwise.tasks.nearest import NearestNeighbourTask
-from headwise.train.generate import filter_logits, generate, next_token, vector_predictions
+from headwise.train.generate import filter_logits, generate, held_out_predictions, next_token
 
 INF = float("-inf")
 
@@ -97,4 +97,4 @@ def test_stops_at_the_stop_token_and_refuses_bad_input():
     # a vector model shorter than the task's samples: one clear line, not the model's own error
     task = NearestNeighbourTask(dim=8, n_points=6, eval_batches=1, eval_batch_size=2)
     with pytest.raises(HeadwiseError, match="cannot read the task's samples: sequence of 6 positions"):
-        vector_predictions(vectors, task, task.eval_batches()[0])
+        held_out_predictions(vectors, task, task.eval_batches()[0])

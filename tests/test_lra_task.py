@@ -171,3 +171,21 @@ def test_the_analysis_leaves_padding_out():
         # the mean over the two sequences: the full one's and the cut one's
         assert layer.entropy == pytest.approx((ref.entropy + full.entropy) / 2, rel=1e-9)
         assert layer.erank == pytest.approx((ref.erank + full.erank) / 2, rel=1e-9)
+
+
+def test_generate_shows_a_classifier_s_answers(tmp_path, capsys):
+    from headwise.cli import main
+
+    cfg = RunConfig.parse({
+        "model": {**REFERENCE, "n_layers": 1, "heads": [2], "max_seq_len": 128, "landmarks": 16},
+        "task": listops_table(tmp_path), "train": {"micro_batch": 16, "steps": 2, "device": "cpu"},
+    })
+    summary = run_training(cfg, tmp_path / "run")
+    capsys.readouterr()
+    assert main(["generate", str(tmp_path / "run"), "--json"]) == 0
+    import json
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["metric"] == "accuracy" and 0 <= shown["accuracy"] <= 1
+    assert len(shown["predicted"]) == len(shown["target"]) == 16 and all(0 <= c < 10 for c in shown["predicted"])
+    assert shown["target"] == parse_task_config(listops_table(tmp_path)).build().cache.labels("test")[:16].tolist()
+    assert summary.status == "completed"

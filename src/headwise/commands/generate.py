@@ -2,7 +2,7 @@
 
     headwise generate runs/lm-tiny --prompt "Once upon a time there was" --temperature 0.9 --max-new-tokens 500
     headwise generate runs/lm-tiny --prompt "Once upon a time" --untrained --seed 0
-    headwise generate runs/nearest-tiny           # vector runs: the model's picks on one held-out sample
+    headwise generate runs/nearest-tiny           # other runs: the model's answers on held-out data
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 
 NAME = "generate"
-HELP = "sample text from a run's model (KV cache), or show a vector model's predictions"
+HELP = "sample text from a run's model (KV cache), or show another model's answers on held-out data"
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -54,14 +54,14 @@ def _check_sampling(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     from headwise.errors import HeadwiseError
     from headwise.tasks.config import build_task
-    from headwise.train.generate import generate_text, load_run_model, run_config, vector_predictions
+    from headwise.train.generate import generate_text, held_out_predictions, load_run_model, run_config
 
     given = [f"--{name.replace('_', '-')}" for name in DEFAULTS if getattr(args, name) is not None]
     _check_sampling(args)
     run_dir = Path(args.run_dir)
     cfg = run_config(run_dir)
     if cfg.task.kind != "lm" and given:
-        raise HeadwiseError(f"{run_dir} is a {cfg.task.kind!r} run: its model reads vectors, not text, so "
+        raise HeadwiseError(f"{run_dir} is a {cfg.task.kind!r} run: its model does not write text, so "
                             f"{', '.join(given)} {'has' if len(given) == 1 else 'have'} nothing to do; leave "
                             f"{'it' if len(given) == 1 else 'them'} out to see the model's predictions")
     if cfg.task.kind == "lm":
@@ -77,11 +77,11 @@ def run(args: argparse.Namespace) -> int:
     model, source = load_run_model(run_dir, Path(args.checkpoint) if args.checkpoint else None,
                                    args.untrained, args.seed)
     task = build_task(cfg.task)
-    result = {"model": source, **vector_predictions(model, task, task.eval_batches()[0])}
+    result = {"model": source, **held_out_predictions(model, task, task.eval_batches()[0])}
     if args.json:
         print(json.dumps(result))
         return 0
-    print(f"[{source}] held-out batch: accuracy {result['accuracy']:.3f}, loss {result['loss']:.4f}")
-    print(f"first sample, point each token's output is closest to: {result['chosen']}")
-    print(f"first sample, target point of each token:               {result['target']}")
+    print(f"[{source}] held-out batch: {result['metric']} {result['accuracy']:.3f}, loss {result['loss']:.4f}")
+    print(f"{result['shown']}, the model's: {result['predicted']}")
+    print(f"{result['shown']}, the targets: {result['target']}")
     return 0

@@ -114,7 +114,7 @@ class Probes:
         """Share of held-out tokens whose output is closest to the right point (first eval
         batch); None when the model cannot be scored."""
         from headwise.tasks.config import build_task
-        from headwise.train.generate import load_run_model, vector_predictions
+        from headwise.train.generate import held_out_predictions, load_run_model
 
         cached = self.cache.get("pick", run, "eval batch 0")
         if cached is not None:
@@ -125,7 +125,7 @@ class Probes:
             with one_thread():
                 model, _ = load_run_model(run.path)
                 task = build_task(run.task)
-                value = float(vector_predictions(model, task, task.eval_batches()[0])["accuracy"])
+                value = float(held_out_predictions(model, task, task.eval_batches()[0])["accuracy"])
         except HeadwiseError:
             return None
         self.cache.put("pick", run, "eval batch 0", value)

@@ -100,6 +100,13 @@ class Task(ABC):
         tensor averaged over ``batch``, e.g. accuracy; logged as ``eval_<name>``."""
         return {}
 
+    def predictions(self, outputs: Tensor, batch: Batch) -> tuple[str, list, list]:
+        """What ``headwise generate`` shows of a non-text model's outputs on a held-out batch: a
+        few words on what the lists are, the model's answers and the right ones. By default the
+        largest logit of the first 16 examples (a classifier's predicted class) and their targets."""
+        n = min(16, outputs.shape[0])
+        return (f"the first {n} examples' classes", outputs[:n].argmax(-1).tolist(), batch.targets[:n].tolist())
+
     def describe(self) -> dict[str, Any]:
         """Facts about the task worth recording in a run's summary (e.g. the baseline loss)."""
         return {}

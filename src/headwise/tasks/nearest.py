@@ -198,6 +198,12 @@ class NearestNeighbourTask(Task):
     def tokens_per_epoch(self) -> None:
         return None
 
+    def predictions(self, outputs: Tensor, batch: Batch) -> tuple[str, list, list]:
+        """For the batch's first sample, the point each scored token's output is closest to, and
+        its target point (see :func:`pick`)."""
+        chosen, truth = pick(outputs, batch.inputs, batch.targets)
+        return "first sample, the point each token's output is closest to", chosen[0].tolist(), truth[0].tolist()
+
     def describe(self) -> dict[str, Any]:
         return {
             "task": "nearest",

@@ -20,8 +20,7 @@ from headwise.errors import HeadwiseError
 from headwise.model import SPEC_FILE, WEIGHTS_FILE, SequenceTooLong, Transformer, load_pretrained
 from headwise.model.pretrained import DamagedFile
 from headwise.spec import ModelSpec
-from headwise.tasks.base import Batch
-from headwise.tasks.nearest import NearestNeighbourTask, pick
+from headwise.tasks.base import Batch, Task
 from headwise.train.checkpoint import latest_checkpoint
 from headwise.train.config import RunConfig
 from headwise.run import RunDir
@@ -178,20 +177,24 @@ def generate_text(run_dir: str | Path, prompt: str, max_new_tokens: int = 200, *
 
 
 @torch.no_grad()
-def vector_predictions(model: Transformer, task: NearestNeighbourTask, batch: Batch) -> dict[str, Any]:
-    """What a vector model "generates" for the nearest-neighbour task: for each scored token of
-    the batch's first sample, the candidate point its output is closest to, against the target's
-    (see :func:`headwise.tasks.nearest.pick`), with the task's loss and pick accuracy over the
-    batch (as training evaluates them)."""
+def held_out_predictions(model: Transformer, task: Task, batch: Batch) -> dict[str, Any]:
+    """What a model that does not write text "generates": its answers on a held-out batch (see
+    :meth:`headwise.tasks.base.Task.predictions`), with the task's loss and headline metric over the
+    batch (the first of its metrics, e.g. ``accuracy`` or ``pick_accuracy``), as training
+    evaluates them."""
     model.eval()
     try:
-        outputs = model(batch.inputs)
+        with torch.no_grad():
+            outputs = model(batch.inputs)
     except SequenceTooLong as exc:  # e.g. --checkpoint of a model with a shorter context
         raise HeadwiseError(f"this model cannot read the task's samples: {exc}") from None
-    chosen, truth = pick(outputs, batch.inputs, batch.targets)
+    what, predicted, target = task.predictions(outputs, batch)
+    metric = task.metric_names[0]
     return {
-        "accuracy": task.metrics(outputs, batch)["pick_accuracy"].item(),
+        "metric": metric,
+        "accuracy": task.metrics(outputs, batch)[metric].item(),
         "loss": task.loss(outputs, batch.targets).item(),
-        "chosen": chosen[0].tolist(),
-        "target": truth[0].tolist(),
+        "shown": what,
+        "predicted": predicted,
+        "target": target,
     }
