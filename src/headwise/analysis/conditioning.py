@@ -397,7 +397,8 @@ def analyze_model(
         acc = accs[i]
         stats.append(LayerStats(
             index=i, heads=acc.heads, head_dim=acc.head_dim,
-            attention="global" if attn.window is None else f"local({attn.window})",
+            attention=("nystrom" if getattr(attn, "nystrom", False) else
+                       "global" if attn.window is None else f"local({attn.window})"),
             cond=np.concatenate(acc.cond), entropy=acc.entropy_sum / acc.sequences,
             erank=np.concatenate(acc.erank).mean(0), entropy_uniform=uniform_entropy(attn, seq_len),
         ))
