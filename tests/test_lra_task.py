@@ -4,6 +4,8 @@ LRA task on generated ListOps and on AAN pairs, and a short training run."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -171,6 +173,8 @@ def test_the_analysis_leaves_padding_out():
         # the mean over the two sequences: the full one's and the cut one's
         assert layer.entropy == pytest.approx((ref.entropy + full.entropy) / 2, rel=1e-9)
         assert layer.erank == pytest.approx((ref.erank + full.erank) / 2, rel=1e-9)
+        # uniform attention over 40 keys for one sequence, over the 25 real ones for the other
+        assert layer.entropy_uniform == pytest.approx((math.log(40) + math.log(25)) / 2)
 
 
 def test_generate_shows_a_classifier_s_answers(tmp_path, capsys):
@@ -189,3 +193,37 @@ def test_generate_shows_a_classifier_s_answers(tmp_path, capsys):
     assert len(shown["predicted"]) == len(shown["target"]) == 16 and all(0 <= c < 10 for c in shown["predicted"])
     assert shown["target"] == parse_task_config(listops_table(tmp_path)).build().cache.labels("test")[:16].tolist()
     assert summary.status == "completed"
+
+
+def test_flops_count_nystrom_layers_and_both_documents_of_a_pair():
+    from headwise.params import attention_flops, flops_per_token
+
+    glob, nys = spec(attention="global", max_seq_len=4096), spec(max_seq_len=4096)
+    shape = nys.layer(0)  # 2 heads of 32, 64 landmarks, 6 iterations
+    t, m, w = 4000, 64, 64
+    assert attention_flops(glob, glob.layer(0), t) == 6 * 2 * t * t * w
+    assert attention_flops(nys, shape, t) == 6 * (w * (4 * t * m + m * m) + 2 * 4 * 6 * m**3)
+    assert flops_per_token(nys, t) < flops_per_token(glob, t) / 9  # 9.35x fewer here
+    # a pair is two documents: per token the same as one document alone
+    pair = nys.model_copy(update={"inputs": "token_pairs", "outputs": "pair_classes"})
+    single = nys.model_copy(update={"outputs": "classes"})
+    extra = 6 * (count_params(pair) - count_params(single))  # the wider pair classifier, at every position
+    assert flops_per_token(pair, 2 * t) == flops_per_token(single, t) + extra
+
+
+def test_data_commands_prepare_list_and_show_sequence_caches(tmp_path, capsys):
+    import json
+
+    from headwise.cli import main
+
+    (tmp_path / "lra.toml").write_text(
+        '[model]\nd_model = 8\n[task]\nkind = "lra"\ntask = "listops"\n'
+        f'cache_dir = "{tmp_path / "cache"}"\n'
+        '[task.listops]\nvariant = "short"\nn_train = 30\nn_val = 5\nn_test = 5\n[train]\nsteps = 1\n')
+    assert main(["data", "prepare", "--config", str(tmp_path / "lra.toml"), "--json"]) == 0
+    prepared = json.loads(capsys.readouterr().out)
+    assert prepared["train_examples"] == 30 and prepared["classes"] == 10 and prepared["max_length"] == 100
+    assert main(["data", "list", "--cache-dir", str(tmp_path / "cache")]) == 0
+    assert "30 train sequences of up to 100 tokens, 10 classes" in capsys.readouterr().out
+    assert main(["data", "info", prepared["cache"], "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["vocab_size"] == 16

@@ -58,18 +58,34 @@ def count_params(spec: ModelSpec) -> int:
     return sum(param_breakdown(spec).values())
 
 
+def attention_flops(spec: ModelSpec, shape: LayerShape, t: int) -> float:
+    """Training FLOPs (forward and backward: 6 per multiply-add) of one layer's attention products
+    over a sequence of ``t`` positions, beyond its projections. Softmax attention: q k^T and the
+    weighted sum of v, 2 t^2 width multiply-adds. A Nyström layer with m landmarks: the two
+    kernels against the landmarks, B v and F (Z B v) take 4 t m width, Z (B v) m^2 width, and the
+    pseudo-inverse's iterations 4 m^3 each per head; its convolution, kernel x t x width."""
+    if shape.attention != "nystrom":
+        return 6 * 2 * t * t * shape.width
+    m = min(spec.landmarks, t)
+    mult_adds = shape.width * (4 * t * m + m * m) + shape.heads * 4 * spec.pinv_iterations * m**3
+    if spec.nystrom_conv:
+        mult_adds += spec.nystrom_conv * t * shape.width
+    return 6 * mult_adds
+
+
 def flops_per_token(spec: ModelSpec, seq_len: int) -> int:
     """Training FLOPs per unit of a task whose examples are ``seq_len`` units long (tokens for
-    sequences; for images one image, ``seq_len = 1``): 6N T + 12 T^2 * sum of attention widths,
-    per example of T positions (the front end says how many), divided by ``seq_len``.
+    sequences, both documents of a pair; one image, ``seq_len = 1``): per sequence of T positions
+    (the front end says how many, and how many sequences an example is), 6N T plus each layer's
+    :func:`attention_flops`, divided by ``seq_len``.
 
     N counts every matmul weight, the output head included (PaLM appendix B; nanoGPT's
-    ``estimate_mfu``); the second term is the attention score and value products, and uses each
-    layer's own attention width, so it is exact for heterogeneous layers. For sequences this is
-    6N + 12 T * widths per token. A classifier applied once per image is counted at every
-    position (under 1% of a ViT-B's FLOPs).
+    ``estimate_mfu``); the attention term uses each layer's own width and kind, so it is exact for
+    heterogeneous layers. For softmax sequences this is 6N + 12 T * widths per token. A classifier
+    applied once per sequence is counted at every position (under 1% of a ViT-B's FLOPs).
     """
-    t = FRONT_ENDS[spec.inputs].positions(spec, seq_len)
+    front = FRONT_ENDS[spec.inputs]
+    t = front.positions(spec, seq_len)
     n = count_params(spec) - position_params(spec)
-    attn = sum(12 * s.width * t for s in spec.layers())
-    return round((6 * n + attn) * t / seq_len)
+    per_sequence = 6 * n * t + sum(attention_flops(spec, s, t) for s in spec.layers())
+    return round(per_sequence * front.sequences_per_example / seq_len)

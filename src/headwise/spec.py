@@ -217,7 +217,7 @@ def _image_positions(data: dict) -> dict:
     if size % patch:
         valid = ", ".join(str(p) for p in divisors(size) if p < size)
         raise ValueError(f"image_size {size} is not divisible by patch_size {patch}; patch sizes that divide it: {valid}")
-    cls = data.get("pooling", "cls") == "cls"
+    cls = data.get("pooling", "cls") == "cls" and (data.get("outputs") or "classes") in CLASSIFIER_OUTPUTS
     positions = (size // patch) ** 2 + cls
     given = data.get("max_seq_len")
     if given is not None and given != positions:

@@ -299,6 +299,8 @@ class _Accumulator:
     sequences: int = 0
     #: the real (unpadded) positions [B, T] of the batch being run; None: every position
     mask: Tensor | None = None
+    #: uniform attention's mean entropy, summed over sequences
+    uniform_sum: float = 0.0
 
     def add_output(self, a: Tensor) -> None:
         b, t, _ = a.shape
@@ -324,6 +326,11 @@ class _Accumulator:
             ent = ((per_query * real).sum(-1) / real.sum(-1).clamp(min=1)).sum(0)
         ent = ent.double().cpu().numpy()
         self.entropy_sum = ent if self.entropy_sum is None else self.entropy_sum + ent
+        # the reference: uniform attention over each sequence's own (real) keys
+        if self.mask is None or attn.causal:
+            self.uniform_sum += uniform_entropy(attn, qkv.shape[1]) * qkv.shape[0]
+        else:
+            self.uniform_sum += float(self.mask.sum(-1).double().log().sum())
         self.sequences += qkv.shape[0]
 
 
@@ -400,7 +407,7 @@ def analyze_model(
             attention=("nystrom" if getattr(attn, "nystrom", False) else
                        "global" if attn.window is None else f"local({attn.window})"),
             cond=np.concatenate(acc.cond), entropy=acc.entropy_sum / acc.sequences,
-            erank=np.concatenate(acc.erank).mean(0), entropy_uniform=uniform_entropy(attn, seq_len),
+            erank=np.concatenate(acc.erank).mean(0), entropy_uniform=acc.uniform_sum / acc.sequences,
         ))
     return ModelAnalysis(layers=stats, sequences=accs[layers[0][0]].sequences, seq_len=seq_len)
 

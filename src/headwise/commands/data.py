@@ -21,9 +21,10 @@ from typing import Any
 from headwise.config import read_toml
 from headwise.data.cache import META, CacheInvalid, TokenCache, cache_name, default_cache_dir, list_caches, prepare
 from headwise.data.image_cache import ImageCache
+from headwise.data.sequence_cache import SequenceCache
 from headwise.data.plan import DataConfig, plan_data
 from headwise.errors import HeadwiseError
-from headwise.tasks.config import ImageTaskConfig, LMTaskConfig, parse_task_config
+from headwise.tasks.config import ImageTaskConfig, LMTaskConfig, LRATaskConfig, parse_task_config
 
 NAME = "data"
 HELP = "prepare token caches from TinyStories (hub or local files), or image caches from a run config, and inspect them"
@@ -83,13 +84,30 @@ def data_config(args: argparse.Namespace) -> DataConfig:
     return DataConfig.parse(values, source="headwise data")
 
 
-def _open_cache(path: Path, verify: bool = True) -> TokenCache | ImageCache:
-    """A cache folder of either kind (image caches say so in their metadata)."""
+#: cache kinds as their metadata names them (token caches predate the field)
+_CACHES = {"images": ImageCache, "sequences": SequenceCache}
+
+
+def _open_cache(path: Path, verify: bool = True) -> TokenCache | ImageCache | SequenceCache:
+    """A cache folder of any kind (image and sequence caches say so in their metadata)."""
     try:
         kind = json.loads((path / META).read_text()).get("kind")
     except (OSError, ValueError, AttributeError):
         kind = None
-    return (ImageCache if kind == "images" else TokenCache).open(path, verify=verify)
+    return _CACHES.get(kind, TokenCache).open(path, verify=verify)
+
+
+def _sequence_summary(cache: SequenceCache) -> dict[str, Any]:
+    return {
+        "cache": str(cache.path),
+        "data": cache.description,
+        "classes": cache.num_classes,
+        "vocab_size": cache.vocab_size,
+        "max_length": cache.max_length,
+        "pairs": cache.pairs,
+        "train_examples": cache.num_examples("train"),
+        "test_examples": cache.num_examples("test"),
+    }
 
 
 def _image_summary(cache: ImageCache) -> dict[str, Any]:
@@ -104,9 +122,11 @@ def _image_summary(cache: ImageCache) -> dict[str, Any]:
     }
 
 
-def _cache_summary(cache: TokenCache | ImageCache) -> dict[str, Any]:
+def _cache_summary(cache: TokenCache | ImageCache | SequenceCache) -> dict[str, Any]:
     if isinstance(cache, ImageCache):
         return _image_summary(cache)
+    if isinstance(cache, SequenceCache):
+        return _sequence_summary(cache)
     meta = cache.meta
     return {
         "cache": str(cache.path),
@@ -146,7 +166,9 @@ def run(args: argparse.Namespace) -> int:
         for row in rows:
             detail = row["problem"] if not row["ok"] else (
                 f"{row['train_tokens']:,} train tokens, {row['tokenizer']}" if "tokenizer" in row
-                else f"{row['train_images']:,} train images, {row['classes']} classes")
+                else f"{row['train_images']:,} train images, {row['classes']} classes" if "train_images" in row
+                else f"{row['train_examples']:,} train sequences of up to {row['max_length']:,} tokens, "
+                     f"{row['classes']} classes")
             print(f"{row['cache']}  {detail}")
         return 0
     if args.data_command == "info" and args.source and (Path(args.source).expanduser() / META).is_file():
@@ -154,8 +176,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.data_command == "prepare" and args.config:
         task = parse_task_config(read_toml(args.config).get("task", {}), source=f"{args.config} [task]")
-        if isinstance(task, ImageTaskConfig):  # images have no tokenizer options: the table says it all
-            _print(_image_summary(task.cache(rebuild=args.rebuild, progress=not args.quiet and not args.json)),
+        if isinstance(task, (ImageTaskConfig, LRATaskConfig)):  # no tokenizer options: the table says it all
+            _print(_cache_summary(task.cache(rebuild=args.rebuild, progress=not args.quiet and not args.json)),
                    args.json)
             return 0
     cfg = data_config(args)

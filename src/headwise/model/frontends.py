@@ -22,6 +22,9 @@ class FrontEnd(Protocol):
     modules :meth:`build` returns, which the Transformer holds under those names, so that state-dict
     keys carry no prefix (``tok_emb.weight``, as saved models and :mod:`headwise.hf` expect)."""
 
+    #: how many sequences through the blocks one example is (2 for a pair of documents)
+    sequences_per_example: int = 1
+
     @staticmethod
     def build(spec: ModelSpec) -> dict[str, nn.Module | None]:
         """The modules to set on the Transformer, by attribute name, in the order they are built."""
@@ -138,7 +141,10 @@ class TokenInputs(FrontEnd):
 class TokenPairInputs(FrontEnd):
     """Pairs of token sequences [B, 2, T] (LRA Retrieval's two documents): both sequences of each
     pair go through the same embeddings and blocks as a batch of 2B sequences (pair i's are rows
-    2i and 2i + 1); the pair head combines their pooled vectors."""
+    2i and 2i + 1); the pair head combines their pooled vectors. A task's ``seq_len`` counts both
+    documents (2T tokens an example)."""
+
+    sequences_per_example = 2
 
     @staticmethod
     def build(spec: ModelSpec) -> dict[str, nn.Module | None]:
@@ -154,7 +160,7 @@ class TokenPairInputs(FrontEnd):
 
     @staticmethod
     def positions(spec: ModelSpec, seq_len: int) -> int:
-        return TokenInputs.positions(spec, seq_len)
+        return TokenInputs.positions(spec, seq_len // 2)
 
     @staticmethod
     def input_positions(spec: ModelSpec, inputs: Tensor) -> int:
@@ -172,27 +178,29 @@ def _pairs_as_rows(inputs: Tensor) -> Tensor:
 
 
 class VectorInputs(FrontEnd):
-    """Vectors [B, N, d_model], taken as they are, plus learned positions if the spec has them."""
+    """Vectors [B, N, d_model], taken as they are (a classifier reading a class token gets
+    ``cls_token`` first), plus learned positions if the spec has them."""
 
     @staticmethod
     def build(spec: ModelSpec) -> dict[str, nn.Module | None]:
-        return {"pos_emb": learned_positions(spec)}
+        return {"cls_token": class_token(spec), "pos_emb": learned_positions(spec)}
 
     @staticmethod
     def param_counts(spec: ModelSpec) -> dict[str, int]:
-        return {"position_embedding": position_params(spec)}
+        return {"class_token": spec.d_model if has_class_token(spec) else 0,
+                "position_embedding": position_params(spec)}
 
     @staticmethod
     def forward(model: nn.Module, inputs: Tensor, past: int) -> Tensor:
-        return add_positions(model, inputs, past)
+        return add_positions(model, with_class_token(model, inputs), past)
 
     @staticmethod
     def positions(spec: ModelSpec, seq_len: int) -> int:
-        return seq_len
+        return seq_len + has_class_token(spec)
 
     @staticmethod
     def input_positions(spec: ModelSpec, inputs: Tensor) -> int:
-        return inputs.shape[1]
+        return inputs.shape[1] + has_class_token(spec)
 
 
 class ImageInputs(FrontEnd):

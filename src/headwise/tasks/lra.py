@@ -72,8 +72,8 @@ class SequenceTask(Task):
 
     @property
     def seq_len(self) -> int:
-        """Every sequence is padded to ``max_length`` (per document for pairs)."""
-        return self.max_length
+        """Tokens an example is: ``max_length``, twice for pairs (every document is padded to it)."""
+        return self.max_length * (2 if self.pairs else 1)
 
     def spec_fields(self) -> dict[str, Any]:
         """The class count and the padding id the model must mask."""
@@ -111,8 +111,8 @@ class SequenceTask(Task):
         return {"accuracy": topk_accuracy(outputs, batch.targets, 1)}
 
     def tokens_per_epoch(self) -> int:
-        """Padded positions in one pass over the training examples."""
-        return len(self.train_index) * self.max_length
+        """Padded positions in one pass over the training examples (both documents of a pair)."""
+        return len(self.train_index) * self.seq_len
 
     def describe(self) -> dict[str, Any]:
         c = self.cache
@@ -216,7 +216,7 @@ class LRATaskConfig(TaskConfigBase):
         vocab, seq_len, _ = self.dims()
         pairs = self.task == "retrieval"
         return TaskShape("token_pairs" if pairs else "tokens", "pair_classes" if pairs else "classes",
-                         vocab, seq_len, None, self.spec_fields())
+                         vocab, seq_len * (2 if pairs else 1), None, self.spec_fields())
 
     def spec_fields(self) -> dict[str, Any]:
         return {"num_classes": TASKS[self.task][3], "pad_id": PAD_ID}
