@@ -17,7 +17,9 @@ from headwise.errors import HeadwiseError
 from headwise.params import count_params, flops_per_token
 from headwise.run import read_metrics
 from headwise.tasks.config import parse_task_config
-from headwise.tasks.images import ImageTask, evenly_spaced, topk_accuracy
+from headwise.data.shuffled import evenly_spaced
+from headwise.tasks.classify import topk_accuracy
+from headwise.tasks.images import ImageTask
 from headwise.train import RunConfig, run_training
 from headwise.train.config import resolve_spec
 

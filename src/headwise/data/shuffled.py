@@ -1,4 +1,5 @@
-"""A stream of training batches over a finite set of examples, reshuffled every epoch.
+"""Choosing and ordering stored examples: evenly spaced subsets, and a stream of training batches
+over a finite set of examples, reshuffled every epoch.
 
 Used by the tasks whose examples are stored one by one (images, LRA sequences): example order is
 a permutation of ``0..n-1`` per epoch from ``default_rng([seed, epoch])``; each data-parallel rank
@@ -21,6 +22,14 @@ from headwise.errors import HeadwiseError
 
 #: builds the batch of the given example indices, drawing from the generator
 MakeBatch = Callable[[np.ndarray, torch.Generator], Batch]
+
+
+def evenly_spaced(available: int, wanted: int | None) -> np.ndarray:
+    """``wanted`` indices spread evenly over ``0..available-1`` (all of them for None or more):
+    a subset that covers the whole split and keeps the balance of data stored class by class."""
+    if wanted is None or wanted >= available:
+        return np.arange(available, dtype=np.int64)
+    return np.linspace(0, available - 1, wanted).round().astype(np.int64)
 
 
 def hash_seed(*parts: int) -> int:

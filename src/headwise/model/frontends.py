@@ -43,14 +43,16 @@ class FrontEnd(Protocol):
 
     @staticmethod
     def positions(spec: ModelSpec, seq_len: int) -> int:
-        """The positions T the blocks see for one example of a task whose examples are ``seq_len``
-        long in the task's own units (tokens, points; one image)."""
-        ...
+        """The positions T the blocks see for one sequence of a task whose examples are ``seq_len``
+        long in the task's own units (tokens, points; one image). By default, for sequence
+        inputs: those positions and the class token, if the model has one."""
+        return seq_len + has_class_token(spec)
 
     @staticmethod
     def input_positions(spec: ModelSpec, inputs: Tensor) -> int:
-        """The positions T the blocks see for a batch of ``inputs``."""
-        ...
+        """The positions T the blocks see for a batch of ``inputs`` (by default [B, T, ...]: T and
+        the class token, if any)."""
+        return inputs.shape[1] + has_class_token(spec)
 
     @staticmethod
     def key_mask(model: nn.Module, inputs: Tensor) -> Tensor | None:
@@ -62,6 +64,11 @@ class FrontEnd(Protocol):
 def has_class_token(spec: ModelSpec) -> bool:
     """Whether the sequence starts with a learned class token: a classifier that reads it."""
     return spec.output_head in CLASSIFIER_OUTPUTS and spec.pooling == "cls"
+
+
+def class_token_params(spec: ModelSpec) -> int:
+    """Parameters of :func:`class_token`."""
+    return spec.d_model if has_class_token(spec) else 0
 
 
 def class_token(spec: ModelSpec) -> "ClassToken | None":
@@ -112,20 +119,11 @@ class TokenInputs(FrontEnd):
     @staticmethod
     def param_counts(spec: ModelSpec) -> dict[str, int]:
         return {"token_embedding": spec.vocab_size * spec.d_model,
-                "class_token": spec.d_model if has_class_token(spec) else 0,
-                "position_embedding": position_params(spec)}
+                "class_token": class_token_params(spec), "position_embedding": position_params(spec)}
 
     @staticmethod
     def forward(model: nn.Module, inputs: Tensor, past: int) -> Tensor:
         return add_positions(model, with_class_token(model, model.tok_emb(inputs)), past)
-
-    @staticmethod
-    def positions(spec: ModelSpec, seq_len: int) -> int:
-        return seq_len + has_class_token(spec)
-
-    @staticmethod
-    def input_positions(spec: ModelSpec, inputs: Tensor) -> int:
-        return inputs.shape[1] + has_class_token(spec)
 
     @staticmethod
     def key_mask(model: nn.Module, inputs: Tensor) -> Tensor | None:
@@ -138,21 +136,13 @@ class TokenInputs(FrontEnd):
         return mask
 
 
-class TokenPairInputs(FrontEnd):
+class TokenPairInputs(TokenInputs):
     """Pairs of token sequences [B, 2, T] (LRA Retrieval's two documents): both sequences of each
     pair go through the same embeddings and blocks as a batch of 2B sequences (pair i's are rows
     2i and 2i + 1); the pair head combines their pooled vectors. A task's ``seq_len`` counts both
     documents (2T tokens an example)."""
 
     sequences_per_example = 2
-
-    @staticmethod
-    def build(spec: ModelSpec) -> dict[str, nn.Module | None]:
-        return TokenInputs.build(spec)
-
-    @staticmethod
-    def param_counts(spec: ModelSpec) -> dict[str, int]:
-        return TokenInputs.param_counts(spec)
 
     @staticmethod
     def forward(model: nn.Module, inputs: Tensor, past: int) -> Tensor:
@@ -187,20 +177,11 @@ class VectorInputs(FrontEnd):
 
     @staticmethod
     def param_counts(spec: ModelSpec) -> dict[str, int]:
-        return {"class_token": spec.d_model if has_class_token(spec) else 0,
-                "position_embedding": position_params(spec)}
+        return {"class_token": class_token_params(spec), "position_embedding": position_params(spec)}
 
     @staticmethod
     def forward(model: nn.Module, inputs: Tensor, past: int) -> Tensor:
         return add_positions(model, with_class_token(model, inputs), past)
-
-    @staticmethod
-    def positions(spec: ModelSpec, seq_len: int) -> int:
-        return seq_len + has_class_token(spec)
-
-    @staticmethod
-    def input_positions(spec: ModelSpec, inputs: Tensor) -> int:
-        return inputs.shape[1] + has_class_token(spec)
 
 
 class ImageInputs(FrontEnd):
@@ -223,7 +204,7 @@ class ImageInputs(FrontEnd):
         d = spec.d_model
         return {
             "patch_embedding": spec.channels * spec.patch_size**2 * d + d,
-            "class_token": d if has_class_token(spec) else 0,
+            "class_token": class_token_params(spec),
             "position_embedding": position_params(spec),
         }
 

@@ -17,6 +17,7 @@ from headwise.model.cache import KVCache, LayerCache
 from headwise.model.frontends import FRONT_ENDS
 from headwise.model.heads import OUTPUT_HEADS
 from headwise.model.kernels import attention, split_qkv
+from headwise.model.nystrom import NystromConv, nystrom_attention
 from headwise.spec import LayerShape, ModelSpec
 
 ACTIVATIONS = {
@@ -59,10 +60,7 @@ class Attention(nn.Module):
         self.dropout = spec.dropout
         self.nystrom = shape.attention == "nystrom"
         self.landmarks, self.pinv_iterations = spec.landmarks, spec.pinv_iterations
-        self.conv = None
-        if self.nystrom and spec.nystrom_conv:
-            from headwise.model.nystrom import NystromConv
-            self.conv = NystromConv(self.heads, spec.nystrom_conv)
+        self.conv = NystromConv(self.heads, spec.nystrom_conv) if self.nystrom and spec.nystrom_conv else None
 
     def forward(self, x: Tensor, cache: LayerCache | None = None, queries: int | None = None,
                 key_mask: Tensor | None = None) -> Tensor:
@@ -80,7 +78,6 @@ class Attention(nn.Module):
         return self.out(y.transpose(1, 2).reshape(b, y.shape[2], self.width))
 
     def _nystrom(self, qkv: Tensor, key_mask: Tensor | None) -> Tensor:
-        from headwise.model.nystrom import nystrom_attention
         q, k, v = split_qkv(qkv)
         y = nystrom_attention(q, k, v, self.landmarks, self.scale, self.pinv_iterations, key_mask=key_mask)
         if self.conv is not None:

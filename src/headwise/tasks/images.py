@@ -20,34 +20,20 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from pydantic import Field
-from torch import Tensor
 
 from headwise.config import Config
 from headwise.data.augment import normalize, random_crop_flip
 from headwise.data.image_cache import ImageCache, prepare_images
-from headwise.data.shuffled import ShuffledStream
+from headwise.data.shuffled import ShuffledStream, evenly_spaced
 from headwise.errors import HeadwiseError
-from headwise.tasks.base import Batch, BatchStream, Task
+from headwise.tasks.base import Batch, BatchStream
+from headwise.tasks.classify import ClassificationTask, accuracy_metrics
 from headwise.tasks.family import TaskConfigBase, TaskFamily, register_family
 
-#: top-5 accuracy is reported only above this many classes (with 10 or fewer it says little).
-TOP5_ABOVE = 10
-
-
-def evenly_spaced(available: int, wanted: int | None) -> np.ndarray:
-    """``wanted`` indices spread evenly over ``0..available-1`` (all of them for None or more):
-    a subset that keeps the balance of data stored class by class."""
-    if wanted is None or wanted >= available:
-        return np.arange(available, dtype=np.int64)
-    return np.linspace(0, available - 1, wanted).round().astype(np.int64)
-
-
-def topk_accuracy(logits: Tensor, targets: Tensor, k: int) -> Tensor:
-    """The share of rows whose target is among the ``k`` largest logits."""
-    top = logits.topk(min(k, logits.shape[-1]), dim=-1).indices
-    return (top == targets[:, None]).any(dim=-1).float().mean()
+def cache_spec_fields(cache: ImageCache) -> dict[str, Any]:
+    """The model fields an image cache's data dictates: the image's side, channels and classes."""
+    return {"image_size": cache.image_size, "channels": cache.channels, "num_classes": cache.num_classes}
 
 
 class EvalImages(Sequence[Batch]):
@@ -66,11 +52,10 @@ class EvalImages(Sequence[Batch]):
         return self.task.batch("test", self.chunks[item])
 
 
-class ImageTask(Task):
+class ImageTask(ClassificationTask):
     """Classification of cached images (see the module docstring)."""
 
     inputs = "images"
-    outputs = "classes"
     unit = "images"
 
     def __init__(self, cache: ImageCache, *, train_examples: int | None = None, eval_examples: int | None = None,
@@ -79,7 +64,7 @@ class ImageTask(Task):
         self.train_index = evenly_spaced(cache.num_examples("train"), train_examples)
         self.eval_index = evenly_spaced(cache.num_examples("test"), eval_examples)
         self.eval_batch_size, self.crop_padding, self.flip = eval_batch_size, crop_padding, flip
-        self.metric_names = ("accuracy",) + (("top5_accuracy",) if cache.num_classes > TOP5_ABOVE else ())
+        self.metric_names = accuracy_metrics(cache.num_classes)
 
     @property
     def vocab_size(self) -> None:
@@ -97,8 +82,7 @@ class ImageTask(Task):
 
     def spec_fields(self) -> dict[str, Any]:
         """The image's side and channels and the class count, which a model must match."""
-        c = self.cache
-        return {"image_size": c.image_size, "channels": c.channels, "num_classes": c.num_classes}
+        return cache_spec_fields(self.cache)
 
     def batch(self, split: str, index: np.ndarray, generator: torch.Generator | None = None) -> Batch:
         """Images ``index`` of ``split`` as a normalised batch, augmented when a generator is given."""
@@ -121,17 +105,6 @@ class ImageTask(Task):
 
     def eval_batches(self) -> Sequence[Batch]:
         return EvalImages(self, self.eval_index, self.eval_batch_size)
-
-    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
-        """Mean cross-entropy of class logits ``[B, classes]`` against class ids ``[B]`` (in fp32)."""
-        return F.cross_entropy(outputs.float(), targets)
-
-    def metrics(self, outputs: Tensor, batch: Batch) -> dict[str, Tensor]:
-        """``accuracy`` (top-1) and, above 10 classes, ``top5_accuracy``."""
-        result = {"accuracy": topk_accuracy(outputs, batch.targets, 1)}
-        if "top5_accuracy" in self.metric_names:
-            result["top5_accuracy"] = topk_accuracy(outputs, batch.targets, 5)
-        return result
 
     def tokens_per_epoch(self) -> int:
         """Training images in one pass."""
@@ -219,8 +192,9 @@ class ImageTaskConfig(TaskConfigBase):
         checked against the shape the table states."""
         cache = prepare_images(self.source, format=self.format, image_size=self.image_size,
                                cache_dir=cache_dir or self.cache_dir, rebuild=rebuild, progress=progress)
+        data = cache_spec_fields(cache)
         for key, value in self.spec_fields().items():
-            have = {"image_size": cache.image_size, "channels": cache.channels, "num_classes": cache.num_classes}[key]
+            have = data[key]
             if have != value:
                 raise HeadwiseError(
                     f"[task] {key} = {value}, but {self.source} has {have} ({cache.description}): "

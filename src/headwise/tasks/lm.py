@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor
@@ -13,6 +12,7 @@ from torch import Tensor
 from headwise.data.cache import TokenCache, prepare
 from headwise.data.packing import PackedStream, gather_blocks, num_blocks
 from headwise.data.plan import DataConfig
+from headwise.data.shuffled import evenly_spaced
 from headwise.data.tokenizer import GPT_NEO_VOCAB, Tokenizer, parse_tokenizer_spec
 from headwise.errors import HeadwiseError
 from headwise.tasks.base import Batch, BatchStream, Task
@@ -67,12 +67,11 @@ class LMTask(Task):
     def _make_eval(self, eval_batches: int, eval_batch_size: int) -> list[Batch]:
         tokens = self.cache.tokens("valid")
         available = num_blocks(len(tokens), self.block_size)
-        wanted = available if eval_batches == 0 else min(available, eval_batches * eval_batch_size)
         # Evenly spaced blocks cover the whole validation set, not just its first stories.
-        blocks = np.linspace(0, available - 1, wanted).round().astype(np.int64)
+        blocks = evenly_spaced(available, None if eval_batches == 0 else eval_batches * eval_batch_size)
         return [
             gather_blocks(tokens, blocks[i:i + eval_batch_size], self.block_size)
-            for i in range(0, wanted, eval_batch_size)
+            for i in range(0, len(blocks), eval_batch_size)
         ]
 
     def eval_batches(self) -> list[Batch]:

@@ -21,18 +21,16 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from pydantic import Field, model_validator
-from torch import Tensor
 
 from headwise.config import Config
 from headwise.data.listops import listops_config
 from headwise.data.sequence_cache import SequenceCache, prepare_sequences
-from headwise.data.shuffled import ShuffledStream
+from headwise.data.shuffled import ShuffledStream, evenly_spaced
 from headwise.errors import HeadwiseError
-from headwise.tasks.base import Batch, BatchStream, Task, TaskShape
+from headwise.tasks.base import Batch, BatchStream, TaskShape
+from headwise.tasks.classify import ClassificationTask, accuracy_metrics
 from headwise.tasks.family import TaskConfigBase, TaskFamily, register_family
-from headwise.tasks.images import evenly_spaced, topk_accuracy
 
 PAD_ID = 0
 #: per task: default source, default max_length (per document for retrieval), vocabulary with
@@ -47,12 +45,10 @@ TASKS: dict[str, tuple[str | None, int, int, int]] = {
 }
 
 
-class SequenceTask(Task):
+class SequenceTask(ClassificationTask):
     """Classification of cached token sequences, padded to ``max_length`` (see the module docstring)."""
 
     inputs = "tokens"
-    outputs = "classes"
-    metric_names = ("accuracy",)
 
     def __init__(self, cache: SequenceCache, max_length: int, *, train_examples: int | None = None,
                  eval_examples: int | None = None, eval_batch_size: int = 32) -> None:
@@ -65,6 +61,7 @@ class SequenceTask(Task):
             self.inputs, self.outputs = "token_pairs", "pair_classes"
         self.train_index = evenly_spaced(cache.num_examples("train"), train_examples)
         self.eval_index = evenly_spaced(cache.num_examples("test"), eval_examples)
+        self.metric_names = accuracy_metrics(cache.num_classes)
 
     @property
     def vocab_size(self) -> int:
@@ -101,14 +98,6 @@ class SequenceTask(Task):
     def eval_batches(self) -> Sequence[Batch]:
         size = self.eval_batch_size
         return [self.batch("test", self.eval_index[i:i + size]) for i in range(0, len(self.eval_index), size)]
-
-    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
-        """Mean cross-entropy of class logits ``[B, classes]`` against class ids ``[B]`` (in fp32)."""
-        return F.cross_entropy(outputs.float(), targets)
-
-    def metrics(self, outputs: Tensor, batch: Batch) -> dict[str, Tensor]:
-        """``accuracy``: the share of examples whose largest logit is their class."""
-        return {"accuracy": topk_accuracy(outputs, batch.targets, 1)}
 
     def tokens_per_epoch(self) -> int:
         """Padded positions in one pass over the training examples (both documents of a pair)."""
