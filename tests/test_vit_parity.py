@@ -159,6 +159,8 @@ def test_vit_b16_preset_counts_match_hf():
     (dict(positions="none"), "positions"),
     (dict(out_bias=False), "out_bias"),
     (dict(mlp_bias=False), "mlp_bias"),
+    (dict(classifier_hidden=16), "classifier is one linear map"),
+    (dict(attention=["global", "nystrom"]), "it has nystrom attention layers"),
 ])
 def test_inexpressible_specs_refuse_conversion(fields, needle):
     spec = spec_from_preset("vit-tiny-28", **{"d_model": 32, "n_layers": 2, "heads": [4, 4], **fields})

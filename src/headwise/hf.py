@@ -38,7 +38,13 @@ def gpt_neo_incompatibility(spec: ModelSpec) -> str | None:
     hidden = {s.mlp_hidden for s in spec.layers()}
     if len(hidden) != 1:
         return f"its layers have different MLP widths {sorted(hidden)}"
-    for field, value, why in _GPT_NEO_FIXED:
+    return fixed_field_problem(spec, _GPT_NEO_FIXED)
+
+
+def fixed_field_problem(spec: ModelSpec, fixed: list[tuple[str, object, str]]) -> str | None:
+    """The first of ``fixed`` (spec field, the value an architecture requires, why) that ``spec``
+    does not meet, as a reason; None when it meets them all."""
+    for field, value, why in fixed:
         if getattr(spec, field) != value:
             return f"{field} = {getattr(spec, field)!r}: {why}"
     return None

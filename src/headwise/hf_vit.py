@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from headwise.errors import HeadwiseError
+from headwise.hf import fixed_field_problem
 from headwise.model import Transformer
 from headwise.spec import ModelSpec
 
@@ -33,6 +34,7 @@ _VIT_FIXED = [
     ("pooling", "cls", "transformers' ViTForImageClassification classifies the class token only (no mean pooling)"),
     ("out_bias", True, "ViT's attention output projection has a bias"),
     ("mlp_bias", True, "ViT's MLP has biases"),
+    ("classifier_hidden", None, "ViT's classifier is one linear map"),
 ]
 #: headwise activations and the ``hidden_act`` names (transformers' ACT2FN) that compute them
 _ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_new", "relu": "relu"}
@@ -51,11 +53,12 @@ def vit_incompatibility(spec: ModelSpec) -> str | None:
     hidden = {s.mlp_hidden for s in spec.layers()}
     if len(hidden) != 1:
         return f"its layers have different MLP widths {sorted(hidden)}; ViT has one intermediate_size"
-    if any(s.attention != "global" for s in spec.layers()):
-        return "it has local attention layers; ViT's layers are all global"
-    for field, value, why in _VIT_FIXED:
-        if getattr(spec, field) != value:
-            return f"{field} = {getattr(spec, field)!r}: {why}"
+    kinds = sorted({s.attention for s in spec.layers()} - {"global"})
+    if kinds:
+        return f"it has {' and '.join(kinds)} attention layers; ViT's layers are all global"
+    fixed = fixed_field_problem(spec, _VIT_FIXED)
+    if fixed:
+        return fixed
     if spec.activation not in _ACTIVATIONS:
         return f"activation = {spec.activation!r} has no transformers hidden_act"
     return None
