@@ -45,9 +45,11 @@ def draw_accuracy(ax: Any, vs: list[VariantRuns], x: list[float], top1: dict[str
     ax.errorbar(x, y, yerr=yerr, marker="o", color=color, capsize=3, label=label)
     dx, dy, ha = LABEL_SIDES[side % len(LABEL_SIDES)]
     for v, xi, yi in zip(vs, x, y):
+        # a light box keeps a label legible where it crosses a line or an error bar
         ax.annotate(fmt_params(v.params), (xi, yi), textcoords="offset points", xytext=(dx, dy), ha=ha,
-                    fontsize=7, color=color)
+                    fontsize=7, color=color, bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.8))
         rows.append(point(v))
+    ax.margins(x=0.1)  # room for the labels of the outermost points
 
 
 def noise_verdict(c: stats.Comparison) -> str:

@@ -323,7 +323,7 @@ class VisionLayout(Layout):
         for k, (depth, lines) in enumerate(panels):
             ax = axes[0, k]
             for i, (v, xs, ys) in enumerate(lines):
-                ax.plot(xs, ys, marker=".", color=f"C{i % 10}", label=f"{v.heads[0]} heads")
+                ax.plot(xs, ys, marker=".", color=f"C{i % 10}", label=f"{v.heads[0]} head{'s' if v.heads[0] != 1 else ''}")
                 rows += [dict(variant=v.name, n_layers=depth, heads_per_layer=v.heads[0], epoch=x, cond_mean=y)
                          for x, y in zip(xs, ys)]
             ax.set_yscale("log")
