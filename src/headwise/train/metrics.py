@@ -1,10 +1,10 @@
-"""What a run records and shows: ``metrics.jsonl``, TensorBoard events, a progress bar or plain
-log lines, peak memory, and the peak FLOP/s that MFU is measured against."""
+"""What a run records and shows: ``metrics.jsonl`` (and, through the run's experiment trackers,
+TensorBoard, W&B or MLflow), a progress bar or plain log lines, peak memory, and the peak FLOP/s
+that MFU is measured against."""
 
 from __future__ import annotations
 
 import json
-import math
 import resource
 import sys
 import time
@@ -14,8 +14,9 @@ from typing import Any, TextIO
 import torch
 
 from headwise.config import atomic_write_text
-from headwise.run.layout import METRICS_FILE, TENSORBOARD_DIR
+from headwise.run.layout import METRICS_FILE
 from headwise.run.metrics import scan_metrics
+from headwise.train.trackers import Tracker, warn
 
 
 # Peak dense FLOP/s per device for the MFU estimate, by precision. GPU figures are NVIDIA's
@@ -55,12 +56,14 @@ def peak_memory_bytes(device: torch.device) -> int:
 
 
 class MetricsLog:
-    """Appends one JSON object per logged step to ``metrics.jsonl`` and mirrors the numbers to
-    TensorBoard (when ``tensorboard`` is installed). On resume, rows after the checkpoint's
-    step are dropped, since the resumed run records those steps again, and so are damaged lines
-    (counted in ``dropped``): the file is rewritten from the rows that read back."""
+    """Appends one JSON object per logged step to ``metrics.jsonl`` and passes each row on to the
+    run's experiment trackers (:mod:`headwise.train.trackers`), which it starts with the resolved
+    ``config``. On resume, rows after the checkpoint's step are dropped, since the resumed run
+    records those steps again, and so are damaged lines (counted in ``dropped``): the file is
+    rewritten from the rows that read back."""
 
-    def __init__(self, run_dir: Path, resume_step: int | None = None) -> None:
+    def __init__(self, run_dir: Path, resume_step: int | None = None, trackers: list[Tracker] | None = None,
+                 config: dict[str, Any] | None = None) -> None:
         self.path = Path(run_dir) / METRICS_FILE
         #: damaged lines of the file that a resume dropped (see :func:`headwise.run.metrics.scan_metrics`)
         self.dropped = 0
@@ -69,27 +72,34 @@ class MetricsLog:
             kept = [r for r in rows if r["step"] <= resume_step]
             atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
         self._file: TextIO = open(self.path, "a", encoding="utf-8")
-        self.tb = None
+        self.trackers = list(trackers or [])
         try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:  # tensorboard is an optional extra
-            return
-        # purge_step discards events a killed run wrote after its last checkpoint.
-        self.tb = SummaryWriter(str(Path(run_dir) / TENSORBOARD_DIR),
-                                purge_step=resume_step + 1 if resume_step is not None else None)
+            for tracker in self.trackers:
+                tracker.start(config or {}, resume_step)
+        except BaseException:
+            self._file.close()
+            raise
 
     def write(self, row: dict[str, Any]) -> None:
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()
-        if self.tb is not None:
-            for key, value in row.items():
-                if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
-                    self.tb.add_scalar(key, value, row["step"])
+        for tracker in self.trackers:
+            tracker.log_metrics(row, row["step"])
 
-    def close(self) -> None:
+    def close(self, summary: dict[str, Any] | None = None) -> None:
+        """Close the file; give the trackers the run's ``summary`` (``summary.json``'s content)
+        and close them. A tracker failing here is one warning line: the run itself is done and
+        on disk, and the other trackers still close."""
         self._file.close()
-        if self.tb is not None:
-            self.tb.close()
+        status = str((summary or {}).get("status", "failed"))
+        for tracker in self.trackers:
+            try:
+                if summary is not None:
+                    tracker.log_summary(summary)
+                tracker.finish(status)
+            except Exception as exc:  # noqa: BLE001 - any backend's failure; the line names it
+                warn(f"tracker {tracker.name} did not close cleanly: {type(exc).__name__}: {exc}")
+        self.trackers = []
 
 
 def _duration(seconds: float) -> str:

@@ -40,7 +40,7 @@ from headwise.train.checkpoint import (
 #: Settings a resumed run may change: how long it runs and what it records. Anything else
 #: would make the continued run a different run from the one its checkpoints come from.
 RESUMABLE_CHANGES = ("train.steps", "train.epochs", "train.tokens", "train.log_every", "train.compile",
-                     "train.device", "train.peak_flops", "eval.", "checkpoint.", "analysis.")
+                     "train.device", "train.peak_flops", "eval.", "checkpoint.", "analysis.", "log.")
 
 
 def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:

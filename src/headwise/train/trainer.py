@@ -37,6 +37,7 @@ from headwise.train.distributed import DistContext, init_distributed, resolve_de
 from headwise.train.metrics import MetricsLog, Progress, default_peak_flops, peak_memory_bytes
 from headwise.train.optim import build_optimizer, build_scheduler
 from headwise.train.resume import ResumePoint, check_resume, commit_fallback, config_difference
+from headwise.train.trackers import open_trackers
 
 # Sentinel for "no non-finite loss yet" in the on-device first-bad-step tracker.
 _NO_STEP = float("inf")
@@ -91,6 +92,9 @@ class Trainer:
             (t.peak_flops, "train.peak_flops") if t.peak_flops else default_peak_flops(self.device, t.precision)
         )
         self.resume_from = self._check_run_dir(resume, overwrite)
+        # Made (a missing extra refused) before anything is written, by every process so that
+        # all refuse alike; rank 0 starts them in run().
+        self.trackers = open_trackers(self.cfg.log, out)
         self.resume_notes: list[str] = []
         self._init_progress()
         # Every process has read the directory before rank 0 changes it.
@@ -194,7 +198,8 @@ class Trainer:
         self.wall_t0 = time.perf_counter()
         self.status = RunStatus.RUNNING
         resume_step = self.step if self.resume_from is not None else None
-        self.metrics = MetricsLog(self.out, resume_step) if self.ctx.is_main else None
+        self.metrics = (MetricsLog(self.out, resume_step, self.trackers, self.cfg.to_dict())
+                        if self.ctx.is_main else None)
         self.progress = Progress(self.layout.steps, self.step, enabled=self.ctx.is_main, unit=self.task.unit)
         self._write_summary()
         self._announce()
@@ -213,9 +218,11 @@ class Trainer:
             raise
         finally:
             self.progress.close()
+            summary = self.summary()
+            if self.ctx.is_main:
+                write_summary(self.out, summary)
             if self.metrics is not None:
-                self.metrics.close()
-            self._write_summary()
+                self.metrics.close(summary.model_dump(mode="json"))
             # Only now: a repeated SIGTERM (PR_SET_PDEATHSIG fires once per thread of a dying
             # study runner) under the default handler would kill the process before the summary.
             for sig, old in handlers.items():

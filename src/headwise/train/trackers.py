@@ -1,0 +1,388 @@
+"""Experiment trackers: where a run's config, metrics, summary and figures go besides its own files.
+
+A run's ``[log] trackers`` names them (see :class:`headwise.train.config.LogConfig`); each is a
+:class:`Tracker` registered in :data:`TRACKERS` under its name, so a new one is a class here and
+a ``register`` call, with nothing else branching on the name. Each backend is an optional extra:
+a tracker whose package is missing is refused, before the run writes anything, with one line
+naming the extra to install.
+
+- ``tensorboard``: events in the run's ``tb/`` (a resume purges the steps after its checkpoint);
+- ``wandb``: a W&B run whose files live in the run's ``wandb/``, in the mode ``log.wandb_mode``
+  or ``WANDB_MODE`` says (``offline`` writes only local files); a resumed run keeps its W&B id;
+- ``mlflow``: an MLflow run in the experiment ``log.project``, tracked at ``log.mlflow_uri``,
+  else ``MLFLOW_TRACKING_URI``, else a file store ``mlruns/`` in the run's directory (the
+  ``mlflow-skinny`` package has no SQL store without SQLAlchemy; its file store is allowed here).
+
+A study groups its runs: before they start, :func:`open_group` gives each tracker the chance to
+set up the study's own record (W&B: the group name; MLflow: a parent run in a store under the
+study directory) and returns the ``[log]`` keys every run gets; :func:`log_group_figures` puts
+the report's figures there.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from headwise.config import atomic_write_text
+from headwise.errors import HeadwiseError, RunFailure
+from headwise.run.layout import TENSORBOARD_DIR
+
+if TYPE_CHECKING:
+    from headwise.train.config import LogConfig
+
+#: the trackers' ids in a run's (or a study's) directory, so that a resume continues the same record
+IDS_FILE = "trackers.json"
+WANDB_DIR = "wandb"
+MLFLOW_DIR = "mlruns"
+
+
+def _require(module: str, tracker: str, extra: str) -> Any:
+    """Import an optional package, or refuse with the one line saying which extra installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise HeadwiseError(f"log.trackers names {tracker!r}, which needs the {extra} extra: "
+                            f'pip install -c constraints.txt -e ".[{extra}]"') from None
+
+
+def numbers(row: dict[str, Any]) -> dict[str, float]:
+    """The finite numbers of a row or summary (top level only; None, text and tables left out)."""
+    return {k: v for k, v in row.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+
+
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``: a nested config as flat parameters."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def read_ids(directory: Path) -> dict[str, str]:
+    path = Path(directory) / IDS_FILE
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # none yet, or damaged: a new record is started
+        return {}
+
+
+def save_id(directory: Path, name: str, value: str) -> None:
+    ids = read_ids(directory)
+    ids[name] = value
+    atomic_write_text(Path(directory) / IDS_FILE, json.dumps(ids, indent=2) + "\n")
+
+
+class Tracker:
+    """One backend for one run. Made (package imported, nothing written) before the run touches
+    its directory; then :meth:`start`, :meth:`log_metrics` per logged step, :meth:`log_summary`,
+    :meth:`log_figures`, :meth:`finish`. The classmethods serve a study's own record."""
+
+    name: ClassVar[str]
+
+    def __init__(self, log: LogConfig, run_dir: Path) -> None:
+        self.log, self.run_dir = log, Path(run_dir)
+
+    def start(self, config: dict[str, Any], resume_step: int | None) -> None:
+        """Open the record with the resolved run config; ``resume_step``: the checkpoint's step
+        when the run resumes (None for a new run)."""
+
+    def log_metrics(self, row: dict[str, Any], step: int) -> None:
+        """One metrics row (a line of ``metrics.jsonl``)."""
+
+    def log_summary(self, summary: dict[str, Any]) -> None:
+        """The run's summary (``summary.json``) as it ended."""
+
+    def log_figures(self, paths: list[Path]) -> None:
+        """Figure files (PNG)."""
+
+    def finish(self, status: str) -> None:
+        """Close the record; ``status`` is the run's (completed, interrupted, diverged, failed)."""
+
+    @classmethod
+    def open_group(cls, log: LogConfig, study_dir: Path, group: str) -> dict[str, Any]:
+        """Set up a study's record (once per study; again on a rerun, reusing it) and return the
+        ``[log]`` keys its runs need to join it."""
+        return {}
+
+    @classmethod
+    def log_group_figures(cls, log: LogConfig, study_dir: Path, group: str, paths: list[Path]) -> None:
+        """Put a study report's figures in the study's record."""
+
+
+#: tracker name -> class
+TRACKERS: dict[str, type[Tracker]] = {}
+
+
+def register(cls: type[Tracker]) -> type[Tracker]:
+    """Make a tracker available to ``[log] trackers`` under its ``name``."""
+    TRACKERS[cls.name] = cls
+    return cls
+
+
+@register
+class TensorBoardTracker(Tracker):
+    """Scalars per step, the config and summary as text, figures as images, in the run's ``tb/``."""
+
+    name = "tensorboard"
+
+    def __init__(self, log: LogConfig, run_dir: Path) -> None:
+        super().__init__(log, run_dir)
+        self.writer_class = _require("torch.utils.tensorboard", self.name, "tensorboard").SummaryWriter
+        self.writer: Any = None
+        self.step = 0
+
+    def start(self, config: dict[str, Any], resume_step: int | None) -> None:
+        # purge_step discards events a killed run wrote after its last checkpoint.
+        self.writer = self.writer_class(str(self.run_dir / TENSORBOARD_DIR),
+                                        purge_step=resume_step + 1 if resume_step is not None else None)
+        self.step = resume_step or 0
+        self.writer.add_text("config", _as_code(config), self.step)
+
+    def log_metrics(self, row: dict[str, Any], step: int) -> None:
+        self.step = step
+        for key, value in numbers(row).items():
+            if key != "step":
+                self.writer.add_scalar(key, value, step)
+
+    def log_summary(self, summary: dict[str, Any]) -> None:
+        self.writer.add_text("summary", _as_code(summary), self.step)
+
+    def log_figures(self, paths: list[Path]) -> None:
+        from matplotlib.image import imread
+
+        for path in paths:
+            self.writer.add_image(Path(path).stem, imread(path), self.step, dataformats="HWC")
+
+    def finish(self, status: str) -> None:
+        self.writer.close()
+
+
+def _as_code(data: dict[str, Any]) -> str:
+    # TensorBoard renders text as markdown: indent the JSON so it shows as a code block.
+    return "\n".join("    " + line for line in json.dumps(data, indent=2).splitlines())
+
+
+@register
+class WandbTracker(Tracker):
+    """A W&B run (job type ``train``) in ``log.project``, grouped by ``log.group``; its local
+    files in the run's ``wandb/``. The id is kept in the run's ``trackers.json``, so a resumed run
+    continues the same W&B run (steps it had already logged are not logged again)."""
+
+    name = "wandb"
+
+    def __init__(self, log: LogConfig, run_dir: Path) -> None:
+        super().__init__(log, run_dir)
+        self.wandb = _require("wandb", self.name, "wandb")
+        self.run: Any = None
+        self.last_step = -1
+
+    def start(self, config: dict[str, Any], resume_step: int | None) -> None:
+        run_id = read_ids(self.run_dir).get(self.name) if resume_step is not None else None
+        if run_id is None:
+            run_id = uuid.uuid4().hex[:12]
+            save_id(self.run_dir, self.name, run_id)
+        (self.run_dir / WANDB_DIR).mkdir(parents=True, exist_ok=True)
+        self.run = _wandb_init(self.wandb, self.log, self.run_dir, id=run_id, resume="allow", config=config,
+                               job_type="train", name=self.run_dir.name)
+        self.last_step = resume_step if resume_step is not None else -1
+
+    def log_metrics(self, row: dict[str, Any], step: int) -> None:
+        # W&B steps only increase: after a resume, the steps the killed run logged past its
+        # checkpoint come again (with the same values) and are skipped.
+        if step <= self.last_step:
+            return
+        self.last_step = step
+        self.run.log({k: v for k, v in numbers(row).items() if k != "step"}, step=step)
+
+    def log_summary(self, summary: dict[str, Any]) -> None:
+        self.run.summary.update({"status": summary.get("status"), **numbers(summary)})
+
+    def log_figures(self, paths: list[Path]) -> None:
+        self.run.log({Path(p).stem: self.wandb.Image(str(p)) for p in paths})
+
+    def finish(self, status: str) -> None:
+        self.run.finish(exit_code=0 if status == "completed" else 1)
+
+    @classmethod
+    def open_group(cls, log: LogConfig, study_dir: Path, group: str) -> dict[str, Any]:
+        _require("wandb", cls.name, "wandb")
+        return {"group": group}
+
+    @classmethod
+    def log_group_figures(cls, log: LogConfig, study_dir: Path, group: str, paths: list[Path]) -> None:
+        """The figures as a run of job type ``report`` in the study's group."""
+        wandb = _require("wandb", cls.name, "wandb")
+        (study_dir / WANDB_DIR).mkdir(parents=True, exist_ok=True)
+        run = _wandb_init(wandb, log, study_dir, group=group, job_type="report", name=f"{group}-report")
+        run.log({Path(p).stem: wandb.Image(str(p)) for p in paths})
+        run.finish()
+
+
+def _wandb_init(wandb: Any, log: LogConfig, directory: Path, **kwargs: Any) -> Any:
+    kwargs.setdefault("group", log.group)
+    try:
+        # reinit: a process may train several runs one after another (tests, notebooks).
+        return wandb.init(project=log.project, dir=str(directory), mode=log.wandb_mode,
+                          reinit="create_new", **kwargs)
+    except Exception as exc:  # W&B raises its own errors (no login, no network): the run cannot log
+        raise RunFailure(f"W&B could not start a run ({type(exc).__name__}: {exc}); "
+                         "set log.wandb_mode = \"offline\" to log to local files only") from None
+
+
+@register
+class MlflowTracker(Tracker):
+    """An MLflow run in the experiment ``log.project``: the config as parameters, metrics per
+    step, the summary's numbers as ``summary.*`` metrics plus ``summary.json``, figures as
+    artifacts; nested under ``log.mlflow_parent`` when a study set one. The run id is kept in
+    the run's ``trackers.json``, so a resumed run continues the same MLflow run."""
+
+    name = "mlflow"
+    #: MLflow's limit on the parameters of one log_batch call
+    BATCH = 100
+
+    def __init__(self, log: LogConfig, run_dir: Path) -> None:
+        super().__init__(log, run_dir)
+        _require("mlflow.tracking", self.name, "mlflow")
+        self.client: Any = None  # made in start(): making one creates the store's directory
+        self.run_id: str | None = None
+        self.step = 0
+
+    def start(self, config: dict[str, Any], resume_step: int | None) -> None:
+        self.client = _mlflow_client(self.log, self.run_dir)
+        run_id = read_ids(self.run_dir).get(self.name) if resume_step is not None else None
+        if run_id is not None:
+            self.client.update_run(run_id, status="RUNNING")
+        else:
+            tags = {"mlflow.parentRunId": self.log.mlflow_parent} if self.log.mlflow_parent else {}
+            run = self.client.create_run(_experiment(self.client, self.log.project), run_name=self.run_dir.name,
+                                         tags=tags)
+            run_id = run.info.run_id
+            save_id(self.run_dir, self.name, run_id)
+            # Parameters cannot change once logged, so only a new run logs them.
+            from mlflow.entities import Param
+
+            params = [Param(k, str(v)) for k, v in flatten(config).items()]
+            for i in range(0, len(params), self.BATCH):
+                self.client.log_batch(run_id, params=params[i:i + self.BATCH])
+        self.run_id, self.step = run_id, resume_step or 0
+
+    def log_metrics(self, row: dict[str, Any], step: int) -> None:
+        self.step = step
+        self._metrics({k: v for k, v in numbers(row).items() if k != "step"}, step)
+
+    def log_summary(self, summary: dict[str, Any]) -> None:
+        self._metrics({f"summary.{k}": v for k, v in numbers(summary).items()}, self.step)
+        self.client.log_dict(self.run_id, summary, "summary.json")
+
+    def log_figures(self, paths: list[Path]) -> None:
+        for path in paths:
+            self.client.log_artifact(self.run_id, str(path), "figures")
+
+    def finish(self, status: str) -> None:
+        state = {"completed": "FINISHED", "interrupted": "KILLED"}.get(status, "FAILED")
+        self.client.set_terminated(self.run_id, state)
+
+    def _metrics(self, values: dict[str, float], step: int) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self.client.log_batch(self.run_id, metrics=[Metric(k, v, now, step) for k, v in values.items()])
+
+    @classmethod
+    def open_group(cls, log: LogConfig, study_dir: Path, group: str) -> dict[str, Any]:
+        """A parent run named after the study (made once, its id kept in the study's
+        ``trackers.json``), in the study's store unless ``log.mlflow_uri`` names another."""
+        uri = _mlflow_uri(log, study_dir)
+        client = _mlflow_client(log, study_dir)
+        parent = read_ids(study_dir).get(cls.name)
+        if parent is None:
+            run = client.create_run(_experiment(client, log.project), run_name=group, tags={"headwise.study": group})
+            parent = run.info.run_id
+            save_id(study_dir, cls.name, parent)
+        return {"mlflow_uri": uri, "mlflow_parent": parent}
+
+    @classmethod
+    def log_group_figures(cls, log: LogConfig, study_dir: Path, group: str, paths: list[Path]) -> None:
+        """The figures as artifacts of the study's parent run."""
+        parent = log.mlflow_parent or read_ids(study_dir).get(cls.name)
+        if parent is None:
+            return
+        client = _mlflow_client(log, study_dir)
+        for path in paths:
+            client.log_artifact(parent, str(path), "figures")
+
+
+def _mlflow_uri(log: LogConfig, directory: Path) -> str:
+    return log.mlflow_uri or os.environ.get("MLFLOW_TRACKING_URI") or (Path(directory) / MLFLOW_DIR).resolve().as_uri()
+
+
+def _mlflow_client(log: LogConfig, directory: Path) -> Any:
+    tracking = _require("mlflow.tracking", MlflowTracker.name, "mlflow")
+    uri = _mlflow_uri(log, directory)
+    if uri.startswith("file:") or "://" not in uri:
+        # MLflow 3 refuses its file store unless asked (it wants a SQL store, which needs
+        # SQLAlchemy, not part of mlflow-skinny); a local store is what we ask for here.
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    return tracking.MlflowClient(uri)
+
+
+def _experiment(client: Any, name: str) -> str:
+    """The id of the experiment ``name``, made if missing (two runs may race to make it)."""
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    try:
+        return client.create_experiment(name)
+    except Exception:  # made by another run meanwhile
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return found.experiment_id
+
+
+def open_trackers(log: LogConfig, run_dir: Path) -> list[Tracker]:
+    """The run's trackers, made (packages imported, nothing written). Unset ``log.trackers``
+    means TensorBoard if installed; a tracker named explicitly and not installed is a
+    HeadwiseError naming its extra."""
+    if log.trackers is None:
+        try:
+            return [TensorBoardTracker(log, run_dir)]
+        except HeadwiseError:  # the default, not asked for: a run without the extra still trains
+            return []
+    return [TRACKERS[name](log, run_dir) for name in log.trackers]
+
+
+def open_group(log: LogConfig, study_dir: Path, group: str) -> dict[str, Any]:
+    """Set up the study's record in each tracker its runs use; the ``[log]`` keys they get."""
+    keys: dict[str, Any] = {"group": group}
+    for name in log.trackers or ():
+        keys.update(TRACKERS[name].open_group(log, study_dir, group))
+    return keys
+
+
+def log_group_figures(log: LogConfig, study_dir: Path, group: str, paths: list[Path]) -> list[str]:
+    """Put a study report's figures in each tracker's study record. A tracker that fails is
+    skipped (the report is on disk already); returns one line per failure."""
+    problems = []
+    for name in log.trackers or ():
+        try:
+            TRACKERS[name].log_group_figures(log, study_dir, group, paths)
+        except Exception as exc:  # noqa: BLE001 - any backend failure; the line names it
+            problems.append(f"{name}: {type(exc).__name__}: {exc}")
+    return problems
+
+
+def warn(text: str) -> None:
+    print(f"warning: {text}", file=sys.stderr, flush=True)
