@@ -24,6 +24,9 @@ _EXPORTS = {
     "Plan": "headwise.plans",
     "Scheme": "headwise.plans",
     "plan_heads": "headwise.plans",
+    # transformers classes (the hf extra); importing them registers model_type "headwise" with the Auto classes
+    "HeadwiseConfig": "headwise.hf_model",
+    "HeadwiseForCausalLM": "headwise.hf_model",
 }
 __all__ = [*_EXPORTS, "__version__"]
 

@@ -1,0 +1,35 @@
+"""``headwise export``: a run's model as a folder that loads in the Hugging Face ecosystem.
+
+    headwise export runs/lm-tiny --hf exports/lm-tiny            # HeadwiseForCausalLM, any spec
+    headwise export runs/lm-tiny --hf exports/lm-tiny-neo --gpt-neo
+    python -c "from transformers import AutoModelForCausalLM as A; A.from_pretrained('exports/lm-tiny', trust_remote_code=True)"
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+NAME = "export"
+HELP = "write a run's model as a Hugging Face folder (AutoModelForCausalLM, tokenizer, model card)"
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a language-model run written by headwise train")
+    p.add_argument("--hf", required=True, metavar="OUT_DIR",
+                   help="the folder to write (must not exist, or be empty): config.json, model.safetensors, the "
+                        "modelling code (loads with trust_remote_code=True without headwise), tokenizer, "
+                        "generation config, model card")
+    p.add_argument("--gpt-neo", action="store_true",
+                   help="write a plain GPTNeoForCausalLM instead (no remote code), where GPT-Neo can express the "
+                        "spec: one head count and width for every layer")
+    p.add_argument("--checkpoint", metavar="PATH", help="a checkpoint folder of the run (default: the final model)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from headwise.hf_model.export import export_hf
+
+    out = export_hf(Path(args.run_dir), Path(args.hf), checkpoint=args.checkpoint, gpt_neo=args.gpt_neo)
+    kind = "GPTNeoForCausalLM" if args.gpt_neo else "HeadwiseForCausalLM (trust_remote_code=True)"
+    print(f"wrote {out}: {kind}")
+    return 0

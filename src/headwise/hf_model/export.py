@@ -1,0 +1,143 @@
+"""``headwise export RUN_DIR --hf OUT``: a run's model as a folder the Hugging Face ecosystem
+loads without headwise.
+
+The folder holds ``config.json`` (with ``auto_map``), ``model.safetensors``, the modelling code,
+the tokenizer as a ``transformers`` tokenizer, ``generation_config.json``, the run's
+``config.toml`` and a model card (``README.md``). The modelling code is headwise's own model
+modules, copied with their ``headwise`` imports pointed at sibling files (and the spec read from
+``config.json`` through :mod:`headwise.hf_model.spec_view`): the exported model computes exactly
+what headwise does, and ``AutoModelForCausalLM.from_pretrained(OUT, trust_remote_code=True)``
+needs only torch and transformers. ``gpt_neo=True`` writes a plain ``GPTNeoForCausalLM`` instead,
+for specs GPT-Neo expresses.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import headwise.hf_model as hf_model_package
+import headwise.model as model_package
+from headwise.errors import HeadwiseError, RunFailure
+from headwise.hf_model import from_headwise
+from headwise.hf_model.card import model_card
+from headwise.run.layout import RunDir
+
+#: The module whose class ``auto_map`` names, and where the bundled code starts from
+ENTRY_MODULES = ("configuration_headwise", "modeling_headwise")
+AUTO_MAP = {"AutoConfig": "configuration_headwise.HeadwiseConfig",
+            "AutoModelForCausalLM": "modeling_headwise.HeadwiseForCausalLM"}
+#: Top-level packages the exported code may import: what a transformers user has
+ALLOWED_IMPORTS = {"torch", "transformers", "safetensors", "numpy"}
+
+_PACKAGES = {"headwise.model": Path(model_package.__file__).parent,
+             "headwise.hf_model": Path(hf_model_package.__file__).parent}
+_SPEC_MODULE = "headwise.spec"
+_IMPORT = re.compile(r"^(\s*)from (headwise\.(?:model|hf_model)\.(\w+)|headwise\.spec) import", re.MULTILINE)
+
+
+def _source_of(name: str) -> Path:
+    """The file of a bundled module, by its flat name (``transformer``, ``spec_view``)."""
+    for directory in _PACKAGES.values():
+        if (directory / f"{name}.py").is_file():
+            return directory / f"{name}.py"
+    raise RunFailure(f"the exported model code needs a module {name!r} that headwise does not have")
+
+
+def _flat_name(module: str) -> str:
+    return "spec_view" if module == _SPEC_MODULE else module.rsplit(".", 1)[1]
+
+
+def bundled_sources() -> dict[str, str]:
+    """The exported modelling code, file name -> text: the entry modules and every headwise
+    module they import, transitively, with those imports made relative to the folder."""
+    sources: dict[str, str] = {}
+    todo = list(ENTRY_MODULES)
+    while todo:
+        name = todo.pop()
+        if f"{name}.py" in sources:
+            continue
+        text = _source_of(name).read_text(encoding="utf-8")
+        todo.extend(_flat_name(m.group(2)) for m in _IMPORT.finditer(text))
+        text = _IMPORT.sub(lambda m: f"{m.group(1)}from .{_flat_name(m.group(2))} import", text)
+        _check_imports(name, text)
+        sources[f"{name}.py"] = text
+    return sources
+
+
+def _check_imports(name: str, text: str) -> None:
+    """Refuse code a folder cannot carry: an import of anything but the standard library and
+    :data:`ALLOWED_IMPORTS` (the model modules must stay self-contained for export)."""
+    for node in ast.walk(ast.parse(text)):
+        modules = []
+        if isinstance(node, ast.Import):
+            modules = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules = [node.module]
+        for module in modules:
+            top = module.split(".")[0]
+            if top not in ALLOWED_IMPORTS and top not in sys.stdlib_module_names:
+                raise RunFailure(f"{name}.py imports {module}, which an exported folder cannot carry: "
+                                 "the model modules may import only torch, transformers and each other")
+
+
+def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path | None = None,
+              gpt_neo: bool = False) -> Path:
+    """Write a run's model to ``out_dir`` (which must not exist, or be empty) as a Hugging Face
+    folder; returns ``out_dir``. The folder is written beside it and moved into place last, so
+    a failure leaves nothing half-written."""
+    from headwise.hf_tokenizer import save_hf_tokenizer
+    from headwise.train.generate import load_run_model, run_config, run_tokenizer
+
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise HeadwiseError(f"{out_dir} already exists and is not empty: give a new folder (nothing was written)")
+    cfg = run_config(run_dir)
+    if cfg.task.kind != "lm":
+        raise HeadwiseError(f"{run_dir} is a {cfg.task.kind!r} run: only language models export to Hugging Face "
+                            "for now")
+    model, source = load_run_model(run_dir, Path(checkpoint) if checkpoint is not None else None)
+    eot_id = run_tokenizer(run_dir, cfg).eot_id
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        if gpt_neo:
+            hf = _gpt_neo(model, eot_id)
+        else:
+            hf = from_headwise(model, eot_id)
+            hf.config.auto_map = dict(AUTO_MAP)
+            hf.config.architectures = ["HeadwiseForCausalLM"]
+        hf.save_pretrained(tmp)
+        if not gpt_neo:
+            for name, text in bundled_sources().items():
+                (tmp / name).write_text(text, encoding="utf-8")
+        save_hf_tokenizer(run_dir, tmp)
+        shutil.copyfile(RunDir(run_dir).config, tmp / "headwise_config.toml")
+        (tmp / "README.md").write_text(model_card(run_dir, cfg, model.spec, source, gpt_neo), encoding="utf-8")
+        if out_dir.exists():
+            out_dir.rmdir()
+        tmp.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def _gpt_neo(model, eot_id: int):
+    """The run's model as ``GPTNeoForCausalLM`` (refused, with the reason, where GPT-Neo cannot
+    express the spec)."""
+    from headwise.hf import gpt_neo_incompatibility, to_hf
+
+    reason = gpt_neo_incompatibility(model.spec)
+    if reason:
+        raise HeadwiseError(f"--gpt-neo: GPT-Neo cannot express this model: {reason}; export without --gpt-neo "
+                            "(HeadwiseForCausalLM takes every spec)")
+    hf = to_hf(model)
+    hf.config.bos_token_id = hf.config.eos_token_id = eot_id
+    hf.generation_config.bos_token_id = hf.generation_config.eos_token_id = eot_id
+    hf.generation_config.pad_token_id = eot_id
+    return hf

@@ -1,0 +1,108 @@
+"""headwise models as ``transformers`` models: ``HeadwiseForCausalLM`` wraps headwise's
+:class:`~headwise.model.transformer.Transformer`, so any spec (per-layer head counts and widths,
+local or Nyström layers, unit-norm blocks) loads with ``AutoModelForCausalLM``, returns
+``.logits`` and generates with ``generate()`` and a KV cache.
+
+This module is copied into folders that ``headwise export --hf`` writes, together with the model
+modules it imports; there, every ``headwise`` import reads from a sibling file (see
+:mod:`headwise.hf_model.export`), so loading needs only torch and transformers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+from transformers import GenerationMixin, PreTrainedModel
+from transformers.cache_utils import Cache, DynamicCache
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from headwise.hf_model.configuration_headwise import HeadwiseConfig
+from headwise.model.transformer import Transformer
+
+
+class CacheLayerView:
+    """One layer of a ``transformers`` :class:`Cache` with the interface headwise's attention
+    uses (``length``, ``extend``), so ``generate()``'s own cache object carries the keys and values."""
+
+    def __init__(self, cache: Cache, index: int) -> None:
+        self.cache, self.index = cache, index
+
+    @property
+    def length(self) -> int:
+        """Positions cached in this layer."""
+        return self.cache.get_seq_length(self.index)
+
+    def extend(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Append ``k``, ``v`` [B, heads, t, head_dim]; returns all keys and values so far."""
+        return self.cache.update(k, v, self.index)
+
+
+class CacheView:
+    """A ``transformers`` :class:`Cache` as headwise's :class:`~headwise.model.cache.KVCache`."""
+
+    def __init__(self, cache: Cache, n_layers: int) -> None:
+        self.layers = [CacheLayerView(cache, i) for i in range(n_layers)]
+        self.length = cache.get_seq_length()
+
+
+class HeadwisePreTrainedModel(PreTrainedModel):
+    """Loading, saving and initialisation shared by headwise's ``transformers`` classes."""
+
+    config_class = HeadwiseConfig
+    base_model_prefix = "model"
+    _no_split_modules = ["Block"]
+
+    def _init_weights(self, module: torch.nn.Module) -> None:
+        # headwise's own initialisation (GPT-Neo's), for weights a checkpoint does not hold
+        Transformer._init_weights(self.model, module)
+
+
+class HeadwiseForCausalLM(HeadwisePreTrainedModel, GenerationMixin):
+    """A headwise decoder language model (``outputs = "lm"``) for ``transformers``.
+
+    Batches must not be padded (``attention_mask`` all ones): the model has learned absolute
+    positions counted from each sequence's start and no padding mask, so a left-padded row
+    would be shifted. Give unpadded batches (for example batch size 1 for generation).
+    """
+
+    _tied_weights_keys = {"model.lm_head.weight": "model.tok_emb.weight"}
+
+    def __init__(self, config: HeadwiseConfig) -> None:
+        super().__init__(config)
+        spec = config.model_spec()
+        if spec.output_head != "lm":
+            raise ValueError(f"HeadwiseForCausalLM needs a language model (outputs = 'lm'), not {spec.output_head!r}")
+        self.model = Transformer(spec)
+        self.post_init()
+
+    def get_input_embeddings(self) -> torch.nn.Embedding:
+        return self.model.tok_emb
+
+    def set_input_embeddings(self, value: torch.nn.Embedding) -> None:
+        self.model.tok_emb = value
+
+    def get_output_embeddings(self) -> torch.nn.Linear:
+        return self.model.lm_head
+
+    def set_output_embeddings(self, value: torch.nn.Linear) -> None:
+        self.model.lm_head = value
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                past_key_values: Cache | None = None, use_cache: bool | None = None,
+                labels: Tensor | None = None, **kwargs: Any) -> CausalLMOutputWithPast:
+        """Logits [B, T, vocab] for ``input_ids`` [B, T] (after ``past_key_values``' positions);
+        with ``labels``, the next-token loss (``transformers``' causal-LM loss, -100 ignored)."""
+        if attention_mask is not None and not bool(attention_mask.all()):
+            raise ValueError("headwise models take unpadded batches (attention_mask all ones): their learned "
+                             "positions count from each sequence's start; use batch size 1 or sequences of equal length")
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if use_cache and past_key_values is None:
+            past_key_values = DynamicCache(config=self.config)
+        cache = CacheView(past_key_values, len(self.model.blocks)) if past_key_values is not None else None
+        logits = self.model(input_ids, cache)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=past_key_values if use_cache else None)

@@ -1,0 +1,237 @@
+"""Hugging Face models for every spec: HeadwiseForCausalLM against headwise's own model, the
+exported folder loaded in a fresh process without headwise, and the way back."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("transformers", reason="transformers (the hf extra) is not installed")
+
+from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
+
+from headwise.cli import main  # noqa: E402
+from headwise.hf_model import HeadwiseConfig, HeadwiseForCausalLM, from_headwise, load_export, to_headwise  # noqa: E402
+from headwise.hf_model.export import ALLOWED_IMPORTS, bundled_sources  # noqa: E402
+from headwise.model import Transformer  # noqa: E402
+from headwise.spec import ModelSpec  # noqa: E402
+from headwise.train.generate import generate, load_run_model, run_config, run_tokenizer  # noqa: E402
+from tests.helpers import one_line_error  # noqa: E402
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+SPECS = {
+    "heterogeneous": dict(heads=[4, 2, 1], head_dim=[8, 12, 5]),
+    "local and untied": dict(heads=[2, 4, 2], attention=["global", "local", "local"], window=5, tie_embeddings=False),
+    "unit-norm post-norm": dict(heads=[4, 2, 2], norm="unitnorm_post", score_scale="inv_sqrt", mlp_hidden=[40, 24, 8]),
+}
+
+
+def _model(**fields) -> Transformer:
+    torch.manual_seed(0)
+    # a large init makes the logits far apart, so greedy choices are decided well above float noise
+    base = dict(vocab_size=97, d_model=32, n_layers=3, max_seq_len=48, init_std=0.3)
+    return Transformer(ModelSpec(**{**base, **fields})).eval()
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_logits_and_greedy_generation_equal_headwise(name):
+    model = _model(**SPECS[name])
+    hf = from_headwise(model, eot_id=96)
+    ids = torch.randint(0, 97, (3, 40), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(hf(ids).logits, model(ids), rtol=0, atol=1e-6)
+        out = hf.generate(ids[:1, :6], max_new_tokens=30, do_sample=False)
+    # KV-cached generate() of transformers equals headwise's own greedy decoding (which stops at end-of-text too)
+    assert out[0, 6:].tolist() == generate(model, ids[0, :6].tolist(), 30, temperature=0, stop_id=96)
+    assert len(set(out[0, 6:].tolist())) > 3
+
+
+def test_labels_give_the_shifted_next_token_loss():
+    model = _model(**SPECS["heterogeneous"])
+    hf = from_headwise(model)
+    ids = torch.randint(0, 97, (2, 20), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        loss = hf(ids, labels=ids).loss
+        expected = torch.nn.functional.cross_entropy(model(ids)[:, :-1].reshape(-1, 97), ids[:, 1:].reshape(-1))
+    torch.testing.assert_close(loss, expected)
+
+
+def test_padded_batches_are_refused_with_the_reason():
+    hf = from_headwise(_model(**SPECS["heterogeneous"]))
+    mask = torch.ones(2, 5, dtype=torch.long)
+    mask[1, :2] = 0
+    with pytest.raises(ValueError, match="unpadded batches"):
+        hf(torch.zeros(2, 5, dtype=torch.long), attention_mask=mask)
+
+
+def test_auto_classes_know_headwise_and_save_load_round_trips(tmp_path):
+    model = _model(**SPECS["local and untied"])
+    hf = from_headwise(model, eot_id=96)
+    hf.save_pretrained(tmp_path)
+    config = AutoConfig.from_pretrained(tmp_path)
+    assert isinstance(config, HeadwiseConfig) and config.num_attention_heads_per_layer == [2, 4, 2]
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert isinstance(loaded, HeadwiseForCausalLM)
+    for (k, a), (_, b) in zip(sorted(model.state_dict().items()), sorted(to_headwise(loaded).state_dict().items())):
+        assert torch.equal(a, b), k
+    back = load_export(tmp_path)
+    assert back.spec == model.spec
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), back.state_dict().values()))
+
+
+def test_the_bundled_code_imports_only_torch_transformers_and_itself():
+    sources = bundled_sources()
+    assert {"modeling_headwise.py", "configuration_headwise.py", "spec_view.py", "transformer.py"} <= set(sources)
+    for name, text in sources.items():
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ImportFrom):
+                assert node.level == 1 or node.module.split(".")[0] != "headwise", (name, node.module)
+                if node.level == 1:
+                    assert f"{node.module}.py" in sources, (name, node.module)
+            elif isinstance(node, ast.Import):
+                assert all(a.name.split(".")[0] != "headwise" for a in node.names), name
+    assert ALLOWED_IMPORTS == {"torch", "transformers", "safetensors", "numpy"}
+
+
+def test_the_spec_view_names_what_headwise_spec_names():
+    from headwise.hf_model import spec_view
+    from headwise.spec import CLASSIFIER_OUTPUTS, LayerShape
+
+    assert spec_view.CLASSIFIER_OUTPUTS == CLASSIFIER_OUTPUTS
+    assert [f for f in spec_view.LayerShape.__dataclass_fields__] == [f for f in LayerShape.__dataclass_fields__]
+
+
+# ------------------------------------------------------------------ a trained run, exported
+
+@pytest.fixture(scope="module")
+def lm_run(tmp_path_factory):
+    from tests.conftest import shared_data_dir
+
+    data = shared_data_dir()
+    if data is None:
+        pytest.skip("shared TinyStories samples not found: set HEADWISE_DATA to the folder holding them")
+    root = tmp_path_factory.mktemp("lm")
+    env = {"HEADWISE_DATA": str(data), "HEADWISE_CACHE": str(root / "cache")}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        out = root / "run"
+        # heterogeneous heads and head widths, a local layer: nothing GPT-Neo expresses
+        assert main(["train", str(CONFIGS / "lm-tiny.toml"), "--out", str(out), "--set", "train.steps=20",
+                     "--set", "eval.every=0", "--set", "checkpoint.every=0", "--set", "model.plan.total_heads=6",
+                     "--set", "model.head_dim=[24,20]", "--set", 'model.attention=["global","local"]',
+                     "--set", "model.window=16"]) == 0
+        yield out
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+FRESH_PROCESS = textwrap.dedent("""
+    import json, sys
+    sys.modules["headwise"] = None  # headwise must not be importable here
+    try:
+        import headwise  # noqa: F401
+        raise SystemExit("headwise is importable")
+    except ImportError:
+        pass
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    path, prompt = sys.argv[1], sys.argv[2]
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=True)
+    model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True).eval()
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    with torch.no_grad():
+        logits = model(torch.arange(100).view(1, 100) % model.config.vocab_size).logits
+        out = model.generate(ids, max_new_tokens=25, do_sample=False)
+    print(json.dumps({"class": type(model).__name__, "module": type(model).__module__, "prompt_ids": ids[0].tolist(),
+                      "logits": logits[0].tolist(), "new_ids": out[0, ids.shape[1]:].tolist(),
+                      "text": tokenizer.decode(out[0, ids.shape[1]:])}))
+""")
+
+
+def _fresh_process(path: Path, prompt: str, tmp_path: Path) -> dict:
+    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "PYTHONPATH": ""}
+    result = subprocess.run([sys.executable, "-c", FRESH_PROCESS, str(path), prompt], capture_output=True,
+                            text=True, cwd=tmp_path, env=env, timeout=300, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_an_exported_heterogeneous_run_loads_in_a_fresh_process_without_headwise(lm_run, tmp_path, capsys):
+    out = tmp_path / "export"
+    assert main(["export", str(lm_run), "--hf", str(out)]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+    for name in ("config.json", "model.safetensors", "modeling_headwise.py", "tokenizer.json",
+                 "generation_config.json", "README.md", "headwise_config.toml"):
+        assert (out / name).is_file(), name
+    config = json.loads((out / "config.json").read_text())
+    assert config["auto_map"]["AutoModelForCausalLM"] == "modeling_headwise.HeadwiseForCausalLM"
+    card = (out / "README.md").read_text()
+    assert "| 0 | 4 | 24 |" in card and "| 1 | 2 | 20 | 40 | local (window 16) |" in card
+
+    prompt = "Once upon a time there was"
+    got = _fresh_process(out, prompt, tmp_path)
+    assert got["class"] == "HeadwiseForCausalLM" and got["module"].startswith("transformers_modules")
+    model, _ = load_run_model(lm_run)
+    tokenizer = run_tokenizer(lm_run, run_config(lm_run))
+    assert got["prompt_ids"] == tokenizer.encode(prompt)
+    with torch.no_grad():
+        expected = model(torch.arange(100).view(1, 100) % model.spec.vocab_size)[0]
+    torch.testing.assert_close(torch.tensor(got["logits"]), expected, rtol=0, atol=1e-5)
+    # greedy generate() equals headwise generate --temperature 0
+    ours = generate(model, tokenizer.encode(prompt), 25, temperature=0, stop_id=tokenizer.eot_id)
+    assert got["new_ids"] == ours
+    assert main(["generate", str(lm_run), "--prompt", prompt, "--temperature", "0", "--max-new-tokens", "25",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["text"] == tokenizer.decode(ours)
+
+    # and back into headwise: the same weights
+    back = load_export(out)
+    assert back.spec == model.spec
+    for (k, a), (_, b) in zip(model.state_dict().items(), back.state_dict().items()):
+        assert torch.equal(a, b), k
+
+
+def test_export_refuses_what_it_cannot_write_and_keeps_existing_folders(lm_run, tmp_path, capsys):
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "keep.txt").write_text("mine")
+    assert main(["export", str(lm_run), "--hf", str(taken)]) == 2
+    assert "already exists and is not empty" in capsys.readouterr().err
+    assert [p.name for p in taken.iterdir()] == ["keep.txt"]
+    assert main(["export", str(lm_run), "--hf", str(tmp_path / "neo"), "--gpt-neo"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "different head counts" in err and "export without --gpt-neo" in err
+    assert not (tmp_path / "neo").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+    assert main(["export", str(tmp_path / "nothing"), "--hf", str(tmp_path / "x")]) == 2
+    assert "is not a headwise run" in capsys.readouterr().err
+
+
+def test_gpt_neo_export_of_a_uniform_run(tmp_path, lm_run, capsys):
+    out = tmp_path / "run"  # lm_run's fixture has set HEADWISE_DATA and the token cache it made
+    assert main(["train", str(CONFIGS / "lm-tiny.toml"), "--out", str(out), "--set", "train.steps=4",
+                 "--set", "eval.every=0", "--set", "checkpoint.every=0", "--set", "model.plan.scheme=constant",
+                 "--set", "model.plan.total_heads=4", "--set", "model.score_scale=none"]) == 0
+    neo = tmp_path / "neo"
+    assert main(["export", str(out), "--hf", str(neo), "--gpt-neo"]) == 0
+    config = json.loads((neo / "config.json").read_text())
+    assert config["model_type"] == "gpt_neo" and "auto_map" not in config
+    assert not (neo / "modeling_headwise.py").exists()
+    hf = AutoModelForCausalLM.from_pretrained(neo).eval()
+    model, _ = load_run_model(out)
+    ids = torch.arange(64).view(1, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(hf(ids).logits, model(ids), rtol=0, atol=1e-5)
