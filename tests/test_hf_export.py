@@ -235,3 +235,80 @@ def test_gpt_neo_export_of_a_uniform_run(tmp_path, lm_run, capsys):
     ids = torch.arange(64).view(1, 64)
     with torch.no_grad():
         torch.testing.assert_close(hf(ids).logits, model(ids), rtol=0, atol=1e-5)
+
+
+# ------------------------------------------------------------------ classifiers
+
+def test_classifiers_equal_headwise_and_load_with_their_auto_classes(tmp_path):
+    from transformers import AutoModelForImageClassification, AutoModelForSequenceClassification
+
+    torch.manual_seed(0)
+    vit = Transformer(ModelSpec(inputs="images", image_size=8, patch_size=4, channels=3, num_classes=5, d_model=24,
+                                n_layers=2, heads=[4, 1], head_dim=[6, 10], causal=False)).eval()
+    text = Transformer(ModelSpec(vocab_size=30, pad_id=0, outputs="classes", num_classes=3, pooling="mean",
+                                 d_model=16, n_layers=2, heads=[2, 4], max_seq_len=12, causal=False)).eval()
+    pixels = torch.randn(2, 3, 8, 8)
+    ids = torch.tensor([[5, 6, 7, 8, 0, 0], [9, 10, 11, 12, 13, 14]])
+    for model, auto, inputs, kwargs in ((vit, AutoModelForImageClassification, pixels, {}),
+                                        (text, AutoModelForSequenceClassification, ids,
+                                         {"attention_mask": (ids != 0).long()})):
+        hf = from_headwise(model)
+        labels = torch.tensor([1, 2])
+        with torch.no_grad():
+            out = hf(inputs, labels=labels, **kwargs)
+            torch.testing.assert_close(out.logits, model(inputs), rtol=0, atol=0)
+            torch.testing.assert_close(out.loss, torch.nn.functional.cross_entropy(model(inputs), labels))
+        assert hf.config.num_labels == model.spec.num_classes
+        hf.save_pretrained(tmp_path / auto.__name__)
+        loaded = auto.from_pretrained(tmp_path / auto.__name__).eval()
+        with torch.no_grad():
+            torch.testing.assert_close(loaded(inputs).logits, model(inputs), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="pad_id"):
+        from_headwise(text)(ids, attention_mask=torch.ones_like(ids))
+
+
+def test_models_no_transformers_class_expresses_are_refused_with_the_reason():
+    vectors = Transformer(ModelSpec(inputs="vectors", d_model=8, n_layers=1, heads=[2], max_seq_len=4, causal=False))
+    one_line_error(from_headwise, vectors, match="no transformers class for a model with inputs 'vectors'")
+
+
+def test_an_exported_vit_run_loads_in_a_fresh_process(tmp_path, capsys):
+    from tests.test_image_task import brightness, vit_config, write_idx
+
+    import numpy as np
+    from headwise.train import run_training
+
+    folder = tmp_path / "images"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for prefix, n in (("train", 128), ("t10k", 64)):
+        images, labels = brightness(n, rng)
+        write_idx(folder / f"{prefix}-images-idx3-ubyte", images)
+        write_idx(folder / f"{prefix}-labels-idx1-ubyte", labels)
+    run = tmp_path / "run"
+    run_training(vit_config(folder, tmp_path / "cache", steps=3), run)
+    out = tmp_path / "export"
+    assert main(["export", str(run), "--hf", str(out)]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["auto_map"]["AutoModelForImageClassification"] == "modeling_headwise.HeadwiseForImageClassification"
+    assert not (out / "tokenizer.json").exists() and "pipeline_tag: image-classification" in (out / "README.md").read_text()
+    script = textwrap.dedent("""
+        import json, sys
+        sys.modules["headwise"] = None
+        import torch
+        from transformers import AutoModelForImageClassification
+        model = AutoModelForImageClassification.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
+        torch.manual_seed(0)
+        with torch.no_grad():
+            print(json.dumps(model(torch.randn(2, 1, 16, 16)).logits.tolist()))
+    """)
+    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "PYTHONPATH": ""}
+    result = subprocess.run([sys.executable, "-c", script, str(out)], capture_output=True, text=True, cwd=tmp_path,
+                            env=env, timeout=300, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr[-3000:]
+    model, _ = load_run_model(run)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        expected = model(torch.randn(2, 1, 16, 16))
+    torch.testing.assert_close(torch.tensor(json.loads(result.stdout.strip().splitlines()[-1])), expected,
+                               rtol=0, atol=1e-5)

@@ -27,6 +27,8 @@ _EXPORTS = {
     # transformers classes (the hf extra); importing them registers model_type "headwise" with the Auto classes
     "HeadwiseConfig": "headwise.hf_model",
     "HeadwiseForCausalLM": "headwise.hf_model",
+    "HeadwiseForSequenceClassification": "headwise.hf_model",
+    "HeadwiseForImageClassification": "headwise.hf_model",
 }
 __all__ = [*_EXPORTS, "__version__"]
 

@@ -10,63 +10,83 @@ from headwise.run.metrics import read_metrics
 from headwise.run.summary import read_summary
 from headwise.spec import ModelSpec
 
+#: How each Auto class is used, after ``model = ...from_pretrained(path, ...)``
+_USE = {
+    "AutoModelForCausalLM": [
+        'ids = tokenizer("Once upon a time", return_tensors="pt").input_ids',
+        "print(tokenizer.decode(model.generate(ids, max_new_tokens=50, do_sample=False)[0]))",
+    ],
+    "AutoModelForSequenceClassification": ["logits = model(input_ids).logits  # input_ids [batch, tokens]"],
+    "AutoModelForImageClassification": [
+        "logits = model(pixel_values).logits  # [batch, channels, size, size], normalised as in training"],
+}
+_PIPELINE = {"AutoModelForCausalLM": "text-generation", "AutoModelForSequenceClassification": "text-classification",
+             "AutoModelForImageClassification": "image-classification"}
+
 
 def _loss(value: float | None) -> str:
     return "not recorded" if value is None else f"{value:.4f}"
 
 
-def model_card(run_dir: Path, cfg, spec: ModelSpec, weights: str, gpt_neo: bool) -> str:
-    """The card's markdown for the model of ``run_dir`` (``cfg``: its resolved config; ``weights``:
-    where the exported weights came from)."""
-    summary = read_summary(run_dir)
-    rows = read_metrics(run_dir)
-    train_losses = [r["loss"] for r in rows if isinstance(r.get("loss"), (int, float))]
-    task = summary.task if summary is not None else {}
+def _plan(spec: ModelSpec) -> list[str]:
+    """The per-layer table and one line of totals."""
     layers = spec.layers()
-    arch = "GPTNeoForCausalLM" if gpt_neo else "HeadwiseForCausalLM"
-    load = (f"model = AutoModelForCausalLM.from_pretrained(path)" if gpt_neo else
-            f"model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)")
-    lines = [
-        "---",
-        "library_name: transformers",
-        "pipeline_tag: text-generation",
-        "tags: [headwise, attention-heads]",
-        "---",
-        "",
-        f"# {run_dir.name}: heads {','.join(str(s.heads) for s in layers)}",
-        "",
-        f"A {spec.n_layers}-layer decoder trained with headwise and exported as "
-        f"`{arch}`{'' if gpt_neo else ' (its modelling code is in this folder)'}.",
-        "",
-        "## Head plan",
-        "",
+    inputs = (f"vocabulary {spec.vocab_size:,}" if spec.inputs != "images" else
+              f"{spec.image_size} px images, {spec.channels} channels, patch {spec.patch_size}")
+    outputs = "" if spec.output_head == "lm" else f", {spec.num_classes} classes ({spec.pooling} pooling)"
+    return [
         "| layer | heads | head width | attention width | attention | MLP width |",
         "|---|---|---|---|---|---|",
         *(f"| {i} | {s.heads} | {s.head_dim} | {s.width} | {s.attention}"
           f"{f' (window {spec.window})' if s.attention == 'local' else ''} | {s.mlp_hidden} |"
           for i, s in enumerate(layers)),
         "",
-        f"d_model {spec.d_model}, {spec.total_heads} heads in all, {count_params(spec):,} parameters, "
-        f"vocabulary {spec.vocab_size:,}, context {spec.max_seq_len} tokens, {spec.norm} norm, "
-        f"{spec.positions} positions, {spec.activation}.",
+        f"d_model {spec.d_model}, {spec.total_heads} heads in all, {count_params(spec):,} parameters, {inputs}"
+        f"{outputs}, {spec.max_seq_len} positions, {'causal' if spec.causal else 'bidirectional'}, {spec.norm} "
+        f"norm, {spec.positions} positions, {spec.activation}.",
+    ]
+
+
+def model_card(run_dir: Path, cfg, spec: ModelSpec, weights: str, arch: str, auto: str, remote_code: bool) -> str:
+    """The card's markdown for the model of ``run_dir`` (``cfg``: its resolved config; ``weights``:
+    where the exported weights came from; ``arch``/``auto``: its class and the Auto class that
+    loads it; ``remote_code``: whether loading needs ``trust_remote_code``)."""
+    summary = read_summary(run_dir)
+    rows = read_metrics(run_dir)
+    train_losses = [r["loss"] for r in rows if isinstance(r.get("loss"), (int, float))]
+    task = summary.task if summary is not None else {}
+    trust = ", trust_remote_code=True" if remote_code else ""
+    lines = [
+        "---",
+        "library_name: transformers",
+        f"pipeline_tag: {_PIPELINE.get(auto, 'other')}",
+        "tags: [headwise, attention-heads]",
+        "---",
+        "",
+        f"# {run_dir.name}: heads {','.join(str(h) for h in spec.heads)}",
+        "",
+        f"A {spec.n_layers}-layer model trained with headwise on the {cfg.task.kind!r} task and exported as "
+        f"`{arch}`{' (its modelling code is in this folder)' if remote_code else ''}.",
+        "",
+        "## Head plan",
+        "",
+        *_plan(spec),
         "",
         "## Data",
         "",
-        f"- {task.get('data') or getattr(cfg.task, 'source', '') or 'see headwise_config.toml'}",
-        f"- tokenizer `{task.get('tokenizer', getattr(cfg.task, 'tokenizer', '?'))}`"
-        + (f", {task['train_tokens']:,} training tokens, {task['valid_tokens']:,} validation tokens"
-           if "train_tokens" in task else ""),
-        "",
-        "## Training",
-        "",
-        f"- weights: {weights}",
+        f"- {task.get('data') or 'see headwise_config.toml'}",
     ]
+    if "tokenizer" in task:
+        lines.append(f"- tokenizer `{task['tokenizer']}`" + (
+            f", {task['train_tokens']:,} training tokens, {task['valid_tokens']:,} validation tokens"
+            if "train_tokens" in task else ""))
+    lines += ["", "## Training", "", f"- weights: {weights}"]
     if summary is not None:
+        metrics = "".join(f", {k} {v:.4f}" for k, v in summary.eval_metrics.items())
         lines += [
-            f"- status {summary.status.value}, "
-            f"{summary.steps:,} steps, {summary.tokens:,} tokens, {summary.train_time_s:.0f} s on "
-            f"{summary.device} ({summary.precision})",
-            f"- eval loss {_loss(summary.last_eval_loss)}; last logged train loss "
+            f"- status {summary.status.value}, {summary.steps:,} steps, {summary.tokens:,} {summary.unit}, "
+            f"{summary.train_time_s:.0f} s on {summary.device} ({summary.precision})",
+            f"- eval loss {_loss(summary.last_eval_loss)}{metrics}; last logged train loss "
             f"{_loss(train_losses[-1] if train_losses else None)}",
         ]
     lines += [
@@ -80,17 +100,16 @@ def model_card(run_dir: Path, cfg, spec: ModelSpec, weights: str, gpt_neo: bool)
         "## Use",
         "",
         "```python",
-        "from transformers import AutoModelForCausalLM, AutoTokenizer",
+        f"from transformers import {auto}" + (", AutoTokenizer" if auto == "AutoModelForCausalLM" else ""),
         "",
-        "path = \"path/to/this/folder\"",
-        f"tokenizer = AutoTokenizer.from_pretrained(path{'' if gpt_neo else ', trust_remote_code=True'})",
-        load,
-        "ids = tokenizer(\"Once upon a time\", return_tensors=\"pt\").input_ids",
-        "print(tokenizer.decode(model.generate(ids, max_new_tokens=50, do_sample=False)[0]))",
+        'path = "path/to/this/folder"',
+        *([f"tokenizer = AutoTokenizer.from_pretrained(path{trust})"] if auto == "AutoModelForCausalLM" else []),
+        f"model = {auto}.from_pretrained(path{trust})",
+        *_USE[auto],
         "```",
         "",
     ]
-    if not gpt_neo:
+    if remote_code and auto == "AutoModelForCausalLM":
         lines += ["Batches must not be padded: the model has learned positions counted from each sequence's "
                   "start and no padding mask (generate one prompt at a time, or prompts of equal length).", ""]
     return "\n".join(lines)

@@ -2,12 +2,12 @@
 loads without headwise.
 
 The folder holds ``config.json`` (with ``auto_map``), ``model.safetensors``, the modelling code,
-the tokenizer as a ``transformers`` tokenizer, ``generation_config.json``, the run's
-``config.toml`` and a model card (``README.md``). The modelling code is headwise's own model
+the run's ``config.toml`` and a model card (``README.md``); a language model's also the tokenizer
+as a ``transformers`` tokenizer and ``generation_config.json``. The modelling code is headwise's own model
 modules, copied with their ``headwise`` imports pointed at sibling files (and the spec read from
 ``config.json`` through :mod:`headwise.hf_model.spec_view`): the exported model computes exactly
 what headwise does, and ``AutoModelForCausalLM.from_pretrained(OUT, trust_remote_code=True)``
-needs only torch and transformers. ``gpt_neo=True`` writes a plain ``GPTNeoForCausalLM`` instead,
+(``AutoModelForImageClassification`` for a ViT, ...) needs only torch and transformers. ``gpt_neo=True`` writes a plain ``GPTNeoForCausalLM`` instead,
 for specs GPT-Neo expresses.
 """
 
@@ -23,14 +23,12 @@ from pathlib import Path
 import headwise.hf_model as hf_model_package
 import headwise.model as model_package
 from headwise.errors import HeadwiseError, RunFailure
-from headwise.hf_model import from_headwise
+from headwise.hf_model import from_headwise, hf_class
 from headwise.hf_model.card import model_card
 from headwise.run.layout import RunDir
 
-#: The module whose class ``auto_map`` names, and where the bundled code starts from
+#: The modules whose classes ``auto_map`` names, and where the bundled code starts from
 ENTRY_MODULES = ("configuration_headwise", "modeling_headwise")
-AUTO_MAP = {"AutoConfig": "configuration_headwise.HeadwiseConfig",
-            "AutoModelForCausalLM": "modeling_headwise.HeadwiseForCausalLM"}
 #: Top-level packages the exported code may import: what a transformers user has
 ALLOWED_IMPORTS = {"torch", "transformers", "safetensors", "numpy"}
 
@@ -97,11 +95,10 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path |
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise HeadwiseError(f"{out_dir} already exists and is not empty: give a new folder (nothing was written)")
     cfg = run_config(run_dir)
-    if cfg.task.kind != "lm":
-        raise HeadwiseError(f"{run_dir} is a {cfg.task.kind!r} run: only language models export to Hugging Face "
-                            "for now")
     model, source = load_run_model(run_dir, Path(checkpoint) if checkpoint is not None else None)
-    eot_id = run_tokenizer(run_dir, cfg).eot_id
+    auto, cls = hf_class(model.spec)
+    language = cls.can_generate()
+    eot_id = run_tokenizer(run_dir, cfg).eot_id if language else None
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
@@ -109,15 +106,19 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path |
             hf = _gpt_neo(model, eot_id)
         else:
             hf = from_headwise(model, eot_id)
-            hf.config.auto_map = dict(AUTO_MAP)
-            hf.config.architectures = ["HeadwiseForCausalLM"]
+            hf.config.auto_map = {"AutoConfig": "configuration_headwise.HeadwiseConfig",
+                                  auto: f"modeling_headwise.{cls.__name__}"}
+            hf.config.architectures = [cls.__name__]
         hf.save_pretrained(tmp)
         if not gpt_neo:
             for name, text in bundled_sources().items():
                 (tmp / name).write_text(text, encoding="utf-8")
-        save_hf_tokenizer(run_dir, tmp)
+        if language:
+            save_hf_tokenizer(run_dir, tmp)
         shutil.copyfile(RunDir(run_dir).config, tmp / "headwise_config.toml")
-        (tmp / "README.md").write_text(model_card(run_dir, cfg, model.spec, source, gpt_neo), encoding="utf-8")
+        arch = type(hf).__name__
+        (tmp / "README.md").write_text(model_card(run_dir, cfg, model.spec, source, arch, auto, not gpt_neo),
+                                       encoding="utf-8")
         if out_dir.exists():
             out_dir.rmdir()
         tmp.rename(out_dir)
@@ -135,7 +136,7 @@ def _gpt_neo(model, eot_id: int):
     reason = gpt_neo_incompatibility(model.spec)
     if reason:
         raise HeadwiseError(f"--gpt-neo: GPT-Neo cannot express this model: {reason}; export without --gpt-neo "
-                            "(HeadwiseForCausalLM takes every spec)")
+                            "(headwise's own transformers classes take every spec)")
     hf = to_hf(model)
     hf.config.bos_token_id = hf.config.eos_token_id = eot_id
     hf.generation_config.bos_token_id = hf.generation_config.eos_token_id = eot_id

@@ -1,7 +1,8 @@
-"""headwise models as ``transformers`` models: ``HeadwiseForCausalLM`` wraps headwise's
+"""headwise models as ``transformers`` models. Each class wraps headwise's
 :class:`~headwise.model.transformer.Transformer`, so any spec (per-layer head counts and widths,
-local or Nyström layers, unit-norm blocks) loads with ``AutoModelForCausalLM``, returns
-``.logits`` and generates with ``generate()`` and a KV cache.
+local or Nyström layers, unit-norm blocks) loads with an Auto class and returns ``.logits``:
+``HeadwiseForCausalLM`` (``AutoModelForCausalLM``; ``generate()`` with a KV cache),
+``HeadwiseForSequenceClassification`` and ``HeadwiseForImageClassification`` (ViTs).
 
 This module is copied into folders that ``headwise export --hf`` writes, together with the model
 modules it imports; there, every ``headwise`` import reads from a sibling file (see
@@ -13,10 +14,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from transformers import GenerationMixin, PreTrainedModel
 from transformers.cache_utils import Cache, DynamicCache
-from transformers.modeling_outputs import CausalLMOutputWithPast
+from transformers.modeling_outputs import CausalLMOutputWithPast, ImageClassifierOutput, SequenceClassifierOutput
 
 from headwise.hf_model.configuration_headwise import HeadwiseConfig
 from headwise.model.transformer import Transformer
@@ -54,6 +56,18 @@ class HeadwisePreTrainedModel(PreTrainedModel):
     base_model_prefix = "model"
     _no_split_modules = ["Block"]
 
+    #: the (inputs, outputs) of the specs a class takes
+    takes: tuple[str, str] = ("", "")
+
+    def __init__(self, config: HeadwiseConfig) -> None:
+        super().__init__(config)
+        spec = config.model_spec()
+        if (spec.inputs, spec.output_head) != self.takes:
+            raise ValueError(f"{type(self).__name__} takes inputs = {self.takes[0]!r}, outputs = {self.takes[1]!r}; "
+                             f"this spec has {spec.inputs!r}, {spec.output_head!r}")
+        self.model = Transformer(spec)
+        self.post_init()
+
     def _init_weights(self, module: torch.nn.Module) -> None:
         # headwise's own initialisation (GPT-Neo's), for weights a checkpoint does not hold
         Transformer._init_weights(self.model, module)
@@ -67,15 +81,8 @@ class HeadwiseForCausalLM(HeadwisePreTrainedModel, GenerationMixin):
     would be shifted. Give unpadded batches (for example batch size 1 for generation).
     """
 
+    takes = ("tokens", "lm")
     _tied_weights_keys = {"model.lm_head.weight": "model.tok_emb.weight"}
-
-    def __init__(self, config: HeadwiseConfig) -> None:
-        super().__init__(config)
-        spec = config.model_spec()
-        if spec.output_head != "lm":
-            raise ValueError(f"HeadwiseForCausalLM needs a language model (outputs = 'lm'), not {spec.output_head!r}")
-        self.model = Transformer(spec)
-        self.post_init()
 
     def get_input_embeddings(self) -> torch.nn.Embedding:
         return self.model.tok_emb
@@ -106,3 +113,48 @@ class HeadwiseForCausalLM(HeadwisePreTrainedModel, GenerationMixin):
         if labels is not None:
             loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
         return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=past_key_values if use_cache else None)
+
+
+class HeadwiseForSequenceClassification(HeadwisePreTrainedModel):
+    """A headwise sequence classifier (token inputs, ``outputs = "classes"``): class logits
+    [B, num_classes]. Padding is the spec's ``pad_id`` (masked out of attention and pooling);
+    an ``attention_mask`` must agree with it."""
+
+    takes = ("tokens", "classes")
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
+                **kwargs: Any) -> SequenceClassifierOutput:
+        """Class logits for ``input_ids`` [B, T]; with ``labels`` [B], the cross-entropy."""
+        if attention_mask is not None:
+            pad_id = self.model.spec.pad_id
+            kept = torch.ones_like(input_ids, dtype=torch.bool) if pad_id is None else input_ids != pad_id
+            if not torch.equal(attention_mask.bool(), kept):
+                raise ValueError(f"attention_mask must mark exactly the tokens that are not the model's pad_id "
+                                 f"({pad_id}): headwise masks padding by its id")
+        logits = self.model(input_ids)
+        loss = None if labels is None else F.cross_entropy(logits.float(), labels)
+        return SequenceClassifierOutput(loss=loss, logits=logits)
+
+
+class HeadwiseForImageClassification(HeadwisePreTrainedModel):
+    """A headwise ViT (image inputs, ``outputs = "classes"``): class logits [B, num_classes] for
+    ``pixel_values`` [B, channels, image_size, image_size], normalised as in training."""
+
+    takes = ("images", "classes")
+    main_input_name = "pixel_values"
+
+    def forward(self, pixel_values: Tensor, labels: Tensor | None = None, **kwargs: Any) -> ImageClassifierOutput:
+        """Class logits for ``pixel_values``; with ``labels`` [B], the cross-entropy."""
+        logits = self.model(pixel_values)
+        loss = None if labels is None else F.cross_entropy(logits.float(), labels)
+        return ImageClassifierOutput(loss=loss, logits=logits)
+
+
+#: (inputs, outputs) of a spec -> the Auto class that loads it and its class here
+HF_CLASSES: dict[tuple[str, str], tuple[str, type[HeadwisePreTrainedModel]]] = {
+    cls.takes: (auto, cls) for auto, cls in (
+        ("AutoModelForCausalLM", HeadwiseForCausalLM),
+        ("AutoModelForSequenceClassification", HeadwiseForSequenceClassification),
+        ("AutoModelForImageClassification", HeadwiseForImageClassification),
+    )
+}
