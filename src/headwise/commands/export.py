@@ -1,6 +1,7 @@
 """``headwise export``: a run's model as a folder that loads in the Hugging Face ecosystem.
 
     headwise export runs/lm-tiny --hf exports/lm-tiny            # HeadwiseForCausalLM, any spec
+    headwise export runs/vit --hf exports/vit                    # HeadwiseForImageClassification
     headwise export runs/lm-tiny --hf exports/lm-tiny-neo --gpt-neo
     python -c "from transformers import AutoModelForCausalLM as A; A.from_pretrained('exports/lm-tiny', trust_remote_code=True)"
 """
@@ -8,18 +9,20 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 NAME = "export"
-HELP = "write a run's model as a Hugging Face folder (AutoModelForCausalLM, tokenizer, model card)"
+HELP = "write a run's model as a Hugging Face folder (its Auto class, tokenizer, model card)"
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a language-model run written by headwise train")
+    p.add_argument("run_dir", metavar="RUN_DIR",
+                   help="a run written by headwise train: a language model, or a text or image classifier")
     p.add_argument("--hf", required=True, metavar="OUT_DIR",
                    help="the folder to write (must not exist, or be empty): config.json, model.safetensors, the "
-                        "modelling code (loads with trust_remote_code=True without headwise), tokenizer, "
-                        "generation config, model card")
+                        "modelling code (loads with trust_remote_code=True without headwise), a language model's "
+                        "tokenizer and generation config, model card")
     p.add_argument("--gpt-neo", action="store_true",
                    help="write a plain GPTNeoForCausalLM instead (no remote code), where GPT-Neo can express the "
                         "spec: one head count and width for every layer")
@@ -30,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
     from headwise.hf_model.export import export_hf
 
     out = export_hf(Path(args.run_dir), Path(args.hf), checkpoint=args.checkpoint, gpt_neo=args.gpt_neo)
-    kind = "GPTNeoForCausalLM" if args.gpt_neo else "HeadwiseForCausalLM (trust_remote_code=True)"
-    print(f"wrote {out}: {kind}")
+    config = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    remote = "" if args.gpt_neo else " (load with trust_remote_code=True)"
+    print(f"wrote {out}: {config['architectures'][0]}{remote}")
     return 0
