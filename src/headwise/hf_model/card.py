@@ -53,7 +53,8 @@ def model_card(run_dir: Path, cfg, spec: ModelSpec, weights: str, arch: str, aut
     loads it; ``remote_code``: whether loading needs ``trust_remote_code``)."""
     summary = read_summary(run_dir)
     rows = read_metrics(run_dir)
-    train_losses = [r["loss"] for r in rows if isinstance(r.get("loss"), (int, float))]
+    train_losses = [r["train_loss"] for r in rows if isinstance(r.get("train_loss"), (int, float))]
+    eval_losses = [(r["step"], r["eval_loss"]) for r in rows if isinstance(r.get("eval_loss"), (int, float))]
     task = summary.task if summary is not None else {}
     trust = ", trust_remote_code=True" if remote_code else ""
     lines = [
@@ -76,10 +77,8 @@ def model_card(run_dir: Path, cfg, spec: ModelSpec, weights: str, arch: str, aut
         "",
         f"- {task.get('data') or 'see headwise_config.toml'}",
     ]
-    if "tokenizer" in task:
-        lines.append(f"- tokenizer `{task['tokenizer']}`" + (
-            f", {task['train_tokens']:,} training tokens, {task['valid_tokens']:,} validation tokens"
-            if "train_tokens" in task else ""))
+    if "train_tokens" in task:
+        lines.append(f"- {task['train_tokens']:,} training tokens, {task['valid_tokens']:,} validation tokens")
     lines += ["", "## Training", "", f"- weights: {weights}"]
     if summary is not None:
         metrics = "".join(f", {k} {v:.4f}" for k, v in summary.eval_metrics.items())
@@ -89,6 +88,8 @@ def model_card(run_dir: Path, cfg, spec: ModelSpec, weights: str, arch: str, aut
             f"- eval loss {_loss(summary.last_eval_loss)}{metrics}; last logged train loss "
             f"{_loss(train_losses[-1] if train_losses else None)}",
         ]
+    if eval_losses:
+        lines.append("- eval loss by step: " + ", ".join(f"{step:,}: {loss:.4f}" for step, loss in eval_losses))
     lines += [
         "",
         "Trained with (the run's full resolved config is `headwise_config.toml` here):",

@@ -88,6 +88,8 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path |
     """Write a run's model to ``out_dir`` (which must not exist, or be empty) as a Hugging Face
     folder; returns ``out_dir``. The folder is written beside it and moved into place last, so
     a failure leaves nothing half-written."""
+    from transformers.utils.logging import disable_progress_bar
+
     from headwise.hf_tokenizer import save_hf_tokenizer
     from headwise.train.generate import load_run_model, run_config, run_tokenizer
 
@@ -100,6 +102,8 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path |
     language = cls.can_generate()
     eot_id = run_tokenizer(run_dir, cfg).eot_id if language else None
     out_dir.parent.mkdir(parents=True, exist_ok=True)
+    # transformers draws a progress bar for writing even a one-file model: noise on a terminal
+    disable_progress_bar()
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
         if gpt_neo:
