@@ -174,3 +174,20 @@ def test_bad_input_is_one_line_exit_2(run, data_env, tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and says in err and "Traceback" not in err, (args, err)
     assert taken.read_text() == "{}"
+
+
+@NEEDS_LM_EVAL
+def test_a_task_whose_data_cannot_be_reached_fails_in_one_line(run, tmp_path):
+    from headwise.errors import RunFailure
+    from headwise.evaluation.harness import run_harness
+    from headwise.hf_model import from_run
+    from headwise.hf_tokenizer import run_hf_tokenizer
+
+    # a task on a hub dataset, as lm-eval's standard tasks are: offline, its data cannot be downloaded
+    (tmp_path / "hub_task.yaml").write_text(
+        "task: hub_task\ndataset_path: nobody/no-such-dataset\ntest_split: test\noutput_type: multiple_choice\n"
+        "doc_to_text: context\ndoc_to_choice: choices\ndoc_to_target: label\n"
+    )
+    with pytest.raises(RunFailure, match="network access") as info:
+        run_harness(from_run(run), run_hf_tokenizer(run), ["hub_task"], tmp_path, tmp_path / "out.json")
+    assert "\n" not in str(info.value) and not (tmp_path / "out.json").exists()

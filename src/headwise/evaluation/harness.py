@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from headwise.config import atomic_write_text
-from headwise.errors import HeadwiseError
+from headwise.errors import HeadwiseError, RunFailure
 
 INSTALL = 'pip install -c constraints.txt -e ".[eval]"'
 
@@ -89,22 +89,28 @@ def run_harness(model: Any, tokenizer: Any, tasks: Sequence[str], include_path: 
     if missing:
         raise HeadwiseError(f"unknown lm-eval task {', '.join(map(repr, missing))}")
     max_length = tokenizer.model_max_length if tokenizer.model_max_length < 1 << 30 else None
-    if generation_batch_size == batch_size:
-        groups = [(list(tasks), batch_size)]
-    else:
-        plain, generating = split_generation(manager, tasks)
-        groups = [(plain, batch_size), (generating, generation_batch_size)]
     report: dict[str, Any] = {"scores": {}, "n_samples": {}, "versions": {}, "config": {}}
-    for names, size in groups:
-        if not names:
-            continue
-        lm = HFLM(pretrained=model, backend="causal", tokenizer=tokenizer, batch_size=size, max_length=max_length)
-        results = lm_eval.simple_evaluate(model=lm, tasks=names, task_manager=manager, limit=limit,
-                                          log_samples=False)
-        report["scores"].update(scores_of(results))
-        report["n_samples"].update(results.get("n-samples", {}))
-        report["versions"].update(results.get("versions", {}))
-        report["config"] = {**report["config"], **(results.get("config") or {})}
+    try:
+        if generation_batch_size == batch_size:
+            groups = [(list(tasks), batch_size)]
+        else:
+            plain, generating = split_generation(manager, tasks)
+            groups = [(plain, batch_size), (generating, generation_batch_size)]
+        for names, size in groups:
+            if not names:
+                continue
+            lm = HFLM(pretrained=model, backend="causal", tokenizer=tokenizer, batch_size=size,
+                      max_length=max_length)
+            results = lm_eval.simple_evaluate(model=lm, tasks=names, task_manager=manager, limit=limit,
+                                              log_samples=False)
+            report["scores"].update(scores_of(results))
+            report["n_samples"].update(results.get("n-samples", {}))
+            report["versions"].update(results.get("versions", {}))
+            report["config"] = {**report["config"], **(results.get("config") or {})}
+    except OSError as exc:  # a task's data could not be read or downloaded (datasets raises ConnectionError offline)
+        hint = ("; lm-eval's own tasks download their data from the Hugging Face hub, so they need network access"
+                if isinstance(exc, ConnectionError) else "")
+        raise RunFailure(f"lm-eval could not load a task's data: {str(exc).splitlines()[0]}{hint}") from None
     report["config"].update({"lm_eval_version": lm_eval.__version__, "tasks": list(tasks), "limit": limit,
                              "batch_size": batch_size, "generation_batch_size": generation_batch_size,
                              "max_length": max_length, **(config or {})})
