@@ -189,5 +189,5 @@ def test_a_task_whose_data_cannot_be_reached_fails_in_one_line(run, tmp_path):
         "doc_to_text: context\ndoc_to_choice: choices\ndoc_to_target: label\n"
     )
     with pytest.raises(RunFailure, match="network access") as info:
-        run_harness(from_run(run), run_hf_tokenizer(run), ["hub_task"], tmp_path, tmp_path / "out.json")
+        run_harness(from_run(run)[0], run_hf_tokenizer(run), ["hub_task"], tmp_path, tmp_path / "out.json")
     assert "\n" not in str(info.value) and not (tmp_path / "out.json").exists()

@@ -56,21 +56,6 @@ def _install() -> str:
     return INSTALL
 
 
-def load_model(run_dir: Path, checkpoint: Path | None) -> tuple[object, str]:
-    """The run's model as a ``transformers`` causal LM (``HeadwiseForCausalLM``: every language
-    spec, heterogeneous heads included), and where its weights came from."""
-    from headwise.hf_model import from_run
-    from headwise.model import SPEC_FILE
-    from headwise.run import RunDir
-    from headwise.train.checkpoint import latest_checkpoint
-
-    model = from_run(run_dir, checkpoint)
-    # from_run reads, as `headwise generate` does: --checkpoint, else the final model, else the latest checkpoint
-    final = RunDir(run_dir).model
-    source = checkpoint or (final if (final / SPEC_FILE).is_file() else latest_checkpoint(run_dir))
-    return model, str(source)
-
-
 def output_path(run_dir: Path, out: str | None) -> Path:
     """``--out`` (refused when it exists), else the first free ``RUN_DIR/eval/lm-eval[-N].json``."""
     from headwise.errors import HeadwiseError
@@ -113,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
     from headwise.evaluation.harness import require_lm_eval, run_harness, task_manager, unknown_tasks
     from headwise.evaluation.local_tasks import (LOCAL_TASKS, LocalTaskSizes, build_local_tasks, file_texts,
                                                  held_out_texts)
+    from headwise.hf_model import from_run
     from headwise.hf_tokenizer import run_hf_tokenizer
     from headwise.train.generate import run_config
 
@@ -136,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
                             "name of an lm-eval task (`lm_eval ls tasks` lists them)")
 
     tokenizer = run_hf_tokenizer(run_dir)
-    model, source = load_model(run_dir, Path(args.checkpoint) if args.checkpoint else None)
+    model, source = from_run(run_dir, Path(args.checkpoint) if args.checkpoint else None)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     try:
         model = model.to(device)

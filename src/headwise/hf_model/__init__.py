@@ -88,15 +88,17 @@ def to_headwise(hf: HeadwisePreTrainedModel) -> Transformer:
     return model.eval()
 
 
-def from_run(run_dir: str | Path, checkpoint: str | Path | None = None) -> HeadwisePreTrainedModel:
-    """The model of a run as its ``transformers`` class: its final weights (or ``checkpoint``);
-    a language model gets its tokenizer's end-of-text as eos."""
+def from_run(run_dir: str | Path,
+             checkpoint: str | Path | None = None) -> tuple[HeadwisePreTrainedModel, str]:
+    """The model of a run as its ``transformers`` class, and where its weights came from: the
+    final weights, else the latest checkpoint, or ``checkpoint`` (as ``headwise generate`` reads
+    them); a language model gets its tokenizer's end-of-text as eos."""
     from headwise.train.generate import load_run_model, run_config, run_tokenizer
 
     run_dir = Path(run_dir)
     cfg = run_config(run_dir)
-    model, _ = load_run_model(run_dir, Path(checkpoint) if checkpoint is not None else None)
-    return from_headwise(model, run_tokenizer(run_dir, cfg).eot_id if cfg.task.kind == "lm" else None)
+    model, source = load_run_model(run_dir, Path(checkpoint) if checkpoint is not None else None)
+    return from_headwise(model, run_tokenizer(run_dir, cfg).eot_id if cfg.task.kind == "lm" else None), source
 
 
 def load_export(directory: str | Path) -> Transformer:
