@@ -12,6 +12,10 @@ starting, the state of every run directory decides what happens to it:
 What all runs share (output directory, device, data) is checked first, by
 :mod:`headwise.study.preflight`: a study that cannot run is refused before anything is written.
 One failing run never stops the others; ``results.csv`` is rewritten as each run ends.
+
+The experiment trackers the base config names (``[base.log] trackers``) group the runs: each
+run's ``[log]`` gets the study's group (the W&B group, the MLflow parent run; see
+:func:`headwise.train.trackers.open_group`), and the report's figures go to the study's record.
 """
 
 from __future__ import annotations
@@ -39,7 +43,9 @@ from headwise.study.layout import StudyRecord, load_study_record, save_study
 from headwise.study.preflight import check_data, check_devices, check_out_dir
 from headwise.study.results import RunResult, update_results
 from headwise.study.spec import RunSpec, Study, study_identity
+from headwise.train import trackers
 from headwise.train.checkpoint import latest_checkpoint
+from headwise.train.config import LogConfig
 
 BACKENDS = ("local", "ray")
 #: Statuses a rerun leaves alone.
@@ -174,6 +180,23 @@ def plan_jobs(study: Study, study_dir: Path) -> tuple[list[RunJob], list[str]]:
     return jobs, done
 
 
+def study_log(study: Study) -> LogConfig:
+    """The ``[log]`` table of the study's base run config."""
+    return LogConfig.parse(study.config.base.get("log", {}), source=f"study {study.name} [base.log]")
+
+
+def join_group(jobs: list[RunJob], log: LogConfig, study_dir: Path) -> str:
+    """Set up the study's record in its trackers and put the keys that join it (and the run's
+    name, ``variant/seedN``) in each job's ``[log]``; returns the group's name (``log.group``,
+    else the study directory's name)."""
+    group = log.group or study_dir.name
+    keys = trackers.open_group(log, study_dir, group) if jobs else {}
+    for job in jobs:
+        if keys:
+            job.spec.config.setdefault("log", {}).update(keys, name=job.key)
+    return group
+
+
 def _write_inputs(jobs: list[RunJob]) -> None:
     for job in jobs:
         atomic_write_text(job.config_path, tomli_w.dumps(job.spec.config))
@@ -215,6 +238,8 @@ def run_study(
     recorded_seeds = prepare_study_dir(study, study_dir, seeds_given)
     check_out_dir(study_dir)
     study_dir = study_dir.resolve()
+    log = study_log(study)
+    trackers.check_trackers(log)
     todo, done = plan_jobs(study, study_dir)  # reads the run directories only
     where = f"{backend}" + (f" at {address}" if address else "")
     echo(f"study {study.name}" + (f" (preset {study.preset})" if study.preset else "")
@@ -233,6 +258,7 @@ def run_study(
             save_study(study, study_dir, recorded_seeds)
             record = load_study_record(study_dir)
             todo, done = plan_jobs(study, study_dir)
+            group = join_group(todo, log, study_dir)
             _write_inputs(todo)
             update_results(record)
             failed: list[str] = []
@@ -244,9 +270,13 @@ def run_study(
     finally:
         runner.close()
     outcome = StudyOutcome(study_dir, results, [j.key for j in todo], done, failed)
+    figures: list[Path] = []
     if report is not None:
         outcome.report = report(study_dir)
         echo(f"report: {outcome.report}")
+        figures = sorted(outcome.report.parent.rglob("*.png"))
+    for line in trackers.close_group(log, study_dir, not failed, group, figures):
+        echo(f"warning: {line}")
     if failed:
         stopped = [f"{r.variant}/seed{r.seed}" for r in results if r.status is RunStatus.INTERRUPTED]
         what = f"{len(failed)} of {len(study.runs())} runs did not complete"

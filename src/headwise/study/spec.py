@@ -246,7 +246,8 @@ class Study:
 
     def identity(self) -> dict[str, Any]:
         """What makes two studies the same study: what is run, not how many seeds (they may be
-        added later), how fast (``[runner]``) or how it is reported (``[report]``)."""
+        added later), how fast (``[runner]``), how it is reported (``[report]``) or logged
+        (``[base.log]``)."""
         return study_identity(self.name, self.preset, self.config.to_dict())
 
     def fingerprint(self) -> str:
@@ -272,6 +273,9 @@ def study_identity(name: str, preset: str | None, definition: dict[str, Any]) ->
     """The identity of a study from its name, preset and resolved definition (see
     :meth:`Study.identity`); also how a saved study is compared with a new one."""
     what_runs = {k: v for k, v in definition.items() if k not in ("runner", "report")}
+    # where the runs are logged ([base.log]: the trackers) does not change what they compute
+    if "log" in what_runs.get("base", {}):
+        what_runs["base"] = {k: v for k, v in what_runs["base"].items() if k != "log"}
     return {"name": name, "preset": preset or None, "definition": what_runs}
 
 

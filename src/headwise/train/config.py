@@ -136,6 +136,8 @@ class LogConfig(Config):
     trackers: list[str] | None = None
     #: the W&B project and the MLflow experiment
     project: str = "headwise"
+    #: the run's name in the trackers; None: its directory's name (a study sets ``variant/seedN``)
+    name: str | None = None
     #: the W&B group of a study's runs (the study sets it)
     group: str | None = None
     #: "online", "offline" or "disabled"; None: W&B's own choice (WANDB_MODE, else online)

@@ -15,8 +15,9 @@ naming the extra to install.
 
 A study groups its runs: before they start, :func:`open_group` gives each tracker the chance to
 set up the study's own record (W&B: the group name; MLflow: a parent run in a store under the
-study directory) and returns the ``[log]`` keys every run gets; :func:`log_group_figures` puts
-the report's figures there.
+study directory) and returns the ``[log]`` keys every run gets; :func:`close_group` puts the
+report's figures there (W&B: a run of job type ``report`` in the group; MLflow: artifacts of the
+parent run; TensorBoard: images in the study's ``tb/``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
 
 #: the trackers' ids in a run's (or a study's) directory, so that a resume continues the same record
 IDS_FILE = "trackers.json"
-WANDB_DIR = "wandb"
 MLFLOW_DIR = "mlruns"
 
 
@@ -71,6 +71,7 @@ def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def read_ids(directory: Path) -> dict[str, str]:
+    """The tracker ids kept in a run's or a study's directory (tracker name -> id)."""
     path = Path(directory) / IDS_FILE
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -79,6 +80,7 @@ def read_ids(directory: Path) -> dict[str, str]:
 
 
 def save_id(directory: Path, name: str, value: str) -> None:
+    """Keep one tracker's id in a run's or a study's directory."""
     ids = read_ids(directory)
     ids[name] = value
     atomic_write_text(Path(directory) / IDS_FILE, json.dumps(ids, indent=2) + "\n")
@@ -90,9 +92,23 @@ class Tracker:
     :meth:`log_figures`, :meth:`finish`. The classmethods serve a study's own record."""
 
     name: ClassVar[str]
+    #: the module it needs and the extra that installs it
+    package: ClassVar[str]
+    extra: ClassVar[str]
 
     def __init__(self, log: LogConfig, run_dir: Path) -> None:
         self.log, self.run_dir = log, Path(run_dir)
+        self.module = self.require()
+
+    @property
+    def run_name(self) -> str:
+        """The run's name in the tracker: ``log.name``, else its directory's name."""
+        return self.log.name or self.run_dir.name
+
+    @classmethod
+    def require(cls) -> Any:
+        """The backend's module; a HeadwiseError naming the extra when it is not installed."""
+        return _require(cls.package, cls.name, cls.extra)
 
     def start(self, config: dict[str, Any], resume_step: int | None) -> None:
         """Open the record with the resolved run config; ``resume_step``: the checkpoint's step
@@ -117,6 +133,10 @@ class Tracker:
         return {}
 
     @classmethod
+    def close_group(cls, log: LogConfig, study_dir: Path, ok: bool) -> None:
+        """The study's runs have ended (``ok``: all of them completed)."""
+
+    @classmethod
     def log_group_figures(cls, log: LogConfig, study_dir: Path, group: str, paths: list[Path]) -> None:
         """Put a study report's figures in the study's record."""
 
@@ -135,18 +155,17 @@ def register(cls: type[Tracker]) -> type[Tracker]:
 class TensorBoardTracker(Tracker):
     """Scalars per step, the config and summary as text, figures as images, in the run's ``tb/``."""
 
-    name = "tensorboard"
+    name, package, extra = "tensorboard", "torch.utils.tensorboard", "tensorboard"
 
     def __init__(self, log: LogConfig, run_dir: Path) -> None:
         super().__init__(log, run_dir)
-        self.writer_class = _require("torch.utils.tensorboard", self.name, "tensorboard").SummaryWriter
         self.writer: Any = None
         self.step = 0
 
     def start(self, config: dict[str, Any], resume_step: int | None) -> None:
         # purge_step discards events a killed run wrote after its last checkpoint.
-        self.writer = self.writer_class(str(self.run_dir / TENSORBOARD_DIR),
-                                        purge_step=resume_step + 1 if resume_step is not None else None)
+        self.writer = self.module.SummaryWriter(str(self.run_dir / TENSORBOARD_DIR),
+                                                purge_step=resume_step + 1 if resume_step is not None else None)
         self.step = resume_step or 0
         self.writer.add_text("config", _as_code(config), self.step)
 
@@ -168,6 +187,14 @@ class TensorBoardTracker(Tracker):
     def finish(self, status: str) -> None:
         self.writer.close()
 
+    @classmethod
+    def log_group_figures(cls, log: LogConfig, study_dir: Path, group: str, paths: list[Path]) -> None:
+        """The figures as images in the study's own ``tb/``."""
+        tracker = cls(log, study_dir)
+        tracker.writer = tracker.module.SummaryWriter(str(study_dir / TENSORBOARD_DIR))
+        tracker.log_figures(paths)
+        tracker.finish("completed")
+
 
 def _as_code(data: dict[str, Any]) -> str:
     # TensorBoard renders text as markdown: indent the JSON so it shows as a code block.
@@ -178,56 +205,48 @@ def _as_code(data: dict[str, Any]) -> str:
 class WandbTracker(Tracker):
     """A W&B run (job type ``train``) in ``log.project``, grouped by ``log.group``; its local
     files in the run's ``wandb/``. The id is kept in the run's ``trackers.json``, so a resumed run
-    continues the same W&B run (steps it had already logged are not logged again)."""
+    continues the same W&B run (W&B ignores, with a warning, the steps a killed run had logged
+    after its last checkpoint when the resumed run logs them again)."""
 
-    name = "wandb"
+    name = package = extra = "wandb"
 
     def __init__(self, log: LogConfig, run_dir: Path) -> None:
         super().__init__(log, run_dir)
-        self.wandb = _require("wandb", self.name, "wandb")
         self.run: Any = None
-        self.last_step = -1
 
     def start(self, config: dict[str, Any], resume_step: int | None) -> None:
         run_id = read_ids(self.run_dir).get(self.name) if resume_step is not None else None
         if run_id is None:
             run_id = uuid.uuid4().hex[:12]
             save_id(self.run_dir, self.name, run_id)
-        (self.run_dir / WANDB_DIR).mkdir(parents=True, exist_ok=True)
-        self.run = _wandb_init(self.wandb, self.log, self.run_dir, id=run_id, resume="allow", config=config,
-                               job_type="train", name=self.run_dir.name)
-        self.last_step = resume_step if resume_step is not None else -1
+        self.run = _wandb_init(self.module, self.log, self.run_dir, id=run_id, resume="allow", config=config,
+                               job_type="train", name=self.run_name)
 
     def log_metrics(self, row: dict[str, Any], step: int) -> None:
-        # W&B steps only increase: after a resume, the steps the killed run logged past its
-        # checkpoint come again (with the same values) and are skipped.
-        if step <= self.last_step:
-            return
-        self.last_step = step
-        self.run.log({k: v for k, v in numbers(row).items() if k != "step"}, step=step)
+        # committed now: left open, the last row would land after (and overwrite) the summary
+        self.run.log({k: v for k, v in numbers(row).items() if k != "step"}, step=step, commit=True)
 
     def log_summary(self, summary: dict[str, Any]) -> None:
         self.run.summary.update({"status": summary.get("status"), **numbers(summary)})
 
     def log_figures(self, paths: list[Path]) -> None:
-        self.run.log({Path(p).stem: self.wandb.Image(str(p)) for p in paths})
+        self.run.log({Path(p).stem: self.module.Image(str(p)) for p in paths})
 
     def finish(self, status: str) -> None:
         self.run.finish(exit_code=0 if status == "completed" else 1)
 
     @classmethod
     def open_group(cls, log: LogConfig, study_dir: Path, group: str) -> dict[str, Any]:
-        _require("wandb", cls.name, "wandb")
         return {"group": group}
 
     @classmethod
     def log_group_figures(cls, log: LogConfig, study_dir: Path, group: str, paths: list[Path]) -> None:
         """The figures as a run of job type ``report`` in the study's group."""
-        wandb = _require("wandb", cls.name, "wandb")
-        (study_dir / WANDB_DIR).mkdir(parents=True, exist_ok=True)
-        run = _wandb_init(wandb, log, study_dir, group=group, job_type="report", name=f"{group}-report")
-        run.log({Path(p).stem: wandb.Image(str(p)) for p in paths})
-        run.finish()
+        tracker = cls(log, study_dir)
+        tracker.run = _wandb_init(tracker.module, log, study_dir, group=group, job_type="report",
+                                  name=f"{group}-report")
+        tracker.log_figures(paths)
+        tracker.finish("completed")
 
 
 def _wandb_init(wandb: Any, log: LogConfig, directory: Path, **kwargs: Any) -> Any:
@@ -248,13 +267,13 @@ class MlflowTracker(Tracker):
     artifacts; nested under ``log.mlflow_parent`` when a study set one. The run id is kept in
     the run's ``trackers.json``, so a resumed run continues the same MLflow run."""
 
-    name = "mlflow"
+    name = extra = "mlflow"
+    package = "mlflow.tracking"
     #: MLflow's limit on the parameters of one log_batch call
     BATCH = 100
 
     def __init__(self, log: LogConfig, run_dir: Path) -> None:
         super().__init__(log, run_dir)
-        _require("mlflow.tracking", self.name, "mlflow")
         self.client: Any = None  # made in start(): making one creates the store's directory
         self.run_id: str | None = None
         self.step = 0
@@ -266,7 +285,7 @@ class MlflowTracker(Tracker):
             self.client.update_run(run_id, status="RUNNING")
         else:
             tags = {"mlflow.parentRunId": self.log.mlflow_parent} if self.log.mlflow_parent else {}
-            run = self.client.create_run(_experiment(self.client, self.log.project), run_name=self.run_dir.name,
+            run = self.client.create_run(_experiment(self.client, self.log.project), run_name=self.run_name,
                                          tags=tags)
             run_id = run.info.run_id
             save_id(self.run_dir, self.name, run_id)
@@ -311,17 +330,25 @@ class MlflowTracker(Tracker):
             run = client.create_run(_experiment(client, log.project), run_name=group, tags={"headwise.study": group})
             parent = run.info.run_id
             save_id(study_dir, cls.name, parent)
+        else:
+            client.update_run(parent, status="RUNNING")
         return {"mlflow_uri": uri, "mlflow_parent": parent}
+
+    @classmethod
+    def close_group(cls, log: LogConfig, study_dir: Path, ok: bool) -> None:
+        parent = read_ids(study_dir).get(cls.name)
+        if parent is not None:
+            _mlflow_client(log, study_dir).set_terminated(parent, "FINISHED" if ok else "FAILED")
 
     @classmethod
     def log_group_figures(cls, log: LogConfig, study_dir: Path, group: str, paths: list[Path]) -> None:
         """The figures as artifacts of the study's parent run."""
-        parent = log.mlflow_parent or read_ids(study_dir).get(cls.name)
-        if parent is None:
+        parent = read_ids(study_dir).get(cls.name)
+        if parent is None:  # the study has not run with MLflow
             return
-        client = _mlflow_client(log, study_dir)
-        for path in paths:
-            client.log_artifact(parent, str(path), "figures")
+        tracker = cls(log, study_dir)
+        tracker.client, tracker.run_id = _mlflow_client(log, study_dir), parent
+        tracker.log_figures(paths)
 
 
 def _mlflow_uri(log: LogConfig, directory: Path) -> str:
@@ -329,7 +356,7 @@ def _mlflow_uri(log: LogConfig, directory: Path) -> str:
 
 
 def _mlflow_client(log: LogConfig, directory: Path) -> Any:
-    tracking = _require("mlflow.tracking", MlflowTracker.name, "mlflow")
+    tracking = MlflowTracker.require()
     uri = _mlflow_uri(log, directory)
     if uri.startswith("file:") or "://" not in uri:
         # MLflow 3 refuses its file store unless asked (it wants a SQL store, which needs
@@ -364,25 +391,44 @@ def open_trackers(log: LogConfig, run_dir: Path) -> list[Tracker]:
     return [TRACKERS[name](log, run_dir) for name in log.trackers]
 
 
-def open_group(log: LogConfig, study_dir: Path, group: str) -> dict[str, Any]:
-    """Set up the study's record in each tracker its runs use; the ``[log]`` keys they get."""
-    keys: dict[str, Any] = {"group": group}
+def check_trackers(log: LogConfig) -> None:
+    """Refuse (HeadwiseError, one line) a tracker ``log.trackers`` names whose package is missing."""
     for name in log.trackers or ():
-        keys.update(TRACKERS[name].open_group(log, study_dir, group))
+        TRACKERS[name].require()
+
+
+def open_group(log: LogConfig, study_dir: Path, group: str) -> dict[str, Any]:
+    """Set up a study's record in each tracker ``log.trackers`` names; returns the ``[log]`` keys
+    its runs get (none when it names no tracker). RunFailure when a backend fails."""
+    if not log.trackers:
+        return {}
+    keys: dict[str, Any] = {"group": group}
+    for name in log.trackers:
+        try:
+            keys.update(TRACKERS[name].open_group(log, study_dir, group))
+        except HeadwiseError:
+            raise
+        except Exception as exc:  # a backend's own error (store unreachable, ...): the line names it
+            raise RunFailure(f"tracker {name} could not set up the study's record: {type(exc).__name__}: {exc}") from None
     return keys
 
 
-def log_group_figures(log: LogConfig, study_dir: Path, group: str, paths: list[Path]) -> list[str]:
-    """Put a study report's figures in each tracker's study record. A tracker that fails is
-    skipped (the report is on disk already); returns one line per failure."""
+def close_group(log: LogConfig, study_dir: Path, ok: bool, group: str, figures: list[Path]) -> list[str]:
+    """After a study's runs (and report): put the report's ``figures`` in each tracker's study
+    record and close it. A tracker that fails is skipped, since the runs and the report are on
+    disk already; returns one line per failure."""
     problems = []
     for name in log.trackers or ():
+        tracker = TRACKERS[name]
         try:
-            TRACKERS[name].log_group_figures(log, study_dir, group, paths)
-        except Exception as exc:  # noqa: BLE001 - any backend failure; the line names it
-            problems.append(f"{name}: {type(exc).__name__}: {exc}")
+            if figures:
+                tracker.log_group_figures(log, study_dir, group, figures)
+            tracker.close_group(log, study_dir, ok)
+        except Exception as exc:  # noqa: BLE001 - any backend's failure; the line names it
+            problems.append(f"tracker {name}: {type(exc).__name__}: {exc}")
     return problems
 
 
 def warn(text: str) -> None:
+    """One warning line on stderr."""
     print(f"warning: {text}", file=sys.stderr, flush=True)
