@@ -219,8 +219,9 @@ class WandbTracker(Tracker):
         if run_id is None:
             run_id = uuid.uuid4().hex[:12]
             save_id(self.run_dir, self.name, run_id)
+        # a resumed run may have changed its length or logging settings (see train/resume.py)
         self.run = _wandb_init(self.module, self.log, self.run_dir, id=run_id, resume="allow", config=config,
-                               job_type="train", name=self.run_name)
+                               allow_val_change=resume_step is not None, job_type="train", name=self.run_name)
 
     def log_metrics(self, row: dict[str, Any], step: int) -> None:
         # committed now: left open, the last row would land after (and overwrite) the summary
@@ -279,6 +280,13 @@ class MlflowTracker(Tracker):
         self.step = 0
 
     def start(self, config: dict[str, Any], resume_step: int | None) -> None:
+        try:
+            self._start(config, resume_step)
+        except Exception as exc:  # MLflow's own errors (store unreachable, unsupported URI): the run cannot log
+            raise RunFailure(f"MLflow could not start a run at {_mlflow_uri(self.log, self.run_dir)} "
+                             f"({type(exc).__name__}: {exc})") from None
+
+    def _start(self, config: dict[str, Any], resume_step: int | None) -> None:
         self.client = _mlflow_client(self.log, self.run_dir)
         run_id = read_ids(self.run_dir).get(self.name) if resume_step is not None else None
         if run_id is not None:
@@ -409,7 +417,8 @@ def open_group(log: LogConfig, study_dir: Path, group: str) -> dict[str, Any]:
         except HeadwiseError:
             raise
         except Exception as exc:  # a backend's own error (store unreachable, ...): the line names it
-            raise RunFailure(f"tracker {name} could not set up the study's record: {type(exc).__name__}: {exc}") from None
+            raise RunFailure(f"tracker {name} could not set up the study's record: "
+                             f"{type(exc).__name__}: {exc}") from None
     return keys
 
 
