@@ -22,14 +22,14 @@ from torch.profiler import ProfilerActivity, profile
 from headwise.bench.cases import model_spec
 from headwise.bench.config import BenchConfig
 from headwise.bench.core import tune_cpu_allocator
-from headwise.bench.training import make_optimizer, make_train_step
+from headwise.bench.training import headwise_loss, hf_loss, make_optimizer, make_train_step
 from headwise.model import Transformer
 
 # Operator name fragments -> the part of the step they belong to
 GROUPS = {
     "matmul": ("aten::mm", "aten::addmm", "aten::bmm"),
     "attention kernel": ("scaled_dot_product", "aten::_softmax", "aten::where"),
-    "cross-entropy": ("log_softmax", "nll_loss"),
+    "cross-entropy": ("log_softmax", "nll_loss", "logsumexp", "aten::exp"),
     "optimizer": ("adam", "aten::lerp_", "aten::addcdiv_", "aten::addcmul_", "aten::sqrt", "aten::mul_",
                   "aten::div"),
 }
@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         forward = lambda x: model(x, use_cache=False).logits  # noqa: E731
     ids = torch.randint(0, cfg.vocab_size, (args.batch, args.seq_len + 1))
     step = make_train_step(forward, make_optimizer(model, cpu), ids[:, :-1].contiguous(), ids[:, 1:].contiguous(),
-                           torch.bfloat16 if args.precision == "bf16" else None, cpu)
+                           torch.bfloat16 if args.precision == "bf16" else None, cpu,
+                           hf_loss if args.hf else headwise_loss)
     step()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         start = time.perf_counter()

@@ -40,14 +40,27 @@ from headwise.bench.core import (
     ratio_stats,
 )
 from headwise.model import Transformer
+from headwise.model.loss import cross_entropy
 from headwise.params import count_params, flops_per_token
 from headwise.plans import Plan, Scheme
 from headwise.train.config import OptimConfig
 from headwise.train.optim import build_optimizer
 
-#: One training step of a case, given its forward, its optimiser and its autocast dtype (or None).
-StepMaker = Callable[[Callable[[torch.Tensor], torch.Tensor], torch.optim.Optimizer, "torch.dtype | None"],
+#: A loss of logits [B, T, V] and target ids [B, T].
+Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+#: One training step of a case, given its forward, its optimiser, its autocast dtype (or None) and its loss.
+StepMaker = Callable[[Callable[[torch.Tensor], torch.Tensor], torch.optim.Optimizer, "torch.dtype | None", Loss],
                      Callable[[], None]]
+
+
+def headwise_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The LM task's loss (:meth:`headwise.tasks.lm.LMTask.loss`), which ``headwise train`` uses."""
+    return cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def hf_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """transformers' causal-LM loss: ``F.cross_entropy`` of the logits in fp32."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
 
 
 def make_optimizer(model: nn.Module, device: torch.device) -> torch.optim.Optimizer:
@@ -58,15 +71,14 @@ def make_optimizer(model: nn.Module, device: torch.device) -> torch.optim.Optimi
 
 def make_train_step(forward: Callable[[torch.Tensor], torch.Tensor], optimizer: torch.optim.Optimizer,
                     inputs: torch.Tensor, targets: torch.Tensor, autocast: torch.dtype | None,
-                    device: torch.device) -> Callable[[], None]:
-    """One optimiser step: forward, next-token cross-entropy (as the LM task computes it),
-    backward, AdamW step, gradients released."""
+                    device: torch.device, loss_fn: Loss = headwise_loss) -> Callable[[], None]:
+    """One optimiser step: forward, next-token cross-entropy (``loss_fn``: the LM task's by
+    default), backward, AdamW step, gradients released."""
 
     def step() -> None:
         ctx = torch.autocast(device.type, dtype=autocast) if autocast else contextlib.nullcontext()
         with ctx:
-            logits = forward(inputs)
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+            loss = loss_fn(forward(inputs), targets)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -98,12 +110,12 @@ def _add_headwise(out: _Cases, cfg: BenchConfig, seq_len: int, cases: TrainingCa
             share_parameters(model, base).train()
         name = f"headwise {plan_label(plan)}"
         forward = functools.partial(model, pad_vocab=True)  # as the trainer calls it
-        out.steps[name] = make_step(forward, opt, main_dtype)
+        out.steps[name] = make_step(forward, opt, main_dtype, headwise_loss)
         out.meta[name] = dict(impl="headwise", **_plan_fields(plan), precision=precision,
                               flops=flops_per_token(spec, seq_len))
         if (device.type == "cpu" and plan.requested_total in cases.bf16_totals
                 and plan.scheme is Scheme.CONSTANT):
-            out.steps[f"{name} bf16"] = make_step(forward, opt, torch.bfloat16)
+            out.steps[f"{name} bf16"] = make_step(forward, opt, torch.bfloat16, headwise_loss)
             out.meta[f"{name} bf16"] = dict(out.meta[name], precision="bf16")
 
 
@@ -139,7 +151,7 @@ def _add_hf(out: _Cases, cfg: BenchConfig, seq_len: int, cases: TrainingCases, g
             return m(x, use_cache=False).logits
 
         name = f"hf {plan_label(plan)}"
-        out.steps[name] = make_step(forward, hf_opt, main_dtype)
+        out.steps[name] = make_step(forward, hf_opt, main_dtype, hf_loss)
         out.meta[name] = dict(impl="hf", **_plan_fields(plan), precision=precision,
                               flops=flops_per_token(spec, seq_len),
                               attn_implementation=model.config._attn_implementation)
@@ -238,8 +250,8 @@ def bench_training(cfg: BenchConfig, device: torch.device, seq_len: int, cases: 
     inputs, targets = ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
 
     def make_step(forward: Callable[[torch.Tensor], torch.Tensor], optimizer: torch.optim.Optimizer,
-                  autocast: torch.dtype | None) -> Callable[[], None]:
-        return make_train_step(forward, optimizer, inputs, targets, autocast, device)  # every case: one batch
+                  autocast: torch.dtype | None, loss_fn: Loss) -> Callable[[], None]:
+        return make_train_step(forward, optimizer, inputs, targets, autocast, device, loss_fn)  # every case: one batch
 
     torch.manual_seed(cfg.seed)
     base = Transformer(model_spec(cfg, cases.plans[0].heads)).to(device).train()

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor
 
@@ -15,6 +14,7 @@ from headwise.data.plan import DataConfig
 from headwise.data.shuffled import evenly_spaced
 from headwise.data.tokenizer import GPT_NEO_VOCAB, Tokenizer, parse_tokenizer_spec
 from headwise.errors import HeadwiseError
+from headwise.model.loss import cross_entropy
 from headwise.tasks.base import Batch, BatchStream, Task
 from headwise.tasks.family import TaskConfigBase, TaskFamily, register_family
 
@@ -78,11 +78,13 @@ class LMTask(Task):
         return list(self._eval)
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
-        """Mean cross-entropy of logits ``[B, T, V]`` against target ids ``[B, T]`` (in fp32).
+        """Mean cross-entropy of logits ``[B, T, V]`` against target ids ``[B, T]`` (in fp32), by
+        :func:`headwise.model.loss.cross_entropy`: no fp32 copy of bf16 logits, no zero-filled
+        gradient (the output layer's loss ran 2-4x faster, see that module).
 
         The logits may carry -inf columns past the vocabulary (the trainer asks the model for
         ``pad_vocab=True`` logits): they add nothing to the softmax, so the loss is the same."""
-        return F.cross_entropy(outputs.reshape(-1, outputs.shape[-1]).float(), targets.reshape(-1))
+        return cross_entropy(outputs.reshape(-1, outputs.shape[-1]), targets.reshape(-1))
 
     def tokens_per_epoch(self) -> int:
         return num_blocks(self.cache.num_tokens("train"), self.block_size) * self.block_size
