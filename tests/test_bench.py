@@ -191,9 +191,22 @@ def test_targets_by_hand():
     assert got["head-count penalty, T=256: every plan / 4x12 (worst)"] == (0.92, True)
     assert got["head-count penalty, T=512: every plan / 4x12 (worst)"] == (0.89, False)
     assert got["MFU, fp32, headwise 4x12 T=512 (68.5M params)"] == (0.7, True)
-    assert got["bf16 autocast / fp32 training, 4x12 T=512"] == (2.1, True)
+    assert got["bf16 autocast / fp32 training (no AMX), 4x12 T=512"] == (2.1, True)
     assert got["GPT-Neo tokenization"] == (2_000_000, True)
     assert got["KV-cache / no-cache generation at 500 new tokens"] == (6.0, True)
+
+
+def test_bf16_target_on_an_amx_cpu_is_mfu():
+    section = _section(512, (1.3, 1.2, 1.01), (0.95, 0.93), 4.0, 0.8)
+    section["cases"]["headwise 4x12 bf16"] = dict(impl="headwise", scheme="constant", total=45, plan="4x12",
+                                                  precision="bf16", mfu_median=0.5, basis="5/5 quiet")
+    result = {"machine": {"cpu": "Intel(R) Xeon(R) Processor (family 6 model 143; avx512f amx_bf16)"},
+              "training": [section]}
+    got = {t["target"]: t for t in evaluate_targets(result)}
+    row = got["bf16 MFU (AMX CPU), headwise 4x12 T=512"]
+    assert (row["measured"], row["met"], row["goal"]) == (0.5, False, ">= 55% of bf16 matmul peak")
+    assert row["shown"].startswith("50% (5/5 quiet rounds; 4.00x")
+    assert not any("no AMX" in name for name in got)
 
 
 def test_tokenize_section_runs_the_packaged_measurement(shared_data, monkeypatch, tmp_path):

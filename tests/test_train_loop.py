@@ -182,7 +182,8 @@ def test_bf16_autocast_and_analysis_metrics(tmp_path):
     cfg = tiny_config(steps=3, ckpt_every=0, precision="bf16")
     cfg.analysis.every = 3
     bf16 = run_training(cfg, tmp_path / "bf16", task=SyntheticLM())
-    assert bf16.precision == "bf16" and bf16.peak_flops == 390e9
+    assert bf16.precision == "bf16" and bf16.peak_flops > 0
+    assert bf16.peak_flops_source.startswith("measured bf16 matmul peak of this CPU")
     assert bf16.final_eval_loss == pytest.approx(fp32.final_eval_loss, abs=0.05)
     row = read_metrics(tmp_path / "bf16")[-1]
     assert row["step"] == 3 and "cond_mean" in row and "cond_layer1_mean" in row

@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from headwise.train.peak import cpu_model, matmul_peak
+
 
 def synchronize(device: torch.device) -> None:
     """Wait for queued kernels (CUDA launches are asynchronous; the CPU needs nothing)."""
@@ -177,22 +179,6 @@ def ratio_stats(numerator: list[float], denominator: list[float],
     }
 
 
-def matmul_peak(dtype: torch.dtype, device: torch.device, n: int, reps: int = 3) -> float:
-    """Best FLOP/s of ``reps`` square ``n x n`` matmuls in ``dtype``: this machine's matmul peak."""
-    g = torch.Generator(device="cpu").manual_seed(0)
-    a = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)
-    b = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)
-    torch.mm(a, b)  # warm-up: library dispatch, packing buffers, clocks
-    synchronize(device)
-    best = float("inf")
-    for _ in range(reps):
-        start = time.perf_counter()
-        torch.mm(a, b)
-        synchronize(device)
-        best = min(best, time.perf_counter() - start)
-    return 2 * n**3 / best
-
-
 _allocator_tuned = False
 
 
@@ -228,30 +214,10 @@ def tune_cpu_allocator() -> bool:
     return ok
 
 
-def _cpu_model() -> str:
-    """The CPU's model name, with family/model numbers when the name is vague (e.g. "AMD EPYC")."""
-    info: dict[str, str] = {}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            info.setdefault(key.strip(), value.strip())
-    except OSError:
-        return platform.processor() or platform.machine()
-    name = info.get("model name", platform.processor() or platform.machine())
-    extra = []
-    if "cpu family" in info:
-        extra.append(f"family {info['cpu family']} model {info.get('model', '?')}")
-    flags = set(info.get("flags", "").split())
-    simd = [f for f in ("avx512f", "avx512_bf16", "amx_bf16", "avx2") if f in flags]
-    if simd:
-        extra.append(" ".join(simd))
-    return f"{name} ({'; '.join(extra)})" if extra else name
-
-
 def machine_info(device: torch.device) -> dict[str, Any]:
     """What the numbers were measured on: CPU, cores, threads, memory, libraries, GPU."""
     info: dict[str, Any] = {
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,

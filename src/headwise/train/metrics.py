@@ -1,6 +1,6 @@
 """What a run records and shows: ``metrics.jsonl`` (and, through the run's experiment trackers,
-TensorBoard, W&B or MLflow), a progress bar or plain log lines, peak memory, and the peak FLOP/s
-that MFU is measured against."""
+TensorBoard, W&B or MLflow), a progress bar or plain log lines, and peak memory (the peak FLOP/s
+that MFU is measured against is :mod:`headwise.train.peak`'s)."""
 
 from __future__ import annotations
 
@@ -17,32 +17,6 @@ from headwise.config import atomic_write_text
 from headwise.run.layout import METRICS_FILE
 from headwise.run.metrics import scan_metrics
 from headwise.train.trackers import Tracker, warn
-
-
-# Peak dense FLOP/s per device for the MFU estimate, by precision. GPU figures are NVIDIA's
-# datasheet numbers without sparsity (H100/H200 SXM: 989 TFLOP/s bf16, 67 TFLOP/s fp32 without
-# TF32, which PyTorch leaves off for matmuls; H100 PCIe: 756 and 51; A100: 312 and 19.5), matched
-# by name in this order. The CPU figures are the matmul throughput measured on the project's
-# 2-core reference machine (/work/shared/notes/performance.md: fp32 ~90-100 GFLOP/s, bf16
-# ~270-390 GFLOP/s); on another CPU set train.peak_flops.
-GPU_PEAK_FLOPS = {
-    "H100 PCIe": {"bf16": 756e12, "fp32": 51e12},
-    "H100": {"bf16": 989e12, "fp32": 67e12},
-    "H200": {"bf16": 989e12, "fp32": 67e12},
-    "A100": {"bf16": 312e12, "fp32": 19.5e12},
-}
-CPU_PEAK_FLOPS = {"bf16": 390e9, "fp32": 100e9}
-
-
-def default_peak_flops(device: torch.device, precision: str) -> tuple[float | None, str]:
-    """Peak FLOP/s of one device and where the figure comes from (None when unknown)."""
-    if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-        for key, peaks in GPU_PEAK_FLOPS.items():
-            if key in name:
-                return peaks[precision], f"datasheet dense {precision} peak of {key}"
-        return None, f"no known peak for {name}: set train.peak_flops"
-    return CPU_PEAK_FLOPS[precision], f"measured {precision} matmul peak of the 2-core reference CPU"
 
 
 def peak_memory_bytes(device: torch.device) -> int:

@@ -34,8 +34,9 @@ from headwise.tasks.config import build_task
 from headwise.train.checkpoint import clean_uncommitted, latest_checkpoint, rng_state, save_checkpoint, set_rng_state
 from headwise.train.config import RunConfig, batch_layout, min_lr, resolve_spec, resolved_config, warmup_steps
 from headwise.train.distributed import DistContext, init_distributed, resolve_device
-from headwise.train.metrics import MetricsLog, Progress, default_peak_flops, peak_memory_bytes
+from headwise.train.metrics import MetricsLog, Progress, peak_memory_bytes
 from headwise.train.optim import build_optimizer, build_scheduler
+from headwise.train.peak import default_peak_flops
 from headwise.train.resume import ResumePoint, check_resume, commit_fallback, config_difference
 from headwise.train.trackers import open_trackers
 

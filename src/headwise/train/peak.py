@@ -1,0 +1,130 @@
+"""The peak FLOP/s a run's MFU is measured against, for its own device and precision.
+
+A GPU NVIDIA lists takes the datasheet's dense peak. A CPU's peak is measured: a short square
+matmul probe at start-up, cached per machine (CPU model, torch version, thread count and
+precision) in ``$XDG_CACHE_HOME/headwise/peak_flops.json`` (``~/.cache`` by default), so a run
+costs it once per machine, not once per run. Machines differ several-fold (a 2-core Xeon with
+AMX: fp32 ~371, bf16 ~2,230 GFLOP/s; a 2-core AMD EPYC without it: ~194 and ~422), which is why
+no fixed CPU figure is right. ``train.peak_flops`` in a run's config overrides both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from headwise.config import atomic_write_text
+
+# NVIDIA's datasheet dense FLOP/s without sparsity, by precision (H100/H200 SXM: 989 TFLOP/s
+# bf16, 67 TFLOP/s fp32 without TF32, which PyTorch leaves off for matmuls; H100 PCIe: 756 and
+# 51; A100: 312 and 19.5), matched by name in this order.
+GPU_PEAK_FLOPS = {
+    "H100 PCIe": {"bf16": 756e12, "fp32": 51e12},
+    "H100": {"bf16": 989e12, "fp32": 67e12},
+    "H200": {"bf16": 989e12, "fp32": 67e12},
+    "A100": {"bf16": 312e12, "fp32": 19.5e12},
+}
+# The start-up probe: the best of PROBE_REPS square matmuls of this size (~0.1-0.5 s in all on
+# 2 cores; large enough that the library's packing and threading costs are small beside it).
+PROBE_N = 2048
+PROBE_REPS = 5
+CACHE_FILE = "peak_flops.json"
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def cpu_model() -> str:
+    """The CPU's model name, with family/model numbers when the name is vague (e.g. "AMD EPYC")
+    and the matmul-relevant instruction sets."""
+    info: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            info.setdefault(key.strip(), value.strip())
+    except OSError:
+        return platform.processor() or platform.machine()
+    name = info.get("model name", platform.processor() or platform.machine())
+    extra = []
+    if "cpu family" in info:
+        extra.append(f"family {info['cpu family']} model {info.get('model', '?')}")
+    flags = set(info.get("flags", "").split())
+    simd = [f for f in ("avx512f", "avx512_bf16", "amx_bf16", "avx2") if f in flags]
+    if simd:
+        extra.append(" ".join(simd))
+    return f"{name} ({'; '.join(extra)})" if extra else name
+
+
+def matmul_peak(dtype: torch.dtype, device: torch.device, n: int, reps: int = 3) -> float:
+    """Best FLOP/s of ``reps`` square ``n x n`` matmuls in ``dtype``: this machine's matmul peak."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+    a = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)
+    b = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)
+    torch.mm(a, b)  # warm-up: library dispatch, packing buffers, clocks
+    _synchronize(device)
+    best = float("inf")
+    for _ in range(reps):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        _synchronize(device)
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def cache_path() -> Path:
+    """Where measured CPU peaks are kept: ``$XDG_CACHE_HOME/headwise/peak_flops.json``."""
+    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(root) / "headwise" / CACHE_FILE
+
+
+def cpu_key(precision: str) -> str:
+    """The cache key of this machine's CPU peak in ``precision``: what changes the figure."""
+    return f"{cpu_model()} | torch {torch.__version__} | {torch.get_num_threads()} threads | {precision}"
+
+
+def _read_cache(path: Path) -> dict[str, dict]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):  # none yet, or damaged: measured again and rewritten
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def measured_cpu_peak(precision: str) -> tuple[float, str]:
+    """This CPU's matmul peak in ``precision`` (FLOP/s), from the cache or measured now and
+    cached; and where it came from."""
+    path, key = cache_path(), cpu_key(precision)
+    cache = _read_cache(path)
+    entry = cache.get(key)
+    if isinstance(entry, dict) and isinstance(entry.get("flops"), (int, float)) and entry["flops"] > 0:
+        return float(entry["flops"]), f"measured {precision} matmul peak of this CPU ({key}; cached in {path})"
+    flops = matmul_peak(DTYPES[precision], torch.device("cpu"), PROBE_N, PROBE_REPS)
+    cache[key] = {"flops": flops, "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  "probe": f"{PROBE_N}x{PROBE_N} matmul, best of {PROBE_REPS}"}
+    try:
+        atomic_write_text(path, json.dumps(cache, indent=1) + "\n")
+    except OSError:  # a read-only home: the figure still holds for this run
+        return flops, f"measured {precision} matmul peak of this CPU ({key}; at start-up, not cached)"
+    return flops, f"measured {precision} matmul peak of this CPU ({key}; at start-up, cached in {path})"
+
+
+def default_peak_flops(device: torch.device, precision: str) -> tuple[float | None, str]:
+    """Peak FLOP/s of one ``device`` in ``precision`` ("fp32" or "bf16") and where the figure
+    comes from: a known GPU's datasheet, a CPU's measured (cached) matmul peak, else None."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        for key, peaks in GPU_PEAK_FLOPS.items():
+            if key in name:
+                return peaks[precision], f"datasheet dense {precision} peak of {key}"
+        return None, f"no known peak for {name}: set train.peak_flops"
+    if device.type == "cpu":
+        return measured_cpu_peak(precision)
+    return None, f"no known peak for a {device.type} device: set train.peak_flops"
