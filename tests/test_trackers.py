@@ -280,3 +280,24 @@ def test_a_study_refuses_a_missing_extra_before_writing_and_trackers_are_not_its
     monkeypatch.setitem(sys.modules, "wandb", None)
     assert '".[wandb]"' in one_line_error(run_study, logged, tmp_path / "study", echo=lambda line: None)
     assert not (tmp_path / "study").exists()
+
+
+def test_tensorboard_holds_the_runs_metrics_config_and_summary_and_a_resume_purges_later_steps(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "run"
+    # trackers unset: TensorBoard, as it is installed; the last checkpoint is step 10's, so a
+    # resume goes back to it and logs step 15 again
+    cfg = RunConfig.parse({**BASE, "checkpoint": {"every": 10, "at_end": False}})
+    run_training(cfg.model_copy(update={"train": cfg.train.model_copy(update={"steps": 15})}), out)
+    run_training(cfg, out, resume=True)
+    events = EventAccumulator(str(out / "tb"))
+    events.Reload()
+    rows = metric_rows(out)
+    assert sorted(rows) == [5, 10, 15, 20]
+    for key in ("train_loss", "lr", "eval_loss"):
+        logged = events.Scalars(key)  # one event per step: the first run's step 15 was purged
+        expected = {s: r[key] for s, r in rows.items() if key in r}
+        assert [e.step for e in logged] == list(expected), key
+        assert [e.value for e in logged] == pytest.approx(list(expected.values())), key  # stored as float32
+    assert {"config/text_summary", "summary/text_summary"} <= set(events.Tags()["tensors"])
