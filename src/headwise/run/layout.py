@@ -10,6 +10,9 @@
                            checkpoints a resume found damaged and set aside
       model/               the final model (``model.safetensors`` + ``spec.json`` + ``manifest.json``)
       tb/                  TensorBoard events
+      wandb/, mlruns/      Weights & Biases files and the default MLflow store, when [log] names them
+      trackers.json        the W&B run id and MLflow run a resume continues
+      eval/                headwise eval's lm-eval tasks and scores
 """
 
 from __future__ import annotations
