@@ -147,3 +147,43 @@ def test_split_qkv_gradient_is_autograds(used):
     assert torch.equal(g1, g2) and g1.is_contiguous()
     with torch.no_grad():
         assert split_qkv(qkv)[0].grad_fn is None
+
+
+@pytest.mark.parametrize("head_dim", [8, 16, 32, 64])
+@pytest.mark.parametrize("t", [40, 301])  # one SDPA call, and queries split in halves
+def test_narrow_bf16_heads_attended_in_fp32_are_no_less_exact(head_dim, t):
+    # bf16 heads up to CPU_BF16_FP32_MAX_HEAD_DIM wide are attended in fp32 (faster on the CPU):
+    # the output is bf16 as before, and no further from the float64 definition than the bf16
+    # kernel's (within one bf16 rounding of it), forward and backward, under autocast too.
+    from headwise.model.kernels import CPU_BF16_FP32_MAX_HEAD_DIM, attention
+
+    torch.manual_seed(2)
+    qkv = torch.randn(2, t, 3, 4, head_dim).to(torch.bfloat16).requires_grad_()
+    weight = torch.randn(2, 4, t, head_dim)
+
+    def run(fn):
+        x = qkv.detach().clone().requires_grad_()
+        y = fn(x)
+        (g,) = torch.autograd.grad((y.float() * weight).sum(), x)
+        return y, g
+
+    def definition(x):
+        q, k, v = x.double().permute(2, 0, 3, 1, 4)
+        scores = (q @ k.transpose(-1, -2)) / head_dim**0.5
+        return scores.masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), float("-inf")).softmax(-1) @ v
+
+    def bf16_kernel(x):
+        q, k, v = x.permute(2, 0, 3, 1, 4)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    y, g = run(lambda x: attention(x, None, True, None, head_dim**-0.5, 0.0))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y_ac, g_ac = run(lambda x: attention(x, None, True, None, head_dim**-0.5, 0.0))
+    ref, g_ref = run(definition)
+    plain, g_plain = run(bf16_kernel)
+    assert y.dtype == g.dtype == torch.bfloat16 and torch.equal(y, y_ac) and torch.equal(g, g_ac)
+    for ours, bf16, exact in ((y, plain, ref), (g, g_plain, g_ref)):
+        err, err_bf16 = (ours.double() - exact).abs().max(), (bf16.double() - exact).abs().max()
+        assert err <= err_bf16 + 2.0**-8 * exact.abs().max()
+    if head_dim <= CPU_BF16_FP32_MAX_HEAD_DIM:  # attended in fp32: only the final roundings to bf16
+        assert (y.double() - ref).abs().max() <= 2.0**-8 * ref.abs().max()

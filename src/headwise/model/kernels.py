@@ -27,6 +27,13 @@ CPU_MIN_HEAD_DIM = 16
 # see, skips a quarter of the square (measured at T = 512: 20% less attention time in float32 on
 # 2 threads, 10% in bfloat16). Longer sequences already skip whole key blocks.
 CPU_SPLIT_QUERIES = (256, 512)  # split when CPU_SPLIT_QUERIES[0] < T <= CPU_SPLIT_QUERIES[1]
+# The same kernel in bfloat16 is slower than in float32 for narrow heads: its per-head work does
+# not shrink with the width (measured with torch 2.13 on a 2-core Xeon with AMX, one layer's
+# causal attention forward + backward, B = 2, T = 512, one thread, process time, 5 rounds:
+# 96 heads of 8: 204 ms bf16, 123 ms fp32; 48 of 16: 112 vs 78; 24 of 32: 68 vs 61; 12 of 64:
+# 42 vs 56; 6 of 128: 34 vs 48). So under bf16, heads up to this width are attended in float32
+# (which only adds precision: the scores and softmax are exact to fp32, the output is bf16 again).
+CPU_BF16_FP32_MAX_HEAD_DIM = 32
 
 # Vocabulary sizes are padded to a multiple of this for the output matmul. With GPT-Neo's 50,257
 # the logits' rows are not 64-byte aligned and the CPU GEMM writing them runs at ~2/3 of its peak
@@ -58,6 +65,11 @@ def attention(qkv: Tensor, cache: LayerCache | None, causal: bool, window: int |
         raise ValueError("attention for the first positions only, or with a key mask, is for bidirectional layers "
                          "without a cache")
     t, head_dim = qkv.shape[1], qkv.shape[-1]
+    if (cache is None and qkv.device.type == "cpu" and qkv.dtype == torch.bfloat16
+            and head_dim <= CPU_BF16_FP32_MAX_HEAD_DIM):
+        with torch.autocast("cpu", enabled=False):  # autocast would run SDPA in bf16 again
+            y = attention(qkv.float(), None, causal, window, scale, dropout_p, queries, key_mask)
+        return y.to(torch.bfloat16)
     pad = 0
     if cache is None and head_dim < CPU_MIN_HEAD_DIM and qkv.device.type == "cpu" and qkv.dtype == torch.float32:
         pad = CPU_MIN_HEAD_DIM - head_dim
