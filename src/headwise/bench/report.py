@@ -123,7 +123,8 @@ def _bf16_targets(section: dict[str, Any], amx: bool) -> list[dict[str, Any]]:
             mfu = case["mfu_median"] if case else None
             out.append(_target(f"bf16 MFU (AMX CPU), headwise {row['plan']} T={t}", ">= 55% of bf16 matmul peak",
                                mfu, mfu is not None and mfu >= 0.55,
-                               f"{mfu:.0%} ({case.get('basis', '')} rounds; {_shown(row)} of fp32)" if case else None))
+                               f"{mfu:.0%} ({case.get('basis', '')} rounds; {row['ratio']:.2f}x the fp32 tokens/s)" if case
+                               else None))
         else:
             out.append(_target(f"bf16 autocast / fp32 training (no AMX), {row['plan']} T={t}", ">= 2x",
                                row["ratio"], row["ratio"] >= 2.0, _shown(row)))
@@ -162,7 +163,9 @@ def render_markdown(result: dict[str, Any]) -> str:
     lines.append(f"- Command: `{result.get('command', 'headwise bench')}`; "
                  f"wall time {result['wall_time_s'] / 60:.1f} min")
     lines.append("- Dtype: float32 unless marked bf16 (torch.autocast). A training step is forward + "
-                 "cross-entropy + backward + AdamW step on B x T random token ids; every number is the median of "
+                 "cross-entropy (headwise: the LM task's own, headwise.model.loss; HF: F.cross_entropy on fp32 "
+                 "logits, as transformers computes it) + backward + AdamW step on B x T random token ids; "
+                 "every number is the median of "
                  f"{cfg['rounds']} rounds (every case once per round, in shuffled order) after {cfg['warmup']} "
                  "warm-up; a ratio is the median of per-round ratios (ratio of the medians in brackets). "
                  f"Only quiet rounds count when there are two or more: a sample is quiet when other work kept a "
