@@ -18,10 +18,13 @@ from torch import Tensor
 
 # Rows of logits handled together per thread on the CPU. Each block is converted to fp32 and
 # passed over two or three times, so it should stay in a core's L2 cache (4 rows of 50,304 fp32
-# are 0.8 MB). Measured forward + backward of the loss alone on [1024, 50,304] logits, one thread
-# of a 2-core Xeon (AMX), process time, 7 interleaved rounds: bf16 462 ms for F.cross_entropy,
-# 116-120 ms with 2-4 rows per block, 138 with 8, 171 with 64; fp32 295 ms against 152-160 with
-# 2-8 rows. Other devices take larger blocks (their caches are not per thread).
+# are 0.8 MB). Measured forward + backward of the loss alone on [1024, 50,304] logits on a 2-core
+# Xeon (AMX), glibc keeping freed memory as training does, 7-9 interleaved rounds: one thread
+# (process time) bf16 190 ms for F.cross_entropy, 90-94 ms with 2-4 rows per block, 110 with 8;
+# fp32 133 ms against 104 with 2-4 rows, 112 with 8; two threads, 4 rows each (wall): bf16 100 vs
+# 52 ms, fp32 69 vs 57. Without the tuned allocator the eager path also page-faults its
+# temporaries in afresh each time (bf16 258-462 ms against 68-120).
+# Other devices take larger blocks (their caches are not per thread).
 CPU_ROWS_PER_THREAD = 4
 OTHER_DEVICE_ROWS = 256
 
