@@ -73,3 +73,12 @@ def test_unknown_devices_have_no_peak(monkeypatch):
         None, "no known peak for Some GPU: set train.peak_flops")
     flops, source = peak.default_peak_flops(torch.device("mps"), "fp32")
     assert flops is None and "set train.peak_flops" in source
+
+
+def test_a_higher_measurement_replaces_the_cached_peak_a_lower_one_does_not(cache_home):
+    flops, _ = peak.default_peak_flops(torch.device("cpu"), "fp32")
+    assert peak.remember_cpu_peak("fp32", flops / 2, "a busy probe")
+    assert peak.default_peak_flops(torch.device("cpu"), "fp32")[0] == flops
+    assert peak.remember_cpu_peak("fp32", flops * 2, "headwise bench")
+    assert peak.default_peak_flops(torch.device("cpu"), "fp32")[0] == flops * 2
+    assert json.loads(cache_home.read_text())[peak.cpu_key("fp32")]["probe"] == "headwise bench"

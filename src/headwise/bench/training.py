@@ -45,6 +45,7 @@ from headwise.params import count_params, flops_per_token
 from headwise.plans import Plan, Scheme
 from headwise.train.config import OptimConfig
 from headwise.train.optim import build_optimizer
+from headwise.train.peak import PROBE_N, remember_cpu_peak
 
 #: A loss of logits [B, T, V] and target ids [B, T].
 Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -265,6 +266,11 @@ def bench_training(cfg: BenchConfig, device: torch.device, seq_len: int, cases: 
     measured = _run_rounds(timed, device, rounds, warmup, peak_n, cfg.seed + seq_len, cfg.idle_wait,
                            progress=lambda s: log(f"{prefix} {s}"))
     peak_ref, out_cases = _results(timed, measured, tokens, device.type == "cuda")
+    # What `headwise train` divides by on this machine, when higher than the figure it has (smaller
+    # matmuls than the trainer's own probe do not reach the peak: a tiny test bench offers none).
+    if device.type == "cpu" and peak_n >= PROBE_N:
+        for p, values in measured.peaks.items():
+            remember_cpu_peak(p, max(values), f"{peak_n}x{peak_n} matmul, best of headwise bench's rounds")
     section = {
         "device": str(device), "precision": precision, "seq_len": seq_len, "batch": batch,
         "tokens_per_step": tokens, "rounds": rounds, "warmup": warmup,
