@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 # Rows of logits handled together per thread on the CPU. Each block is converted to fp32 and
@@ -24,13 +25,7 @@ from torch import Tensor
 # fp32 133 ms against 104 with 2-4 rows, 112 with 8; two threads, 4 rows each (wall): bf16 100 vs
 # 52 ms, fp32 69 vs 57. Without the tuned allocator the eager path also page-faults its
 # temporaries in afresh each time (bf16 258-462 ms against 68-120).
-# Other devices take larger blocks (their caches are not per thread).
 CPU_ROWS_PER_THREAD = 4
-OTHER_DEVICE_ROWS = 256
-
-
-def _block_rows(device: torch.device) -> int:
-    return CPU_ROWS_PER_THREAD * torch.get_num_threads() if device.type == "cpu" else OTHER_DEVICE_ROWS
 
 
 class _CrossEntropy(torch.autograd.Function):
@@ -38,7 +33,7 @@ class _CrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits: Tensor, targets: Tensor) -> Tensor:
-        n, block = logits.shape[0], _block_rows(logits.device)
+        n, block = logits.shape[0], CPU_ROWS_PER_THREAD * torch.get_num_threads()
         lse = logits.new_empty(n, dtype=torch.float32)
         # one fp32 block, reused: fresh memory for every block would cost page faults
         scratch = None if logits.dtype == torch.float32 else logits.new_empty(block, logits.shape[1],
@@ -55,7 +50,7 @@ class _CrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
         logits, targets, lse = ctx.saved_tensors
-        n, block = logits.shape[0], _block_rows(logits.device)
+        n, block = logits.shape[0], CPU_ROWS_PER_THREAD * torch.get_num_threads()
         out = torch.empty_like(logits)
         shift, scale = lse[:, None], grad.float() / n
         scratch = logits.new_empty(block, logits.shape[1], dtype=torch.float32)
@@ -72,5 +67,9 @@ def cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
     """``F.cross_entropy(logits.float(), targets)`` (mean over rows) for logits [N, V] of any float
     dtype and target ids [N]: the log-sum-exp and the softmax are computed in fp32 a few rows at a
     time and the gradient is returned in the logits' dtype. Columns of -inf (a padded vocabulary)
-    take no probability and get a zero gradient. Targets must be valid ids (no ``ignore_index``)."""
+    take no probability and get a zero gradient. Targets must be valid ids (no ``ignore_index``).
+
+    Only CPU logits take this path: it was measured there; a GPU keeps PyTorch's fused kernel."""
+    if logits.device.type != "cpu":
+        return F.cross_entropy(logits.float(), targets)
     return _CrossEntropy.apply(logits, targets)
