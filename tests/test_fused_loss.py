@@ -3,7 +3,9 @@
 Tolerances per dtype: fp32 logits agree to float32 rounding (loss 1e-6 absolute, gradients 1e-6 of
 their largest entry); bf16 logits give the same fp32 loss up to summation order (1e-5) and
 gradients within one bf16 rounding (2^-8 relative) of F.cross_entropy's fp32 gradient cast to
-bf16, which is what autocast training used before.
+bf16, which is what autocast training used before; within two (2^-7) when the loss is
+backpropagated with a factor that is not a power of two (1 / 3 accumulation steps), as the
+gradient is rounded to bf16 before that factor is applied.
 """
 
 import pytest
@@ -40,6 +42,8 @@ def test_matches_f_cross_entropy(dtype, rows_per_thread, scale, monkeypatch):
     targets = torch.randint(0, 1000, (37,))
     (loss, grad), (ref_loss, ref_grad) = _both(logits, targets, scale)
     loss_tol, grad_tol = TOLERANCE[dtype]
+    if dtype == torch.bfloat16 and scale not in (1.0, 0.25):
+        grad_tol *= 2
     assert loss.dtype == torch.float32 and grad.dtype == dtype
     assert abs(loss.item() - ref_loss.item()) <= loss_tol * max(1.0, abs(ref_loss.item()))
     assert (grad.float() - ref_grad.float()).abs().max() <= grad_tol * ref_grad.float().abs().max()
