@@ -1,4 +1,5 @@
-"""Helpers shared by several test modules: one-line error checks and the tiny bench sections."""
+"""Helpers shared by several test modules: one-line error checks, the smallest run config and the
+tiny bench sections."""
 
 import pytest
 import torch
@@ -25,6 +26,20 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def tiny_nearest_config(steps: int, log_every: int, every: int) -> dict:
+    """The smallest run config as a dict: a one-head vector model on the nearest-neighbour task
+    (no data to prepare; a few steps a second), evaluated and checkpointed ``every`` steps."""
+    return {
+        "model": {"preset": "amsel-nn", "d_model": 8, "heads": [1], "head_dim": 8, "mlp_hidden": 16,
+                  "max_seq_len": 16},
+        "task": {"kind": "nearest", "dim": 8, "n_points": 4, "eval_batches": 1, "eval_batch_size": 32},
+        "optim": {"lr": 0.01, "weight_decay": 0.0},
+        "train": {"micro_batch": 16, "steps": steps, "device": "cpu", "log_every": log_every},
+        "eval": {"every": every},
+        "checkpoint": {"every": every, "keep": 1},
+    }
 
 
 def run_sections(cfg, sections):

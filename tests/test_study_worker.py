@@ -16,14 +16,9 @@ import tomli_w
 
 from headwise.study.worker import main
 
-CONFIG = {
-    "model": {"preset": "amsel-nn", "d_model": 8, "heads": [1], "head_dim": 8, "mlp_hidden": 16, "max_seq_len": 16},
-    "task": {"kind": "nearest", "dim": 8, "n_points": 4, "eval_batches": 1, "eval_batch_size": 32},
-    "optim": {"lr": 0.01, "weight_decay": 0.0},
-    "train": {"micro_batch": 16, "steps": 1_000_000, "device": "cpu", "log_every": 1},
-    "eval": {"every": 1_000_000},
-    "checkpoint": {"every": 1_000_000, "keep": 1},
-}
+from helpers import tiny_nearest_config
+
+CONFIG = tiny_nearest_config(steps=1_000_000, log_every=1, every=1_000_000)
 
 
 def _wait_for(condition, timeout: float, what: str) -> None:

@@ -21,16 +21,9 @@ from headwise.train import RunConfig, run_training
 from headwise.train.config import LogConfig
 from headwise.train.trackers import IDS_FILE, TRACKERS, numbers, read_ids
 
-from helpers import one_line_error, one_thread  # noqa: F401 - the fixture applies to this module
+from helpers import one_line_error, one_thread, tiny_nearest_config  # noqa: F401 - the fixture applies to this module
 
-BASE = {
-    "model": {"preset": "amsel-nn", "d_model": 8, "heads": [1], "head_dim": 8, "mlp_hidden": 16, "max_seq_len": 16},
-    "task": {"kind": "nearest", "dim": 8, "n_points": 4, "eval_batches": 1, "eval_batch_size": 32},
-    "optim": {"lr": 0.01, "weight_decay": 0.0},
-    "train": {"micro_batch": 16, "steps": 20, "device": "cpu", "log_every": 5},
-    "eval": {"every": 10},
-    "checkpoint": {"every": 10, "keep": 1},
-}
+BASE = tiny_nearest_config(steps=20, log_every=5, every=10)
 
 # W&B's records of one run: the steps' rows, the summary (updates merged in order), the config.
 WANDB_FULL, WANDB_LAST = 1, 4  # chunk types of the .wandb log (one record whole; the last of several)

@@ -119,6 +119,17 @@ def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
     node[parts[-1]] = copy.deepcopy(value)  # the same value may be set into several configs
 
 
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``: a nested config as dotted keys (the ``--set`` names)."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, str]:
     """Apply ``section.key=value`` overrides to a nested dict, in place. Returns the overrides
     whose value was not a TOML literal and was taken as a bare string (key -> text), so that a

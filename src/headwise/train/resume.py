@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from headwise.config import read_toml
+from headwise.config import flatten, read_toml
 from headwise.errors import HeadwiseError, RunFailure
 from headwise.model import Transformer
 from headwise.model.pretrained import DamagedFile
@@ -43,19 +43,9 @@ RESUMABLE_CHANGES = ("train.steps", "train.epochs", "train.tokens", "train.log_e
                      "train.device", "train.peak_flops", "eval.", "checkpoint.", "analysis.", "log.")
 
 
-def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def config_difference(saved: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """Dotted keys whose values differ between two config dicts, excluding RESUMABLE_CHANGES."""
-    a, b = _flatten(saved), _flatten(new)
+    a, b = flatten(saved), flatten(new)
     keys = sorted(set(a) | set(b))
     return [k for k in keys if a.get(k) != b.get(k) and not any(
         k == r or (r.endswith(".") and k.startswith(r)) for r in RESUMABLE_CHANGES)]

@@ -32,7 +32,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from headwise.config import atomic_write_text
+from headwise.config import atomic_write_text, flatten
 from headwise.errors import HeadwiseError, RunFailure
 from headwise.run.layout import TENSORBOARD_DIR
 
@@ -57,17 +57,6 @@ def numbers(row: dict[str, Any]) -> dict[str, float]:
     """The finite numbers of a row or summary (top level only; None, text and tables left out)."""
     return {k: v for k, v in row.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
-
-
-def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``: a nested config as flat parameters."""
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def read_ids(directory: Path) -> dict[str, str]:
