@@ -99,3 +99,12 @@ def test_tied_lm_head_gradients_match(precision):
     for name, ref in grads[1].items():
         err = (grads[0][name] - ref).abs().max()
         assert err <= max(grad_tol, 1e-5) * 4 * ref.abs().max(), name
+
+
+def test_a_second_derivative_is_an_error_not_a_silent_zero():
+    logits, scale = torch.randn(4, 8, requires_grad=True), torch.tensor(2.0, requires_grad=True)
+    loss = cross_entropy(logits, torch.tensor([1, 2, 3, 4]))
+    for outer in (loss, loss * scale):  # the gradient is a constant of the forward: it has no derivative
+        (grad,) = torch.autograd.grad(outer, logits, create_graph=True, retain_graph=True)
+        with pytest.raises(RuntimeError, match="differentiate twice|does not require grad"):
+            grad.sum().backward()

@@ -312,3 +312,30 @@ def test_an_exported_vit_run_loads_in_a_fresh_process(tmp_path, capsys):
         expected = model(torch.randn(2, 1, 16, 16))
     torch.testing.assert_close(torch.tensor(json.loads(result.stdout.strip().splitlines()[-1])), expected,
                                rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("line, error", [
+    ("import headwise.data.tokenizer", "imports headwise.data.tokenizer, which an exported folder cannot carry"),
+    ("from ..spec import ModelSpec", "imports ..spec, which an exported folder cannot carry"),
+    ("from headwise.spec import NotInTheView", "imports NotInTheView from spec_view"),
+    ("from .kernels import not_a_kernel", "imports not_a_kernel from kernels"),
+])
+def test_model_code_an_export_cannot_carry_is_refused_at_export(monkeypatch, tmp_path, line, error):
+    from headwise.errors import RunFailure
+    from headwise.hf_model import export
+
+    original = export._source_of
+    heads = original("heads").read_text(encoding="utf-8")
+    patched = tmp_path / "heads.py"
+    patched.write_text(heads.replace("import torch\n", f"import torch\n{line}\n", 1), encoding="utf-8")
+    monkeypatch.setattr(export, "_source_of", lambda name: patched if name == "heads" else original(name))
+    with pytest.raises(RunFailure, match=error):
+        export.bundled_sources()
+
+
+def test_generate_stops_where_the_positions_end_by_default():
+    model = _model(**SPECS["heterogeneous"])
+    hf = from_headwise(model)  # no end-of-text: only the length stops it
+    with torch.no_grad():
+        out = hf.generate(torch.tensor([[1, 2, 3]]), do_sample=False)
+    assert out.shape == (1, model.spec.max_seq_len)

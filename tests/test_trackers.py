@@ -16,7 +16,7 @@ import tomli_w
 from headwise.cli import main
 from headwise.config import read_toml
 from headwise.run.layout import CONFIG_FILE
-from headwise.run.metrics import scan_metrics
+from headwise.run.metrics import read_metrics, scan_metrics
 from headwise.train import RunConfig, run_training
 from headwise.train.config import LogConfig
 from headwise.train.trackers import IDS_FILE, TRACKERS, numbers, read_ids
@@ -294,3 +294,36 @@ def test_tensorboard_holds_the_runs_metrics_config_and_summary_and_a_resume_purg
         assert [e.step for e in logged] == list(expected), key
         assert [e.value for e in logged] == pytest.approx(list(expected.values())), key  # stored as float32
     assert {"config/text_summary", "summary/text_summary"} <= set(events.Tags()["tensors"])
+
+
+def test_a_tracker_failing_mid_run_is_dropped_with_one_warning(tmp_path, capsys):
+    from headwise.train.metrics import MetricsLog
+    from headwise.train.trackers import Tracker
+
+    class Flaky(Tracker):
+        name, package, extra = "flaky", "json", "flaky"
+
+        def log_metrics(self, row, step):
+            if step == 2:
+                raise ConnectionError("server gone")
+            seen.append(step)
+
+    seen: list[int] = []
+    log = MetricsLog(tmp_path, trackers=[Flaky(LogConfig(), tmp_path)])
+    for step in (1, 2, 3):
+        log.write({"step": step, "train_loss": 1.0 / step})
+    log.close()
+    assert seen == [1] and [r["step"] for r in read_metrics(tmp_path)] == [1, 2, 3]
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "tracker flaky failed at step 2 and is dropped" in err and "server gone" in err
+
+
+def test_an_mlflow_resume_whose_run_is_not_in_the_store_starts_a_new_run(tmp_path, capsys):
+    from headwise.train.trackers import MlflowTracker, save_id
+
+    save_id(tmp_path, "mlflow", "0123456789abcdef")  # a run of a store this URI does not point at
+    tracker = MlflowTracker(LogConfig(trackers=["mlflow"], mlflow_uri=f"file:{tmp_path / 'other'}"), tmp_path)
+    tracker.start({"train": {"steps": 5}}, resume_step=3)
+    assert tracker.run_id != "0123456789abcdef" and read_ids(tmp_path)["mlflow"] == tracker.run_id
+    tracker.finish("completed")
+    assert "is not in the store" in capsys.readouterr().err

@@ -69,6 +69,9 @@ def from_headwise(model: Transformer, eot_id: int | None = None) -> HeadwisePreT
     _, cls = hf_class(model.spec)
     hf = cls(config_for(model.spec, eot_id))
     hf.model.load_state_dict(model.state_dict())
+    if hf.can_generate():
+        # generate() by default stops where the learned positions end (transformers' default is 20 tokens)
+        hf.generation_config.max_length = model.spec.max_seq_len
     if eot_id is not None and hf.can_generate():
         hf.generation_config.bos_token_id = hf.generation_config.eos_token_id = eot_id
         hf.generation_config.pad_token_id = eot_id

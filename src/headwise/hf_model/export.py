@@ -52,35 +52,62 @@ def _flat_name(module: str) -> str:
 
 def bundled_sources() -> dict[str, str]:
     """The exported modelling code, file name -> text: the entry modules and every headwise
-    module they import, transitively, with those imports made relative to the folder."""
+    module they import, transitively, with those imports made relative to the folder. Each
+    file may import only the standard library, :data:`ALLOWED_IMPORTS` and names its sibling
+    files define; anything else is a :class:`RunFailure` here rather than in a user's process."""
     sources: dict[str, str] = {}
+    wanted: list[tuple[str, str, list[str]]] = []  # (importing file, sibling module, names)
     todo = list(ENTRY_MODULES)
     while todo:
         name = todo.pop()
         if f"{name}.py" in sources:
             continue
-        text = _source_of(name).read_text(encoding="utf-8")
-        todo.extend(_flat_name(m.group(2)) for m in _IMPORT.finditer(text))
-        text = _IMPORT.sub(lambda m: f"{m.group(1)}from .{_flat_name(m.group(2))} import", text)
-        _check_imports(name, text)
+        text = _IMPORT.sub(lambda m: f"{m.group(1)}from .{_flat_name(m.group(2))} import",
+                           _source_of(name).read_text(encoding="utf-8"))
+        for module, names in _imports(name, text):
+            wanted.append((name, module, names))
+            todo.append(module)
         sources[f"{name}.py"] = text
+    for name, module, names in wanted:
+        missing = set(names) - _defined_names(sources[f"{module}.py"])
+        if missing:
+            raise RunFailure(f"{name}.py imports {', '.join(sorted(missing))} from {module}, which the exported "
+                             f"{module}.py does not define")
     return sources
 
 
-def _check_imports(name: str, text: str) -> None:
-    """Refuse code a folder cannot carry: an import of anything but the standard library and
-    :data:`ALLOWED_IMPORTS` (the model modules must stay self-contained for export)."""
+def _imports(name: str, text: str) -> list[tuple[str, list[str]]]:
+    """The sibling modules (and names) a bundled file imports; refuses any other import but the
+    standard library and :data:`ALLOWED_IMPORTS` (the model modules must stay self-contained)."""
+    siblings = []
     for node in ast.walk(ast.parse(text)):
         modules = []
         if isinstance(node, ast.Import):
             modules = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            modules = [node.module]
+        elif isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            siblings.append((node.module, [a.name for a in node.names]))
+        elif isinstance(node, ast.ImportFrom):
+            modules = [f"{'.' * node.level}{node.module or ''}"]
         for module in modules:
             top = module.split(".")[0]
             if top not in ALLOWED_IMPORTS and top not in sys.stdlib_module_names:
                 raise RunFailure(f"{name}.py imports {module}, which an exported folder cannot carry: "
                                  "the model modules may import only torch, transformers and each other")
+    return siblings
+
+
+def _defined_names(text: str) -> set[str]:
+    """Names a module defines at its top level (classes, functions, assignments, imports)."""
+    names: set[str] = set()
+    for node in ast.parse(text).body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
 
 
 def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path | None = None,

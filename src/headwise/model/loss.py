@@ -17,6 +17,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 # Rows of logits handled together per thread on the CPU. Each block is converted to fp32 and
 # passed over three or four times, so it should stay in a core's L2 cache (4 rows of 50,304 fp32
@@ -53,6 +54,7 @@ class _CrossEntropy(torch.autograd.Function):
         return (lse - target_logits).mean()
 
     @staticmethod
+    @once_differentiable  # the gradient is a constant computed in the forward: no double backward
     def backward(ctx, grad_loss: Tensor) -> tuple[Tensor, None]:
         (grad,) = ctx.saved_tensors
         # The loss is usually backpropagated with 1 (or 1 / accumulation steps); reading the

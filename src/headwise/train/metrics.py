@@ -55,10 +55,18 @@ class MetricsLog:
             raise
 
     def write(self, row: dict[str, Any]) -> None:
+        """Append ``row`` to ``metrics.jsonl`` and pass it to the trackers. A tracker that fails
+        (its server unreachable mid-run) is one warning line and is dropped for the rest of the
+        run: training and the run's own files go on."""
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()
-        for tracker in self.trackers:
-            tracker.log_metrics(row, row["step"])
+        for tracker in list(self.trackers):
+            try:
+                tracker.log_metrics(row, row["step"])
+            except Exception as exc:  # noqa: BLE001 - any backend's failure; the line names it
+                warn(f"tracker {tracker.name} failed at step {row['step']} and is dropped for the rest of the "
+                     f"run (metrics.jsonl has every row): {type(exc).__name__}: {exc}")
+                self.trackers.remove(tracker)
 
     def close(self, summary: dict[str, Any] | None = None) -> None:
         """Close the file; give the trackers the run's ``summary`` (``summary.json``'s content)

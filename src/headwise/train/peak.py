@@ -11,6 +11,7 @@ no fixed CPU figure is right. ``train.peak_flops`` in a run's config overrides b
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import platform
@@ -124,13 +125,19 @@ def remember_cpu_peak(precision: str, flops: float, how: str) -> bool:
     each round, so a machine's figure only improves). Returns whether the cache holds it or a
     higher one."""
     path, key = cache_path(), cpu_key(precision)
-    cache = _read_cache(path)
-    old = _cached_flops(cache, key)
-    if old is not None and old >= flops:
-        return True
-    cache[key] = {"flops": flops, "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "probe": how}
     try:
-        atomic_write_text(path, json.dumps(cache, indent=1) + "\n")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Runs of a study and the bench may write at once: read, compare and write under one lock,
+        # or one process's new entry could replace another's.
+        with open(path.parent / f"{path.name}.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            cache = _read_cache(path)
+            old = _cached_flops(cache, key)
+            if old is not None and old >= flops:
+                return True
+            cache[key] = {"flops": flops, "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                          "probe": how}
+            atomic_write_text(path, json.dumps(cache, indent=1) + "\n")
     except OSError:  # a read-only home: the figure still holds for this run
         return False
     return True

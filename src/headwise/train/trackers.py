@@ -12,6 +12,9 @@ naming the extra to install.
 - ``mlflow``: an MLflow run in the experiment ``log.project``, tracked at ``log.mlflow_uri``,
   else ``MLFLOW_TRACKING_URI``, else a file store ``mlruns/`` in the run's directory (the
   ``mlflow-skinny`` package has no SQL store without SQLAlchemy; its file store is allowed here).
+  MLflow cannot delete logged values: a run killed after its last checkpoint and resumed has two
+  values at the steps it logs again (the later ones are the resumed run's; ``metrics.jsonl``
+  keeps only those).
 
 A study groups its runs: before they start, :func:`open_group` gives each tracker the chance to
 set up the study's own record (W&B: the group name; MLflow: a parent run in a store under the
@@ -278,6 +281,7 @@ class MlflowTracker(Tracker):
     def _start(self, config: dict[str, Any], resume_step: int | None) -> None:
         self.client = _mlflow_client(self.log, self.run_dir)
         run_id = read_ids(self.run_dir).get(self.name) if resume_step is not None else None
+        run_id = _existing_run(self.client, run_id, self.log, self.run_dir)
         if run_id is not None:
             self.client.update_run(run_id, status="RUNNING")
         else:
@@ -322,7 +326,7 @@ class MlflowTracker(Tracker):
         ``trackers.json``), in the study's store unless ``log.mlflow_uri`` names another."""
         uri = _mlflow_uri(log, study_dir)
         client = _mlflow_client(log, study_dir)
-        parent = read_ids(study_dir).get(cls.name)
+        parent = _existing_run(client, read_ids(study_dir).get(cls.name), log, study_dir)
         if parent is None:
             run = client.create_run(_experiment(client, log.project), run_name=group, tags={"headwise.study": group})
             parent = run.info.run_id
@@ -425,6 +429,23 @@ def close_group(log: LogConfig, study_dir: Path, ok: bool, group: str, figures: 
         except Exception as exc:  # noqa: BLE001 - any backend's failure; the line names it
             problems.append(f"tracker {name}: {type(exc).__name__}: {exc}")
     return problems
+
+
+def _existing_run(client: Any, run_id: str | None, log: LogConfig, directory: Path) -> str | None:
+    """``run_id`` when the store has that run; None (a new run is made, with one warning line)
+    when ``trackers.json`` names a run the store does not hold: ``log.mlflow_uri`` or
+    MLFLOW_TRACKING_URI now points at another store."""
+    if run_id is None:
+        return None
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.get_run(run_id)
+        return run_id
+    except MlflowException:
+        warn(f"MLflow run {run_id} (in {Path(directory) / IDS_FILE}) is not in the store at "
+             f"{_mlflow_uri(log, directory)}: logging to a new MLflow run")
+        return None
 
 
 def warn(text: str) -> None:
