@@ -225,3 +225,21 @@ def test_a_study_saved_with_another_report_table_is_the_same_study(tmp_path):
     (tmp_path / "out" / "study.toml").write_text(tomli_w.dumps(saved))
     with pytest.raises(HeadwiseError, match="holds a different study"):
         prepare_study_dir(study, tmp_path / "out", seeds_given=False)
+
+
+def test_an_axis_named_like_a_typed_column_keeps_its_own_column():
+    import csv
+    import io
+
+    from headwise.study.results import COLUMNS, RunResult, axis_column, rows_to_csv
+    from headwise.plans import Scheme
+
+    summary = RunSummary(status=RunStatus.COMPLETED, params=10, plan=Plan(Scheme.DESCENDING, heads=(4, 2)))
+    result = RunResult(variant="v", seed=0, labels={"scheme": "my label", "budget": "h6"},
+                       status=RunStatus.COMPLETED, run_dir="runs/v/seed0", summary=summary)
+    axes = ["scheme", "budget"]
+    columns = ["variant", "seed", *map(axis_column, axes), *COLUMNS]
+    assert len(set(columns)) == len(columns) and columns[2:4] == ["scheme_label", "budget"]
+    (row,) = csv.DictReader(io.StringIO(rows_to_csv([result.csv_row(axes)], columns)))
+    # the axis label and the plan's typed scheme each in their own column
+    assert row["scheme_label"] == "my label" and row["scheme"] == "descending" and row["budget"] == "h6"

@@ -136,7 +136,7 @@ class RunResult:
         s, plan, model = self.summary, self.plan, (self.config or {}).get("model", {})
         peak = _finite(s.peak_memory_bytes) if s else None
         row: dict[str, Any] = {"variant": self.variant, "seed": self.seed}
-        row.update({axis: self.labels.get(axis, "") for axis in axes})
+        row.update({axis_column(axis): self.labels.get(axis, "") for axis in axes})
         row.update(
             scheme=plan.scheme.value if plan else "",
             heads=" ".join(map(str, plan.heads if plan else model.get("heads") or [])),
@@ -177,10 +177,18 @@ def collect_results(record: StudyRecord, in_flight: Iterable[str] = ()) -> list[
     return [run_result(record, v, s, f"{v['name']}/seed{s}" in live) for v, s in record.runs()]
 
 
+def axis_column(axis: str) -> str:
+    """The ``results.csv`` column of an axis's labels: its name, or ``<name>_label`` for an axis
+    named like one of :data:`COLUMNS` (a study's ``scheme`` axis beside the plan's typed scheme:
+    one column name each, so neither hides the other)."""
+    return f"{axis}_label" if axis in COLUMNS or axis in ("variant", "seed") else axis
+
+
 def results_csv(record: StudyRecord, results: list[RunResult]) -> str:
     """The text of ``results.csv`` for these results."""
     axes = axis_names(record)
-    return rows_to_csv([r.csv_row(axes) for r in results], ["variant", "seed", *axes, *COLUMNS])
+    return rows_to_csv([r.csv_row(axes) for r in results],
+                       ["variant", "seed", *map(axis_column, axes), *COLUMNS])
 
 
 def write_results(record: StudyRecord, results: list[RunResult]) -> Path:
