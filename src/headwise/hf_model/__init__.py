@@ -32,7 +32,7 @@ from headwise.spec import ModelSpec
 
 __all__ = ["HeadwiseConfig", "HeadwiseForCausalLM", "HeadwiseForImageClassification",
            "HeadwiseForSequenceClassification", "config_for", "from_headwise", "from_run", "hf_class", "load_export",
-           "to_headwise"]
+           "run_model", "to_headwise"]
 
 AutoConfig.register(HeadwiseConfig.model_type, HeadwiseConfig, exist_ok=True)
 for _auto, _cls in HF_CLASSES.values():
@@ -91,17 +91,24 @@ def to_headwise(hf: HeadwisePreTrainedModel) -> Transformer:
     return model.eval()
 
 
-def from_run(run_dir: str | Path,
-             checkpoint: str | Path | None = None) -> tuple[HeadwisePreTrainedModel, str]:
-    """The model of a run as its ``transformers`` class, and where its weights came from: the
-    final weights, else the latest checkpoint, or ``checkpoint`` (as ``headwise generate`` reads
-    them); a language model gets its tokenizer's end-of-text as eos."""
+def run_model(run_dir: str | Path, checkpoint: str | Path | None = None) -> tuple[Transformer, str, int | None]:
+    """A run's headwise model, where its weights came from (the final weights, else the latest
+    checkpoint, or ``checkpoint``, as ``headwise generate`` reads them), and a language run's
+    end-of-text id (None for other tasks)."""
     from headwise.train.generate import load_run_model, run_config, run_tokenizer
 
     run_dir = Path(run_dir)
     cfg = run_config(run_dir)
     model, source = load_run_model(run_dir, Path(checkpoint) if checkpoint is not None else None)
-    return from_headwise(model, run_tokenizer(run_dir, cfg).eot_id if cfg.task.kind == "lm" else None), source
+    return model, source, run_tokenizer(run_dir, cfg).eot_id if cfg.task.kind == "lm" else None
+
+
+def from_run(run_dir: str | Path,
+             checkpoint: str | Path | None = None) -> tuple[HeadwisePreTrainedModel, str]:
+    """The model of a run as its ``transformers`` class, and where its weights came from (see
+    :func:`run_model`); a language model gets its tokenizer's end-of-text as eos."""
+    model, source, eot_id = run_model(run_dir, checkpoint)
+    return from_headwise(model, eot_id), source
 
 
 def load_export(directory: str | Path) -> Transformer:

@@ -23,7 +23,7 @@ from pathlib import Path
 import headwise.hf_model as hf_model_package
 import headwise.model as model_package
 from headwise.errors import HeadwiseError, RunFailure
-from headwise.hf_model import from_headwise, hf_class
+from headwise.hf_model import from_headwise, hf_class, run_model
 from headwise.hf_model.card import model_card
 from headwise.run.layout import RunDir
 
@@ -118,16 +118,15 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path |
     from transformers.utils.logging import disable_progress_bar
 
     from headwise.hf_tokenizer import save_hf_tokenizer
-    from headwise.train.generate import load_run_model, run_config, run_tokenizer
+    from headwise.train.generate import run_config
 
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise HeadwiseError(f"{out_dir} already exists and is not empty: give a new folder (nothing was written)")
     cfg = run_config(run_dir)
-    model, source = load_run_model(run_dir, Path(checkpoint) if checkpoint is not None else None)
+    model, source, eot_id = run_model(run_dir, checkpoint)
     auto, cls = hf_class(model.spec)
     language = cls.can_generate()
-    eot_id = run_tokenizer(run_dir, cfg).eot_id if language else None
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     # transformers draws a progress bar for writing even a one-file model: noise on a terminal
     disable_progress_bar()
