@@ -99,16 +99,21 @@ def spec_from_gpt_neo_config(config: Any) -> ModelSpec:
     )
 
 
+def block_pairs(n_layers: int, prefix: str, names: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(headwise name, transformers name) of the weight and bias of each block's modules:
+    ``names`` pairs a headwise module (``"mlp.fc"``) with its transformers name under
+    ``f"{prefix}{i}."`` (``"mlp.c_fc"`` under ``"transformer.h.{i}."``)."""
+    return [(f"blocks.{i}.{a}.{p}", f"{prefix}{i}.{b}.{p}")
+            for i in range(n_layers) for a, b in names for p in ("weight", "bias")]
+
+
 def _key_map(n_layers: int) -> list[tuple[str, str]]:
     """(headwise name, GPT-Neo name) pairs for everything but the fused q/k/v."""
-    pairs = [("tok_emb.weight", "transformer.wte.weight"), ("pos_emb.weight", "transformer.wpe.weight"),
-             ("norm_f.weight", "transformer.ln_f.weight"), ("norm_f.bias", "transformer.ln_f.bias")]
-    for i in range(n_layers):
-        ours, theirs = f"blocks.{i}.", f"transformer.h.{i}."
-        for a, b in [("norm1", "ln_1"), ("norm2", "ln_2"), ("attn.out", "attn.attention.out_proj"),
-                     ("mlp.fc", "mlp.c_fc"), ("mlp.proj", "mlp.c_proj")]:
-            pairs += [(ours + a + ".weight", theirs + b + ".weight"), (ours + a + ".bias", theirs + b + ".bias")]
-    return pairs
+    return [("tok_emb.weight", "transformer.wte.weight"), ("pos_emb.weight", "transformer.wpe.weight"),
+            ("norm_f.weight", "transformer.ln_f.weight"), ("norm_f.bias", "transformer.ln_f.bias"),
+            *block_pairs(n_layers, "transformer.h.", [("norm1", "ln_1"), ("norm2", "ln_2"),
+                                                      ("attn.out", "attn.attention.out_proj"),
+                                                      ("mlp.fc", "mlp.c_fc"), ("mlp.proj", "mlp.c_proj")])]
 
 
 @torch.no_grad()

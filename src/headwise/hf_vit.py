@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from headwise.errors import HeadwiseError
-from headwise.hf import fixed_field_problem
+from headwise.hf import block_pairs, fixed_field_problem
 from headwise.model import Transformer
 from headwise.spec import ModelSpec
 
@@ -147,17 +147,14 @@ def spec_from_vit_config(config: Any) -> ModelSpec:
 
 def _key_map(n_layers: int) -> list[tuple[str, str]]:
     """(headwise name, ViT name) pairs for everything but the fused q/k/v and the positions."""
-    pairs = [("cls_token.weight", "vit.embeddings.cls_token"),
-             ("patch_emb.weight", "vit.embeddings.patch_embeddings.projection.weight"),
-             ("patch_emb.bias", "vit.embeddings.patch_embeddings.projection.bias"),
-             ("norm_f.weight", "vit.layernorm.weight"), ("norm_f.bias", "vit.layernorm.bias"),
-             ("classifier.weight", "classifier.weight"), ("classifier.bias", "classifier.bias")]
-    for i in range(n_layers):
-        ours, theirs = f"blocks.{i}.", f"vit.layers.{i}."
-        for a, b in [("norm1", "layernorm_before"), ("norm2", "layernorm_after"), ("attn.out", "attention.o_proj"),
-                     ("mlp.fc", "mlp.fc1"), ("mlp.proj", "mlp.fc2")]:
-            pairs += [(ours + a + ".weight", theirs + b + ".weight"), (ours + a + ".bias", theirs + b + ".bias")]
-    return pairs
+    return [("cls_token.weight", "vit.embeddings.cls_token"),
+            ("patch_emb.weight", "vit.embeddings.patch_embeddings.projection.weight"),
+            ("patch_emb.bias", "vit.embeddings.patch_embeddings.projection.bias"),
+            ("norm_f.weight", "vit.layernorm.weight"), ("norm_f.bias", "vit.layernorm.bias"),
+            ("classifier.weight", "classifier.weight"), ("classifier.bias", "classifier.bias"),
+            *block_pairs(n_layers, "vit.layers.", [("norm1", "layernorm_before"), ("norm2", "layernorm_after"),
+                                                   ("attn.out", "attention.o_proj"), ("mlp.fc", "mlp.fc1"),
+                                                   ("mlp.proj", "mlp.fc2")])]
 
 
 def _qkv_names(i: int, kind: str) -> list[str]:
