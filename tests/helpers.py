@@ -1,8 +1,15 @@
-"""Helpers shared by several test modules: one-line error checks, the smallest run config and the
-tiny bench sections."""
+"""Helpers shared by several test modules: one-line error checks, the smallest run config, run
+directories written by hand, CSV files read back and the tiny bench sections."""
+
+import csv
+import json
+from pathlib import Path
 
 import pytest
+import tomli_w
 import torch
+
+from headwise.run import RunDir, RunSummary, write_summary
 
 from headwise.errors import HeadwiseError
 
@@ -40,6 +47,22 @@ def tiny_nearest_config(steps: int, log_every: int, every: int) -> dict:
         "eval": {"every": every},
         "checkpoint": {"every": every, "keep": 1},
     }
+
+
+def write_run_dir(path: Path, config: dict, summary: RunSummary, rows: list[dict], seed: int = 0) -> None:
+    """A run directory as the trainer leaves it: its config (with its seed), ``summary.json`` and
+    the ``metrics.jsonl`` rows."""
+    rd = RunDir(path)
+    path.mkdir(parents=True)
+    rd.config.write_text(tomli_w.dumps({**config, "train": {**config.get("train", {}), "seed": seed}}))
+    write_summary(path, summary)
+    rd.metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def read_csv(path: Path) -> list[dict]:
+    """The rows of a CSV file headwise wrote, as dicts."""
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
 
 
 def run_sections(cfg, sections):

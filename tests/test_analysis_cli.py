@@ -1,6 +1,5 @@
 """``headwise analyze`` on a trained run, on a study, in --theory mode, and its bad-input errors."""
 
-import csv
 import json
 import math
 
@@ -17,10 +16,7 @@ from headwise.plans import Plan, plan_heads
 from headwise.run import RunDir, RunStatus, RunSummary, write_summary
 from headwise.spec import ModelSpec
 
-
-def _read_csv(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+from helpers import read_csv
 
 
 def _one_error_line(capsys, needle):
@@ -50,7 +46,7 @@ def trained_run(tmp_path_factory):
 
 def test_analyze_trained_run_matches_training_metrics(trained_run, capsys):
     assert main(["analyze", str(trained_run), "--batches", "1"]) == 0
-    rows = _read_csv(trained_run / "analysis" / "conditioning.csv")
+    rows = read_csv(trained_run / "analysis" / "conditioning.csv")
     assert [(r["step"], r["layer"]) for r in rows] == [
         (s, layer) for s in ("10", "20") for layer in ("0", "1", "all")]
     for name in ("conditioning.png", "head_stats.png"):
@@ -67,7 +63,7 @@ def test_analyze_trained_run_matches_training_metrics(trained_run, capsys):
 
     assert main(["analyze", str(trained_run), "--checkpoints", "last", "--batches", "1",
                  "--out", str(trained_run / "last")]) == 0
-    assert {r["step"] for r in _read_csv(trained_run / "last" / "conditioning.csv")} == {"20"}
+    assert {r["step"] for r in read_csv(trained_run / "last" / "conditioning.csv")} == {"20"}
 
 
 def test_run_dir_without_checkpoints_is_one_line_exit_2(trained_run, tmp_path, capsys):
@@ -138,7 +134,7 @@ def test_condition_vs_heads_on_a_study(tmp_path, monkeypatch, capsys):
     assert main(["analyze", str(study)]) == 0
     out = capsys.readouterr().out
     assert "runs/broken: skipped (status failed)" in out
-    table = _read_csv(study / "analysis" / "condition_vs_heads.csv")
+    table = read_csv(study / "analysis" / "condition_vs_heads.csv")
     assert len(table) == 3 and (study / "analysis" / "condition_vs_heads.png").is_file()
     assert main(["analyze", str(study), "--checkpoints", "last"]) == 2
 
@@ -147,10 +143,10 @@ def test_theory_command_writes_table_and_figure(tmp_path, capsys):
     assert main(["analyze", "--theory", "--seeds", "2", "--out", str(tmp_path)]) == 0
     md = (tmp_path / "theory.md").read_text()
     assert "(sqrt(D) + sqrt(N)) / (sqrt(D) - sqrt(N))" in md
-    grid = _read_csv(tmp_path / "theory_grid.csv")
+    grid = read_csv(tmp_path / "theory_grid.csv")
     row = next(r for r in grid if r["n"] == "64" and r["d"] == "256")
     assert float(row["closed_form"]) == pytest.approx(3.0)
     assert abs(float(row["kappa_mean"]) / 3.0 - 1) < 0.15
-    sweep = _read_csv(tmp_path / "theory_heads.csv")
+    sweep = read_csv(tmp_path / "theory_heads.csv")
     assert math.isinf(float(next(r for r in sweep if r["d"] == r["n"])["closed_form"]))
     assert (tmp_path / "theory.png").stat().st_size > 10_000

@@ -25,6 +25,7 @@ from headwise.model import Transformer  # noqa: E402
 from headwise.spec import ModelSpec  # noqa: E402
 from headwise.train.generate import generate, load_run_model, run_config, run_tokenizer  # noqa: E402
 from tests.helpers import one_line_error  # noqa: E402
+from tests.test_image_task import idx_folder, vit_config  # noqa: E402, F401 - idx_folder is a fixture
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -120,10 +121,9 @@ def lm_run(tmp_path_factory):
     if data is None:
         pytest.skip("shared TinyStories samples not found: set HEADWISE_DATA to the folder holding them")
     root = tmp_path_factory.mktemp("lm")
-    env = {"HEADWISE_DATA": str(data), "HEADWISE_CACHE": str(root / "cache")}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with pytest.MonkeyPatch.context() as mp:  # for the whole module: the tests below train and export too
+        mp.setenv("HEADWISE_DATA", str(data))
+        mp.setenv("HEADWISE_CACHE", str(root / "cache"))
         out = root / "run"
         # heterogeneous heads and head widths, a local layer: nothing GPT-Neo expresses
         assert main(["train", str(CONFIGS / "lm-tiny.toml"), "--out", str(out), "--set", "train.steps=20",
@@ -131,12 +131,6 @@ def lm_run(tmp_path_factory):
                      "--set", "model.head_dim=[24,20]", "--set", 'model.attention=["global","local"]',
                      "--set", "model.window=16"]) == 0
         yield out
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 FRESH_PROCESS = textwrap.dedent("""
@@ -162,9 +156,11 @@ FRESH_PROCESS = textwrap.dedent("""
 """)
 
 
-def _fresh_process(path: Path, prompt: str, tmp_path: Path) -> dict:
+def _fresh_process(script: str, tmp_path: Path, *args: str):
+    """The JSON that ``script`` prints last, run with ``args`` in a new Python process outside the
+    repository, its transformers module cache in ``tmp_path``."""
     env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "PYTHONPATH": ""}
-    result = subprocess.run([sys.executable, "-c", FRESH_PROCESS, str(path), prompt], capture_output=True,
+    result = subprocess.run([sys.executable, "-c", script, *args], capture_output=True,
                             text=True, cwd=tmp_path, env=env, timeout=300, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -183,7 +179,7 @@ def test_an_exported_heterogeneous_run_loads_in_a_fresh_process_without_headwise
     assert "| 0 | 4 | 24 |" in card and "| 1 | 2 | 20 | 40 | local (window 16) |" in card
 
     prompt = "Once upon a time there was"
-    got = _fresh_process(out, prompt, tmp_path)
+    got = _fresh_process(FRESH_PROCESS, tmp_path, str(out), prompt)
     assert got["class"] == "HeadwiseForCausalLM" and got["module"].startswith("transformers_modules")
     model, _ = load_run_model(lm_run)
     tokenizer = run_tokenizer(lm_run, run_config(lm_run))
@@ -272,21 +268,11 @@ def test_models_no_transformers_class_expresses_are_refused_with_the_reason():
     one_line_error(from_headwise, vectors, match="no transformers class for a model with inputs 'vectors'")
 
 
-def test_an_exported_vit_run_loads_in_a_fresh_process(tmp_path, capsys):
-    from tests.test_image_task import brightness, vit_config, write_idx
-
-    import numpy as np
+def test_an_exported_vit_run_loads_in_a_fresh_process(tmp_path, idx_folder):
     from headwise.train import run_training
 
-    folder = tmp_path / "images"
-    folder.mkdir()
-    rng = np.random.default_rng(0)
-    for prefix, n in (("train", 128), ("t10k", 64)):
-        images, labels = brightness(n, rng)
-        write_idx(folder / f"{prefix}-images-idx3-ubyte", images)
-        write_idx(folder / f"{prefix}-labels-idx1-ubyte", labels)
     run = tmp_path / "run"
-    run_training(vit_config(folder, tmp_path / "cache", steps=3), run)
+    run_training(vit_config(idx_folder, tmp_path / "cache", steps=3), run)
     out = tmp_path / "export"
     assert main(["export", str(run), "--hf", str(out)]) == 0
     config = json.loads((out / "config.json").read_text())
@@ -302,16 +288,12 @@ def test_an_exported_vit_run_loads_in_a_fresh_process(tmp_path, capsys):
         with torch.no_grad():
             print(json.dumps(model(torch.randn(2, 1, 16, 16)).logits.tolist()))
     """)
-    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "PYTHONPATH": ""}
-    result = subprocess.run([sys.executable, "-c", script, str(out)], capture_output=True, text=True, cwd=tmp_path,
-                            env=env, timeout=300, stdin=subprocess.DEVNULL)
-    assert result.returncode == 0, result.stderr[-3000:]
+    got = _fresh_process(script, tmp_path, str(out))
     model, _ = load_run_model(run)
     torch.manual_seed(0)
     with torch.no_grad():
         expected = model(torch.randn(2, 1, 16, 16))
-    torch.testing.assert_close(torch.tensor(json.loads(result.stdout.strip().splitlines()[-1])), expected,
-                               rtol=0, atol=1e-5)
+    torch.testing.assert_close(torch.tensor(got), expected, rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("line, error", [

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 import os
 import re
@@ -15,11 +13,13 @@ import tomli_w
 
 from headwise.cli import main
 from headwise.plans import Plan, plan_heads
-from headwise.run import RunDir, RunStatus, RunSummary, write_summary
+from headwise.run import RunStatus, RunSummary
 from headwise.report import write_report
 from headwise.study import load_study
 from headwise.study.layout import RESULTS_CSV, run_dir, save_study
 from headwise.study.spec import load_study_file
+
+from helpers import read_csv, write_run_dir
 
 CURVES = {"constant": (2.0, 1.5, 0.02), "ascending": (2.05, 1.5, 0.02), "descending": (1.999, 1.5, 0.02)}
 OFFSETS = [-0.01, 0.0, 0.01]  # seed offsets: the mean of each point lies on its curve
@@ -40,17 +40,7 @@ def summary(plan: Plan, loss: float, **fields) -> RunSummary:
 
 def write_run(path: Path, config: dict, run: RunSummary, evals: list[tuple[int, float]], seed: int = 0) -> None:
     """A run directory: its config (the variant's, with its seed), summary and eval metrics."""
-    rd = RunDir(path)
-    path.mkdir(parents=True)
-    rd.config.write_text(tomli_w.dumps({**config, "train": {**config.get("train", {}), "seed": seed}}))
-    write_summary(path, run)
-    rd.metrics.write_text("".join(json.dumps({"step": s, "tokens": s * 1024, "eval_loss": v}) + "\n"
-                                  for s, v in evals))
-
-
-def read_csv(path: Path) -> list[dict]:
-    with open(path) as f:
-        return list(csv.DictReader(f))
+    write_run_dir(path, config, run, [{"step": s, "tokens": s * 1024, "eval_loss": v} for s, v in evals], seed)
 
 
 def fill_progression(study, out: Path, seeds: int, d_model: int) -> None:

@@ -4,8 +4,6 @@ the paper's rows, the reference lines, seed noise, and the findings' verdicts.""
 
 from __future__ import annotations
 
-import csv
-import json
 import re
 from pathlib import Path
 
@@ -15,11 +13,13 @@ import tomli_w
 from headwise.cli import main
 from headwise.errors import HeadwiseError
 from headwise.plans import plan_heads
-from headwise.report import sections, write_report
+from headwise.report import write_report
 from headwise.report.spec import ReportSpec
-from headwise.run import RunDir, RunStatus, RunSummary, write_summary
+from headwise.run import RunStatus, RunSummary
 from headwise.study import load_study
 from headwise.study.layout import run_dir, save_study
+
+from helpers import read_csv, write_run_dir
 
 D_MODEL, HEAD_DIM = 64, 32
 OFFSETS = [-0.002, 0.0, 0.002]  # seed offsets of the accuracy (fraction): sd 0.2 points
@@ -47,11 +47,6 @@ def test_header_describes_lra_setup(tmp_path):
     assert "Setup (from `runs/listops-l1-h2/seed0`): LRA listops" in report(out).split("## ")[0]
 
 
-def read_csv(path: Path) -> list[dict]:
-    with open(path) as f:
-        return list(csv.DictReader(f))
-
-
 def fill(out: Path, seeds: int, accuracy, *, skip=(), failed=()) -> None:
     """Runs of the lra study (tiny preset) whose top-1 is ``accuracy(task, layers, heads)`` plus the
     seed offsets; ``skip`` variants have no runs, ``failed`` ones a failed run."""
@@ -73,14 +68,9 @@ def fill(out: Path, seeds: int, accuracy, *, skip=(), failed=()) -> None:
                 peak_memory_bytes=(300 + 20 * layers * heads) * 2**20, error=None if done else "boom",
                 task={"task": "lra", "data": task, "classes": 10, "vocab_size": 20, "max_length": 784,
                       "train_examples": 10000, "eval_examples": 2000})
-            path = run_dir(out, v.name, seed)
-            path.mkdir(parents=True)
-            rd = RunDir(path)
-            rd.config.write_text(tomli_w.dumps({**v.config, "train": {**v.config.get("train", {}), "seed": seed}}))
-            write_summary(path, summary)
             rows = [{"step": s, "tokens": s * 3200, "epoch": s / 625, "eval_loss": 1 - acc, "eval_accuracy": acc}
                     for s in (200, 400, 625)]
-            rd.metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            write_run_dir(run_dir(out, v.name, seed), v.config, summary, rows, seed)
 
 
 def report(out: Path) -> str:

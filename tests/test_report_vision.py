@@ -3,22 +3,21 @@ the ``vit`` study: accuracies, parameters, the baseline, seed noise and the find
 
 from __future__ import annotations
 
-import csv
-import json
 import re
 from pathlib import Path
 
 import pytest
-import tomli_w
 
 from headwise.cli import main
 from headwise.plans import plan_heads
 from headwise.report import write_report
 from headwise.report.layouts.vision import acc_cell
 from headwise.report.stats import seed_stats
-from headwise.run import RunDir, RunStatus, RunSummary, write_summary
+from headwise.run import RunStatus, RunSummary
 from headwise.study import load_study
 from headwise.study.layout import run_dir, save_study
+
+from helpers import read_csv, write_run_dir
 
 D_MODEL, HEAD_DIM = 64, 16
 OFFSETS = [-0.002, 0.0, 0.002]  # seed offsets of the accuracy (fraction): sd 0.2 points
@@ -36,11 +35,6 @@ def heads_help(layers: int, heads: int, ratio: float) -> float:
 
 def no_effect(layers: int, heads: int, ratio: float) -> float:
     return 0.85
-
-
-def read_csv(path: Path) -> list[dict]:
-    with open(path) as f:
-        return list(csv.DictReader(f))
 
 
 def fill(out: Path, seeds: int, accuracy, *, classes: int = 10, skip=(), failed=(), cond: bool = True) -> None:
@@ -65,14 +59,9 @@ def fill(out: Path, seeds: int, accuracy, *, classes: int = 10, skip=(), failed=
                 peak_memory_bytes=(200 + 10 * layers) * 2**20, error=None if done else "boom",
                 task={"task": "images", "data": "fashion-mnist (IDX)", "classes": classes, "image_size": 28,
                       "train_images": 60000, "eval_images": 5000})
-            path = run_dir(out, v.name, seed)
-            path.mkdir(parents=True)
-            rd = RunDir(path)
-            rd.config.write_text(tomli_w.dumps({**v.config, "train": {**v.config.get("train", {}), "seed": seed}}))
-            write_summary(path, summary)
             rows = [{"step": s, "tokens": s * 128, "epoch": s / 469, "eval_loss": 1 - acc, "eval_accuracy": acc,
                      **({"cond_mean": 1000.0 / heads * (1 + 469 / s)} if cond else {})} for s in (117, 234, 469)]
-            rd.metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            write_run_dir(run_dir(out, v.name, seed), v.config, summary, rows, seed)
 
 
 def report(out: Path, **kw) -> str:

@@ -23,6 +23,8 @@ from headwise.plans import Plan
 from headwise.run import RunStatus, RunSummary, read_summary, write_summary
 from headwise.study.runner import plan_action, prepare_study_dir
 
+from helpers import read_csv
+
 BASE = {
     "model": {"preset": "amsel-nn", "d_model": 8, "heads": 1, "head_dim": 8, "mlp_hidden": 16, "max_seq_len": 16},
     "task": {"kind": "nearest", "dim": 8, "n_points": 4, "eval_batches": 1, "eval_batch_size": 32},
@@ -63,7 +65,7 @@ def test_study_runs_records_failures_and_reruns_resumably(tmp_path):
     assert any("[3/3]" in line for line in lines)  # the failure did not stop the run after it
     record = load_study_record(out)
     assert record.name == "mini" and record.seeds == 1
-    rows = {r["variant"]: r for r in _read_csv(out / "results.csv")}
+    rows = {r["variant"]: r for r in read_csv(out / "results.csv")}
     assert rows["broken"]["status"] == "failed" and rows["one-head"]["status"] == "completed"
     assert "fewer than one block" in rows["broken"]["error"]  # why it failed, from its log
     for name in ("one-head", "two-heads"):
@@ -83,13 +85,6 @@ def test_study_runs_records_failures_and_reruns_resumably(tmp_path):
     assert "2 already finished, 1 to run" in lines[0]
     assert (out / "runs" / "one-head" / "seed0" / "summary.json").stat().st_mtime_ns == finished
     assert (out / "logs" / "broken-seed0.log").read_text().count("====") == 2
-
-
-def _read_csv(path: Path) -> list[dict]:
-    import csv
-
-    with open(path) as f:
-        return list(csv.DictReader(f))
 
 
 def test_output_dir_of_another_study_is_refused(tmp_path, capsys):
