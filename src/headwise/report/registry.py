@@ -36,6 +36,17 @@ class LayoutOptions(Config):
     subclasses declare them as fields."""
 
 
+class PaperReference(Config):
+    """What every quoted publication names: who reported it and where, and what it leaves open;
+    each layout's reference adds its own rows (``[report.paper]``)."""
+
+    #: who reported it ("the paper"), and where ("Table 2")
+    source: str
+    table: str
+    #: what the publication leaves open, after the numbers
+    caveat: str = ""
+
+
 class Layout:
     """How one kind of study is reported. Subclasses set :attr:`kind` and :attr:`Options` and
     write their sections; the defaults below suit studies that vary depth and heads."""

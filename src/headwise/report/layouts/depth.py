@@ -30,7 +30,7 @@ from headwise.config import Config
 from headwise.report import stats
 from headwise.report.data import VariantRuns
 from headwise.report.document import LABEL_SIDES, Document, fixed_ticks, fmt, fmt_params, new_figure
-from headwise.report.registry import Layout, LayoutOptions, register_layout
+from headwise.report.registry import Layout, LayoutOptions, PaperReference, register_layout
 from headwise.report.sections import comparison_table, loss_cell
 
 
@@ -43,15 +43,10 @@ class PaperModel(Config):
     memory_gb: float = Field(gt=0)
 
 
-class TableReference(Config):
+class TableReference(PaperReference):
     """A published model against its baseline (e.g. Leaner Transformers' Table 2)."""
 
-    #: who reported it ("the paper"), and where ("Table 2")
-    source: str
-    table: str
     dataset: str
-    #: what the publication leaves open, after the numbers
-    caveat: str = ""
     baseline: PaperModel
     model: PaperModel
 

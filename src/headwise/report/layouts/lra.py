@@ -30,7 +30,7 @@ from headwise.report.accuracy import (acc_cell, accuracy_values, draw_accuracy, 
                                       verdict)
 from headwise.report.data import VariantRuns
 from headwise.report.document import Document, fixed_ticks, fmt, fmt_params, new_figure, plural
-from headwise.report.registry import Layout, LayoutOptions, register_layout
+from headwise.report.registry import Layout, LayoutOptions, PaperReference, register_layout
 from headwise.report.sections import ALPHA
 
 _SHAPE = re.compile(r"^l(\d+)-h(\d+)$")
@@ -84,15 +84,12 @@ class LRAPaperRow(Config):
         return int(m[1]), int(m[2])
 
 
-class LRAReference(Config):
+class LRAReference(PaperReference):
     """A published table of LRA models (Leaner Transformers' Table 3) and its claim."""
 
-    source: str
-    table: str
     rows: list[LRAPaperRow] = Field(min_length=1)
     #: what the publication claims, which the findings test
     claim: str = ""
-    caveat: str = ""
 
 
 class LRAOptions(LayoutOptions):

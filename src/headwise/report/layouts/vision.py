@@ -32,7 +32,7 @@ from headwise.report.accuracy import accuracy_values as _metric
 from headwise.report.accuracy import statuses as _statuses
 from headwise.report.data import VariantRuns
 from headwise.report.document import Document, fixed_ticks, fmt, fmt_p, fmt_params, new_figure, plural
-from headwise.report.registry import Layout, LayoutOptions, register_layout
+from headwise.report.registry import Layout, LayoutOptions, PaperReference, register_layout
 from headwise.report.sections import ALPHA
 
 
@@ -46,16 +46,13 @@ class PaperRow(Config):
     memory_gb: float | None = Field(default=None, gt=0)
 
 
-class VisionReference(Config):
+class VisionReference(PaperReference):
     """A published table of image classifiers (e.g. Leaner Transformers' Table 4) and its claim."""
 
-    source: str
-    table: str
     dataset: str
     rows: list[PaperRow] = Field(min_length=1)
     #: what the publication claims, which the findings test
     claim: str = ""
-    caveat: str = ""
 
 
 class VisionOptions(LayoutOptions):
