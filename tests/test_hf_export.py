@@ -17,10 +17,12 @@ import torch
 pytest.importorskip("transformers", reason="transformers (the hf extra) is not installed")
 
 from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
+from transformers.cache_utils import DynamicCache  # noqa: E402
 
 from headwise.cli import main  # noqa: E402
 from headwise.hf_model import HeadwiseConfig, HeadwiseForCausalLM, from_headwise, load_export, to_headwise  # noqa: E402
 from headwise.hf_model.export import ALLOWED_IMPORTS, bundled_sources  # noqa: E402
+from headwise.hf_model.modeling_headwise import OUTPUT_CACHE_FIELD  # noqa: E402
 from headwise.model import Transformer  # noqa: E402
 from headwise.spec import ModelSpec  # noqa: E402
 from headwise.train.generate import generate, load_run_model, run_config, run_tokenizer  # noqa: E402
@@ -49,11 +51,34 @@ def test_logits_and_greedy_generation_equal_headwise(name):
     hf = from_headwise(model, eot_id=96)
     ids = torch.randint(0, 97, (3, 40), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        torch.testing.assert_close(hf(ids).logits, model(ids), rtol=0, atol=1e-6)
+        # a plain forward (which starts a cache: use_cache defaults to true) and one without a
+        # cache compute exactly what headwise computes, on any CPU
+        assert torch.equal(hf(ids).logits, model(ids))
+        assert torch.equal(hf(ids, use_cache=False).logits, model(ids))
         out = hf.generate(ids[:1, :6], max_new_tokens=30, do_sample=False)
     # KV-cached generate() of transformers equals headwise's own greedy decoding (which stops at end-of-text too)
     assert out[0, 6:].tolist() == generate(model, ids[0, :6].tolist(), 30, temperature=0, stop_id=96)
     assert len(set(out[0, 6:].tolist())) > 3
+
+
+@pytest.mark.parametrize("name", ["cache", "past_key_values"])
+def test_the_cache_is_taken_under_either_name(name):
+    # transformers 5.24 passes the cache to forward() as `cache`; earlier releases as `past_key_values`
+    model = _model(**SPECS["local and untied"])
+    hf = from_headwise(model)
+    ids = torch.randint(0, 97, (1, 12), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        full = model(ids)
+        cache = DynamicCache(config=hf.config)
+        first = hf(ids[:, :8], **{name: cache})
+        steps = [hf(ids[:, i:i + 1], **{name: cache}).logits for i in range(8, 12)]
+    assert getattr(first, OUTPUT_CACHE_FIELD) is cache and cache.get_seq_length() == 12
+    assert torch.equal(first.logits, model(ids[:, :8]))
+    # each decoding step sees the cached positions: the whole sequence's logits, up to the rounding
+    # of another summation order (one query against cached keys; this large init gives logits ~5)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full[:, 8:], rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="not both"):
+        hf(ids, cache=DynamicCache(config=hf.config), past_key_values=DynamicCache(config=hf.config))
 
 
 def test_labels_give_the_shifted_next_token_loss():
@@ -149,10 +174,11 @@ FRESH_PROCESS = textwrap.dedent("""
     ids = tokenizer(prompt, return_tensors="pt").input_ids
     with torch.no_grad():
         logits = model(torch.arange(100).view(1, 100) % model.config.vocab_size).logits
-        out = model.generate(ids, max_new_tokens=25, do_sample=False)
+        out = model.generate(ids, max_new_tokens=25, do_sample=False, output_logits=True, return_dict_in_generate=True)
+    new = out.sequences[0, ids.shape[1]:]
     print(json.dumps({"class": type(model).__name__, "module": type(model).__module__, "prompt_ids": ids[0].tolist(),
-                      "logits": logits[0].tolist(), "new_ids": out[0, ids.shape[1]:].tolist(),
-                      "text": tokenizer.decode(out[0, ids.shape[1]:])}))
+                      "logits": logits[0].tolist(), "new_ids": new.tolist(), "text": tokenizer.decode(new),
+                      "step_logits": torch.cat(out.logits).tolist()}))
 """)
 
 
@@ -186,10 +212,16 @@ def test_an_exported_heterogeneous_run_loads_in_a_fresh_process_without_headwise
     assert got["prompt_ids"] == tokenizer.encode(prompt)
     with torch.no_grad():
         expected = model(torch.arange(100).view(1, 100) % model.spec.vocab_size)[0]
-    torch.testing.assert_close(torch.tensor(got["logits"]), expected, rtol=0, atol=1e-5)
+    assert torch.equal(torch.tensor(got["logits"]), expected)  # the same code and weights: the same numbers
     # greedy generate() equals headwise generate --temperature 0
     ours = generate(model, tokenizer.encode(prompt), 25, temperature=0, stop_id=tokenizer.eot_id)
     assert got["new_ids"] == ours
+    # and each of its KV-cached steps scored the whole sequence so far (a briefly trained model may
+    # choose the same tokens from a lost context; its logits would not be these)
+    sequence = torch.tensor([got["prompt_ids"] + ours])
+    with torch.no_grad():
+        whole = model(sequence[:, :-1])[0, len(got["prompt_ids"]) - 1:]
+    torch.testing.assert_close(torch.tensor(got["step_logits"]), whole, rtol=1e-4, atol=1e-4)
     assert main(["generate", str(lm_run), "--prompt", prompt, "--temperature", "0", "--max-new-tokens", "25",
                  "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["text"] == tokenizer.decode(ours)

@@ -11,8 +11,8 @@ import copy
 import difflib
 import hashlib
 import os
-import sys
 import tempfile
+import tomllib
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,11 +20,6 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from headwise.errors import HeadwiseError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 C = TypeVar("C", bound="Config")
 

@@ -24,6 +24,11 @@ from headwise.hf_model.configuration_headwise import HeadwiseConfig
 from headwise.model.transformer import Transformer
 
 
+# The output field that carries the cache back to generate(): `cache` from transformers 5.24,
+# `past_key_values` before (5.24 still accepts the old name, with a deprecation warning)
+OUTPUT_CACHE_FIELD = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+
 class CacheLayerView:
     """One layer of a ``transformers`` :class:`Cache` with the interface headwise's attention
     uses (``length``, ``extend``), so ``generate()``'s own cache object carries the keys and values."""
@@ -96,23 +101,30 @@ class HeadwiseForCausalLM(HeadwisePreTrainedModel, GenerationMixin):
     def set_output_embeddings(self, value: torch.nn.Linear) -> None:
         self.model.lm_head = value
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
-                past_key_values: Cache | None = None, use_cache: bool | None = None,
-                labels: Tensor | None = None, **kwargs: Any) -> CausalLMOutputWithPast:
-        """Logits [B, T, vocab] for ``input_ids`` [B, T] (after ``past_key_values``' positions);
-        with ``labels``, the next-token loss (``transformers``' causal-LM loss, -100 ignored)."""
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, cache: Cache | None = None,
+                use_cache: bool | None = None, labels: Tensor | None = None,
+                past_key_values: Cache | None = None, **kwargs: Any) -> CausalLMOutputWithPast:
+        """Logits [B, T, vocab] for ``input_ids`` [B, T] (after the positions in ``cache``); with
+        ``labels``, the next-token loss (``transformers``' causal-LM loss, -100 ignored).
+
+        ``cache`` is the key/value cache; transformers before 5.24 passes it as ``past_key_values``,
+        and either name is taken. A new cache's first forward computes what a forward without one does.
+        """
+        if past_key_values is not None:
+            if cache is not None:
+                raise ValueError("give the key/value cache once: as `cache` or as `past_key_values`, not both")
+            cache = past_key_values
         if attention_mask is not None and not bool(attention_mask.all()):
             raise ValueError("headwise models take unpadded batches (attention_mask all ones): their learned "
                              "positions count from each sequence's start; use batch size 1 or sequences of equal length")
         use_cache = self.config.use_cache if use_cache is None else use_cache
-        if use_cache and past_key_values is None:
-            past_key_values = DynamicCache(config=self.config)
-        cache = CacheView(past_key_values, len(self.model.blocks)) if past_key_values is not None else None
-        logits = self.model(input_ids, cache)
+        if use_cache and cache is None:
+            cache = DynamicCache(config=self.config)
+        logits = self.model(input_ids, CacheView(cache, len(self.model.blocks)) if cache is not None else None)
         loss = None
         if labels is not None:
             loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
-        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=past_key_values if use_cache else None)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, **{OUTPUT_CACHE_FIELD: cache if use_cache else None})
 
 
 class HeadwiseForSequenceClassification(HeadwisePreTrainedModel):

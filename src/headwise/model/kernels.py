@@ -64,6 +64,12 @@ def attention(qkv: Tensor, cache: LayerCache | None, causal: bool, window: int |
     if (queries is not None or key_mask is not None) and (causal or cache is not None):
         raise ValueError("attention for the first positions only, or with a key mask, is for bidirectional layers "
                          "without a cache")
+    if cache is not None and cache.length == 0:
+        # A fresh sequence attends only to its own keys: cache them, then compute exactly what the
+        # model computes without a cache (so a prefill's logits equal a plain forward's to the bit;
+        # the cached path below skips the CPU workarounds and rounds differently)
+        cache.extend(*split_qkv(qkv)[1:])
+        return attention(qkv, None, causal, window, scale, dropout_p)
     t, head_dim = qkv.shape[1], qkv.shape[-1]
     if (cache is None and qkv.device.type == "cpu" and qkv.dtype == torch.bfloat16
             and head_dim <= CPU_BF16_FP32_MAX_HEAD_DIM):
