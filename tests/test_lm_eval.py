@@ -149,7 +149,7 @@ def test_held_out_text_is_the_runs_validation_data(run):
 def test_without_lm_eval_the_error_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "lm_eval", None)  # makes `import lm_eval` fail
     message = one_line_error(require_lm_eval)
-    assert INSTALL in message and INSTALL == 'pip install -c constraints.txt -e ".[eval]"'
+    assert INSTALL in message and INSTALL == 'pip install -c requirements.lock -e ".[eval]"'
 
 
 @NEEDS_LM_EVAL

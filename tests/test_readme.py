@@ -1,4 +1,4 @@
-"""The README's set-up is what CI runs, and it describes the torch pin as what it is."""
+"""The README's set-up is what CI runs, and it describes the lock and the torch pin as what they are."""
 
 from __future__ import annotations
 
@@ -11,16 +11,18 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_ci_runs_the_readme_set_up_commands():
     readme = (ROOT / "README.md").read_text()
     block = re.search(r"## Set-up.*?```bash\n(.*?)```", readme, re.S).group(1).strip().splitlines()
-    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
-          if line.strip() and not line.lstrip().startswith(("#", "set ", "cd ", "export "))]
-    assert ci == block == ['python3 -m pip install -c constraints.txt -e ".[dev]"', "python3 -m pytest"]
+    # in .ci/run, each command the README shows follows a comment naming it
+    ci = re.findall(r"# README: (install|test)\n\s*(.+?)(?: ;;)?\n", (ROOT / ".ci" / "run").read_text())
+    assert [command for _, command in ci] == block == [
+        'python3 -m pip install -c requirements.lock -e ".[dev]"', "python3 -m pytest"]
 
 
-def test_the_torch_pin_is_described_as_a_version_pin():
+def test_the_lock_and_the_torch_pin_agree_and_the_pin_is_described_as_a_version_pin():
     pins = [line for line in (ROOT / "constraints.txt").read_text().splitlines() if not line.startswith("#")]
     assert pins == ["torch==2.13.0"]
+    assert re.search(r"^torch==2\.13\.0$", (ROOT / "requirements.lock").read_text(), re.M)
     readme = (ROOT / "README.md").read_text()
-    assert "pins the CPU build" not in readme and "pins PyTorch's *version* (2.13.0), not its build" in readme
+    assert "pins the CPU build" not in readme and "PyTorch's *build* is not locked, only its version (2.13.0" in readme
 
 
 def test_output_piped_into_a_reader_that_quits_gives_no_traceback():

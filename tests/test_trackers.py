@@ -183,7 +183,7 @@ def test_a_missing_extra_is_one_line_and_changes_nothing(tmp_path, monkeypatch, 
         code = main(["train", str(path), "--out", str(out), "--set", 'log.trackers=["wandb"]', *flags])
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1, err
-        assert 'pip install -c constraints.txt -e ".[wandb]"' in err
+        assert 'pip install -c requirements.lock -e ".[wandb]"' in err
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert main(["train", str(path), "--out", str(tmp_path / "new"), "--set", 'log.trackers=["wandb"]']) == 2
     assert not (tmp_path / "new").exists()

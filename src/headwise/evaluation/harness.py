@@ -12,7 +12,7 @@ from typing import Any, Sequence
 from headwise.config import atomic_write_text
 from headwise.errors import HeadwiseError, RunFailure
 
-INSTALL = 'pip install -c constraints.txt -e ".[eval]"'
+INSTALL = 'pip install -c requirements.lock -e ".[eval]"'
 
 
 def require_lm_eval() -> None:

@@ -53,7 +53,7 @@ def _require(module: str, tracker: str, extra: str) -> Any:
         return importlib.import_module(module)
     except ImportError:
         raise HeadwiseError(f"log.trackers names {tracker!r}, which needs the {extra} extra: "
-                            f'pip install -c constraints.txt -e ".[{extra}]"') from None
+                            f'pip install -c requirements.lock -e ".[{extra}]"') from None
 
 
 def numbers(row: dict[str, Any]) -> dict[str, float]:
