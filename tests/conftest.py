@@ -1,9 +1,11 @@
-"""Shared test fixtures: offline environment and the shared TinyStories samples."""
+"""Shared test fixtures: offline environment and the TinyStories samples."""
 
 import os
 from pathlib import Path
 
 import pytest
+
+from headwise.data.bundled import unpacked_samples
 
 # Nothing may reach the network during tests.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -14,16 +16,15 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 REPO = Path(__file__).resolve().parents[1]
 
 
-def shared_data_dir() -> Path | None:
-    """The shared TinyStories samples: $HEADWISE_DATA, else ../shared/data beside the repo."""
+def shared_data_dir() -> Path:
+    """The TinyStories samples: $HEADWISE_DATA when it holds them, else the samples that ship with
+    headwise (unpacked into the cache folder), so a clone with nothing beside it runs every test."""
     env = os.environ.get("HEADWISE_DATA")
-    path = Path(env) if env else REPO.parent / "shared" / "data"
-    return path if (path / "tinystories-train-sample.txt").is_file() else None
+    if env and (Path(env) / "tinystories-train-sample.txt").is_file():
+        return Path(env)
+    return unpacked_samples()
 
 
 @pytest.fixture
 def shared_data() -> Path:
-    path = shared_data_dir()
-    if path is None:
-        pytest.skip("shared TinyStories samples not found: set HEADWISE_DATA to the folder holding them")
-    return path
+    return shared_data_dir()

@@ -21,7 +21,6 @@ pytest.importorskip("transformers")
 from headwise.hf_tokenizer import hf_tokenizer, run_hf_tokenizer, save_hf_tokenizer  # noqa: E402
 
 DATA = shared_data_dir()
-pytestmark = pytest.mark.skipif(DATA is None, reason="shared TinyStories samples not found (HEADWISE_DATA)")
 
 TRICKY = [
     "", " ", "   ", "a  b   c    d", "\n", "\n\n", "x\n\n  y \n", "trailing   ", "   leading", "tab\tand\r\nCRLF",

@@ -34,7 +34,6 @@ def _lm_eval_missing() -> str | None:
 
 MISSING = _lm_eval_missing()
 NEEDS_LM_EVAL = pytest.mark.skipif(MISSING is not None, reason=f"lm-eval is not installed: {MISSING}")
-NEEDS_DATA = pytest.mark.skipif(DATA is None, reason="shared TinyStories samples not found (HEADWISE_DATA)")
 
 #: lm-tiny made quicker: 400 stories, 40 steps. Heads 4,2 of widths 16 and 32 (d_model 64).
 TRAIN = ["--set", "train.steps=40", "--set", "eval.every=40", "--set", "checkpoint.every=40",
@@ -44,8 +43,6 @@ TRAIN = ["--set", "train.steps=40", "--set", "eval.every=40", "--set", "checkpoi
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """A tiny language run trained on the TinyStories sample (about 15 s)."""
-    if DATA is None:
-        pytest.skip("shared TinyStories samples not found (HEADWISE_DATA)")
     root = tmp_path_factory.mktemp("lm-eval")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HEADWISE_DATA", str(DATA))
@@ -57,8 +54,6 @@ def run(tmp_path_factory):
 
 @pytest.fixture
 def data_env(monkeypatch):
-    if DATA is None:
-        pytest.skip("shared TinyStories samples not found (HEADWISE_DATA)")
     monkeypatch.setenv("HEADWISE_DATA", str(DATA))
 
 
@@ -115,7 +110,6 @@ def test_eval_writes_scores_and_matches_own_log_likelihoods(run, data_env, capsy
     assert (run / "eval" / "lm-eval-2.json").is_file() and json.loads(path.read_text()) == report
 
 
-@NEEDS_DATA
 def test_local_tasks_are_built_from_held_out_text_deterministically(tmp_path):
     texts = list(file_texts(DATA / "tinystories-valid-sample.txt"))
     sizes = LocalTaskSizes(examples=30)
@@ -138,7 +132,6 @@ def test_local_tasks_are_built_from_held_out_text_deterministically(tmp_path):
     assert "output_type: generate_until" in (a / f"{STORY_CONTINUATION}.yaml").read_text()
 
 
-@NEEDS_DATA
 def test_held_out_text_is_the_runs_validation_data(run):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HEADWISE_DATA", str(DATA))

@@ -113,8 +113,6 @@ def test_parse_tokenizer_spec():
 @pytest.fixture(scope="module")
 def stories():
     data = shared_data_dir()
-    if data is None:
-        pytest.skip("shared TinyStories samples not found: set HEADWISE_DATA to the folder holding them")
     return list(open_source(str(data / "tinystories-train-sample.txt")).documents())[:600]
 
 

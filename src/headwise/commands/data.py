@@ -165,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         for row in rows:
             detail = row["problem"] if not row["ok"] else (
-                f"{row['train_tokens']:,} train tokens, {row['tokenizer']}" if "tokenizer" in row
+                f"{row['train_tokens']:,} train tokens, {row['tokenizer']}; {row['data']}" if "tokenizer" in row
                 else f"{row['train_images']:,} train images, {row['classes']} classes" if "train_images" in row
                 else f"{row['train_examples']:,} train sequences of up to {row['max_length']:,} tokens, "
                      f"{row['classes']} classes")

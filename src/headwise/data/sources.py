@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import urlparse
 
+from headwise.data.bundled import sample_path, samples_folder
 from headwise.errors import HeadwiseError
 
 KINDS = ("stories", "stream", "jsonl", "parquet", "hub")
@@ -50,14 +51,25 @@ def data_root() -> Path | None:
 
 
 def find_local(name: str) -> Path | None:
-    """``name`` as a local path if it exists as given, else under ``HEADWISE_DATA``; else None."""
+    """``name`` as a local path if it exists as given, else under ``HEADWISE_DATA``, else the
+    TinyStories sample of that name that ships with headwise (:mod:`headwise.data.bundled`); else None."""
     path = Path(name).expanduser()
     if path.exists():
         return path.resolve()
     root = data_root()
     if root is not None and not path.is_absolute() and (root / path).exists():
         return (root / path).resolve()
-    return None
+    return sample_path(name)
+
+
+def origin(path: Path) -> str:
+    """Where a resolved local source came from: ``HEADWISE_DATA``, the bundled samples, or a path."""
+    root = data_root()
+    if path.parent == samples_folder():
+        return "bundled sample"
+    if root is not None and path.is_relative_to(root.resolve()):
+        return "HEADWISE_DATA"
+    return "path"
 
 
 @dataclass(frozen=True)
@@ -70,6 +82,8 @@ class Source:
     files: tuple[Path, ...] = ()
     field: str | None = None
     split: str | None = None
+    #: where a local source was found: "path", "HEADWISE_DATA" or "bundled sample" (see :func:`origin`)
+    found: str | None = None
 
     def identity(self) -> dict[str, Any]:
         """Everything that decides the documents (with each file's size and mtime), for cache keys."""
@@ -82,6 +96,7 @@ class Source:
         """A short human description."""
         extra = f" split {self.split}" if self.split else ""
         extra += f" field {self.field}" if self.field else ""
+        extra += f", from {self.found}" if self.found else ""
         return f"{self.name} ({self.kind}{extra})"
 
     def documents(self) -> Iterator[str]:
@@ -146,7 +161,7 @@ def open_source(
         raise HeadwiseError(f"field {field!r} was given but {local} is plain text ({kind}); drop the field")
     else:
         field = None
-    return Source(kind=kind, name=str(local), files=files, field=field)
+    return Source(kind=kind, name=str(local), files=files, field=field, found=origin(local))
 
 
 def _shards(folder: Path) -> tuple[Path, ...]:
