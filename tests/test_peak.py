@@ -82,3 +82,16 @@ def test_a_higher_measurement_replaces_the_cached_peak_a_lower_one_does_not(cach
     assert peak.remember_cpu_peak("fp32", flops * 2, "headwise bench")
     assert peak.default_peak_flops(torch.device("cpu"), "fp32")[0] == flops * 2
     assert json.loads(cache_home.read_text())[peak.cpu_key("fp32")]["probe"] == "headwise bench"
+
+
+def test_the_probe_shrinks_where_matmuls_are_slow(monkeypatch):
+    # a CPU without native bf16 matmuls runs them ~100x slower: the probe must stay short there
+    assert peak.probe_size(torch.float32, 64) == 64  # never larger than asked
+    clock = iter([0.0, 0.004])  # one 128^2 matmul "took" 4 ms (about 1 GFLOP/s)
+    monkeypatch.setattr(peak.time, "perf_counter", lambda: next(clock))
+    # 256^2 would take ~32 ms, 512^2 ~0.26 s: over the 0.25 s budget
+    assert peak.probe_size(torch.bfloat16, 2048, seconds=0.25) == 256
+    clock = iter([0.0, 1e-5])
+    monkeypatch.setattr(peak.time, "perf_counter", lambda: next(clock))
+    assert peak.probe_size(torch.float32, 2048, seconds=0.25) == 2048
+

@@ -35,6 +35,10 @@ GPU_PEAK_FLOPS = {
 # 2 cores; large enough that the library's packing and threading costs are small beside it).
 PROBE_N = 2048
 PROBE_REPS = 5
+# ... or smaller, so that one matmul takes at most this long: a CPU without native bf16 matmuls
+# runs them ~100x slower than fp32 (an AVX2-only AMD EPYC here: 0.7-1.4 GFLOP/s on one thread,
+# ~25 s for one 2048^2 bf16 matmul, so the full probe took minutes on a busy machine)
+PROBE_MAX_S = 1.0
 CACHE_FILE = "peak_flops.json"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -76,6 +80,20 @@ def matmul_peak(dtype: torch.dtype, device: torch.device, n: int, reps: int = 3)
     return 2 * n**3 / best
 
 
+def probe_size(dtype: torch.dtype, largest: int, seconds: float = PROBE_MAX_S) -> int:
+    """The size of the CPU start-up probe: the largest power of two up to ``largest`` whose square
+    matmul in ``dtype`` should take at most ``seconds`` (one 128^2 matmul timed, scaled as n^3)."""
+    n = min(128, largest)
+    a = torch.randn(n, n).to(dtype)
+    torch.mm(a, a)  # warm-up
+    start = time.perf_counter()
+    torch.mm(a, a)
+    estimate = time.perf_counter() - start
+    while 2 * n <= largest and 8 * estimate <= seconds:
+        n, estimate = 2 * n, 8 * estimate
+    return n
+
+
 def _synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -113,8 +131,9 @@ def measured_cpu_peak(precision: str) -> tuple[float, str]:
     cached = _cached_flops(_read_cache(path), key)
     if cached is not None:
         return cached, f"measured {precision} matmul peak of this CPU ({key}; cached in {path})"
-    flops = matmul_peak(DTYPES[precision], torch.device("cpu"), PROBE_N, PROBE_REPS)
-    kept = remember_cpu_peak(precision, flops, f"{PROBE_N}x{PROBE_N} matmul, best of {PROBE_REPS}")
+    n = probe_size(DTYPES[precision], PROBE_N)
+    flops = matmul_peak(DTYPES[precision], torch.device("cpu"), n, PROBE_REPS)
+    kept = remember_cpu_peak(precision, flops, f"{n}x{n} matmul, best of {PROBE_REPS}")
     return flops, (f"measured {precision} matmul peak of this CPU ({key}; at start-up, "
                    + (f"cached in {path})" if kept else "not cached)"))
 
