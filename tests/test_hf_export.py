@@ -297,7 +297,7 @@ def test_an_exported_vit_run_loads_in_a_fresh_process(tmp_path, idx_folder):
 
 
 @pytest.mark.parametrize("line, error", [
-    ("import headwise.data.tokenizer", "imports headwise.data.tokenizer, which an exported folder cannot carry"),
+    ("import headwise.families.lm.tokenizer", "imports headwise.families.lm.tokenizer, which an exported folder cannot carry"),
     ("from ..spec import ModelSpec", "imports ..spec, which an exported folder cannot carry"),
     ("from headwise.spec import NotInTheView", "imports NotInTheView from spec_view"),
     ("from .kernels import not_a_kernel", "imports not_a_kernel from kernels"),

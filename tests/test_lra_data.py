@@ -11,10 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from headwise.data import listops as lo
-from headwise.data.cache import CacheInvalid
-from headwise.data.lra import TASKS, grayscale, load_lra, read_lra
-from headwise.data.sequence_cache import SequenceCache, prepare_sequences
+from headwise.families.lra import listops as lo
+from headwise.families.lm.token_cache import CacheInvalid
+from headwise.families.lra.readers import TASKS, grayscale, load_lra, read_lra
+from headwise.families.lra.cache import SequenceCache, prepare_sequences
 from helpers import one_line_error
 
 RNG = np.random.default_rng(0)

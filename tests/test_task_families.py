@@ -14,7 +14,7 @@ from headwise.model.heads import OUTPUT_HEADS
 from headwise.report.registry import layout_kinds
 from headwise.tasks.config import parse_task_config
 from headwise.tasks.family import FAMILIES, TaskConfigBase, TaskFamily, family_of, register_family
-from headwise.tasks.nearest import NearestNeighbourTask
+from headwise.families.nearest.task import NearestNeighbourTask
 from headwise.train.config import RunConfig, resolve_spec
 
 

@@ -19,12 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from headwise.config import read_toml
-from headwise.data.cache import META, CacheInvalid, TokenCache, cache_name, default_cache_dir, list_caches, prepare
-from headwise.data.image_cache import ImageCache
-from headwise.data.sequence_cache import SequenceCache
-from headwise.data.plan import DataConfig, plan_data
+from headwise.families.lm.token_cache import META, CacheInvalid, TokenCache, cache_name, default_cache_dir, list_caches, prepare
+from headwise.families.vision.cache import ImageCache
+from headwise.families.lra.cache import SequenceCache
+from headwise.families.lm.data_plan import DataConfig, plan_data
 from headwise.errors import HeadwiseError
-from headwise.tasks.config import ImageTaskConfig, LMTaskConfig, LRATaskConfig, parse_task_config
+from headwise.families.lm.task import LMTaskConfig
+from headwise.families.lra.task import LRATaskConfig
+from headwise.families.vision.task import ImageTaskConfig
+from headwise.tasks.config import parse_task_config
 
 NAME = "data"
 HELP = "prepare token caches from TinyStories (hub or local files), or image caches from a run config, and inspect them"

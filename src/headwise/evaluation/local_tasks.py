@@ -201,7 +201,7 @@ def read_examples(task_dir: str | Path, name: str) -> list[dict]:
 def held_out_texts(run_dir: str | Path) -> Iterator[str]:
     """The validation documents of a language run (its ``[task]``'s separate validation data or
     hold-out), which its model never trained on."""
-    from headwise.data.plan import plan_data
+    from headwise.families.lm.data_plan import plan_data
     from headwise.train.generate import run_config
 
     cfg = run_config(Path(run_dir))

@@ -21,7 +21,9 @@ from headwise.report import stats
 from headwise.run import RunStatus, RunSummary, read_metrics
 from headwise.study.layout import StudyRecord
 from headwise.study.results import RunResult, collect_results
-from headwise.tasks.config import LMTaskConfig, NearestTaskConfig, parse_task_config
+from headwise.families.lm.task import LMTaskConfig
+from headwise.families.nearest.task import NearestTaskConfig
+from headwise.tasks.config import parse_task_config
 from headwise.tasks.family import TaskConfigBase
 
 

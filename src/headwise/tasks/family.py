@@ -1,7 +1,7 @@
 """Task families, registered in one place each.
 
-A family is a kind of task: language modelling, the nearest-neighbour target, and later images,
-Long Range Arena sequences and encoder pretraining. Everything the rest of headwise needs to
+A family is a kind of task: language modelling, the nearest-neighbour target, images, Long Range
+Arena sequences (and next, encoder pretraining). Everything the rest of headwise needs to
 know about a family is in its :class:`TaskFamily` record:
 
 - ``config``: its ``[task]`` table (a :class:`TaskConfigBase` subclass whose ``kind`` field is the
@@ -13,10 +13,10 @@ know about a family is in its :class:`TaskFamily` record:
 - ``report_layout``: the report layout its studies use unless the study file names one (a name
   in the registry of :mod:`headwise.report`).
 
-A new family writes its module (config, task, and any new front end, head and report layout in
-their own packages) and ends it with ``register_family(TaskFamily(...))``; importing it from
-:mod:`headwise.tasks` makes ``[task] kind = "..."`` valid everywhere. Nothing else branches on
-the kind.
+A new family is a folder of :mod:`headwise.families` (or a package named by a
+``headwise.families`` entry point) whose task module ends with ``register_family(TaskFamily(...))``;
+:func:`families` imports every family package the first time it is asked, which makes
+``[task] kind = "..."`` valid everywhere.
 """
 
 from __future__ import annotations
@@ -88,6 +88,7 @@ class TaskFamily:
     report_layout: str
 
 
+#: the registered families by kind (complete once :func:`families` has run)
 FAMILIES: dict[str, TaskFamily] = {}
 
 
@@ -99,8 +100,16 @@ def register_family(family: TaskFamily) -> TaskFamily:
     return family
 
 
+def families() -> dict[str, TaskFamily]:
+    """Every family by kind, each family package imported (see :mod:`headwise.families`)."""
+    from headwise.families import load_families
+
+    load_families()
+    return FAMILIES
+
+
 def family_of(kind: str) -> TaskFamily:
     """The registered family of a ``[task] kind``; an unknown kind is a HeadwiseError."""
-    if kind not in FAMILIES:
+    if kind not in families():
         raise HeadwiseError(f"unknown task kind {kind!r}; use one of: {', '.join(sorted(FAMILIES))}")
     return FAMILIES[kind]

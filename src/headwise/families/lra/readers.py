@@ -3,12 +3,12 @@
 This module holds the task tables (``TASKS``, vocabularies, classes, default lengths and sources),
 the common types (:class:`SequenceSplit`, :class:`LRAData`) and helpers, the ``read_lra`` /
 ``load_lra`` dispatch, and the ListOps, Text and Retrieval readers; the pixel-sequence tasks live
-in :mod:`headwise.data.lra_pixels` (their public names are importable from here too).
+in :mod:`headwise.families.lra.pixels` (their public names are importable from here too).
 
 Every task maps to ids with **0 reserved for padding**:
 
 - ``listops``: the 10 digits (1-10), ``[MIN [MAX [MED [SM`` (11-14) and ``]`` (15): vocab 16,
-  10 classes. Source ``generate`` (:mod:`headwise.data.listops`, configured by a ``listops`` dict)
+  10 classes. Source ``generate`` (:mod:`headwise.families.lra.listops`, configured by a ``listops`` dict)
   or a folder with the LRA release's ``basic_train.tsv``, ``basic_val.tsv``, ``basic_test.tsv``
   (``lra_release/listops-1000``; parentheses dropped, every line parsed).
 - ``text``: IMDb reviews as UTF-8 bytes, id = byte + 1 (vocab 257), truncated to ``max_length``
@@ -21,7 +21,7 @@ Every task maps to ids with **0 reserved for padding**:
   text2`` with the label written ``0``/``1`` or ``0.0``/``1.0`` (a header line whose label is not a
   number is skipped).
 - ``image`` (CIFAR-10 in grayscale), ``pathfinder`` and ``fashion-mnist`` (its offline stand-in):
-  images as pixel tokens, id = pixel + 1 (vocab 257), read by :mod:`headwise.data.lra_pixels`,
+  images as pixel tokens, id = pixel + 1 (vocab 257), read by :mod:`headwise.families.lra.pixels`,
   whose docstring gives their sources and layouts.
 
 A source without a validation split (IMDb, CIFAR-10, Fashion-MNIST, hub images) has one carved
@@ -39,7 +39,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from headwise.data import listops as lo
+from headwise.families.lra import listops as lo
 from headwise.data.sources import _HUB_NAME, _first_line, data_root, find_local
 from headwise.errors import HeadwiseError
 
@@ -173,7 +173,7 @@ def load_lra(task: str, source: str | Path | None = None, max_length: int | None
     if listops is not None and (task != "listops" or source != "generate"):
         raise HeadwiseError("a listops config applies to task listops with source 'generate' only: drop it")
     say = status or (lambda _: None)
-    from headwise.data.lra_pixels import _fashion, _image, _pathfinder
+    from headwise.families.lra.pixels import _fashion, _image, _pathfinder
 
     readers = {"listops": _listops, "text": _text, "retrieval": _retrieval, "image": _image,
                "pathfinder": _pathfinder, "fashion-mnist": _fashion}
@@ -468,16 +468,16 @@ def read_aan(path: Path, max_length: int) -> SequenceSplit:
     return SequenceSplit(tokens, offsets, np.array(labels, dtype=np.int64), tokens2, offsets2)
 
 
-# --- pixel tasks (headwise.data.lra_pixels) ----------------------------------------------------
+# --- pixel tasks (headwise.families.lra.pixels) ----------------------------------------------------
 
 _PIXEL_NAMES = frozenset({"grayscale", "pixel_split", "read_pathfinder_metadata"})
 
 
 def __getattr__(name: str) -> Any:
-    """The pixel tasks' public names, from :mod:`headwise.data.lra_pixels` (imported on first use,
+    """The pixel tasks' public names, from :mod:`headwise.families.lra.pixels` (imported on first use,
     since that module builds on this one)."""
     if name in _PIXEL_NAMES:
-        from headwise.data import lra_pixels
+        from headwise.families.lra import pixels as lra_pixels
 
         return getattr(lra_pixels, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

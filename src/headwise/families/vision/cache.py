@@ -10,12 +10,12 @@ A cache is a folder ``<cache_dir>/images-<source>-<key>/`` holding
 
 ``key`` hashes the request, so a changed source file or another ``image_size`` is a new folder
 beside the old one. Building happens in a hidden temporary folder renamed into place when
-complete (as for token caches, :mod:`headwise.data.cache`); opening checks the format version,
+complete (as for token caches, :mod:`headwise.families.lm.token_cache`); opening checks the format version,
 the request, the file sizes (truncation) and their sha256 (corruption), and refuses a bad cache
 with one line.
 
 Class folders, parquet files and hub data sets stream: their images are decoded chunk by chunk
-on a process pool (:func:`headwise.data.image_streams.decode_split`, in file order) and written
+on a process pool (:func:`headwise.families.vision.streams.decode_split`, in file order) and written
 straight into the files of the temporary folder, hashed and counted (the statistics) on the way,
 so no more than a few chunks per worker are ever in memory. IDX and CIFAR, small by nature, are
 decoded whole first.
@@ -35,17 +35,17 @@ from typing import Any
 
 import numpy as np
 
-from headwise.data.cache import default_cache_dir, request_key
+from headwise.families.lm.token_cache import default_cache_dir, request_key
 from headwise.data.cache_files import (
     META, CacheInvalid, HashedFile, build_in_temporary, check_file, open_existing, read_meta, unusable, write_meta,
 )
 from headwise.data.cache_files import Status as _Status
 from headwise.data.cache_files import write_array as _write
-from headwise.data.image_formats import (
+from headwise.families.vision.formats import (
     STREAM_FORMATS, ImageData, check_labels, check_same_shape, open_stream, read_images, resolve_source,
     source_identity,
 )
-from headwise.data.image_streams import ImageStream, decode_split
+from headwise.families.vision.streams import ImageStream, decode_split
 from headwise.errors import HeadwiseError
 
 IMAGE_CACHE_FORMAT = 1

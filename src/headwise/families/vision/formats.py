@@ -13,7 +13,7 @@ and holds :func:`read_images`: every reader returns the same :class:`ImageData`,
 :class:`HeadwiseError` line naming the file.
 
 The formats stored image by image (parquet, class folders, hub) are listed and decoded in
-:mod:`headwise.data.image_streams`; :func:`open_stream` opens them as an ``ImageStream``.
+:mod:`headwise.families.vision.streams`; :func:`open_stream` opens them as an ``ImageStream``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from headwise.data.image_streams import (
+from headwise.families.vision.streams import (
     _LOCAL_KINDS, ImageStream, StreamSplit, _fit, _folder_stream, _hidden, _hub_stream, _parquet_stream, _shape,
     decode_split,
 )

@@ -8,11 +8,11 @@ from typing import Any, Literal
 from pydantic import Field
 from torch import Tensor
 
-from headwise.data.cache import TokenCache, prepare
-from headwise.data.packing import PackedStream, gather_blocks, num_blocks
-from headwise.data.plan import DataConfig
+from headwise.families.lm.token_cache import TokenCache, prepare
+from headwise.families.lm.packing import PackedStream, gather_blocks, num_blocks
+from headwise.families.lm.data_plan import DataConfig
 from headwise.data.shuffled import evenly_spaced
-from headwise.data.tokenizer import GPT_NEO_VOCAB, Tokenizer, parse_tokenizer_spec
+from headwise.families.lm.tokenizer import GPT_NEO_VOCAB, Tokenizer, parse_tokenizer_spec
 from headwise.errors import HeadwiseError
 from headwise.model.loss import cross_entropy
 from headwise.tasks.base import Batch, BatchStream, Task
@@ -107,7 +107,7 @@ class LMTask(Task):
 
 
 class LMTaskConfig(DataConfig, TaskConfigBase):
-    """``[task]`` of language modelling on text (see :class:`~headwise.data.plan.DataConfig` for
+    """``[task]`` of language modelling on text (see :class:`~headwise.families.lm.data_plan.DataConfig` for
     the data fields); a table without ``kind`` is this one."""
 
     kind: Literal["lm"] = "lm"

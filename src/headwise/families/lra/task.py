@@ -1,10 +1,10 @@
 """Long Range Arena sequence classification: token sequences (or pairs of them) in, class logits out.
 
 The tasks (Tay et al., 2021, as Leaner Transformers runs them with Nyströmformers): ``listops``
-(generated here, :mod:`headwise.data.listops`), ``text`` (IMDb bytes), ``retrieval`` (pairs of
+(generated here, :mod:`headwise.families.lra.listops`), ``text`` (IMDb bytes), ``retrieval`` (pairs of
 AAN documents, bytes), ``image`` (CIFAR-10 as grayscale pixel tokens), ``pathfinder`` (32 x 32
 pixel tokens), and ``fashion-mnist`` (sequential Fashion-MNIST, 784 pixel tokens: the offline
-stand-in for ``image``). Token id 0 is padding everywhere (:mod:`headwise.data.lra`); every
+stand-in for ``image``). Token id 0 is padding everywhere (:mod:`headwise.families.lra.readers`); every
 sequence is padded to ``max_length``, and the model (``pad_id = 0``, bidirectional) ignores the
 padding in attention and pooling. Targets are class ids ``[B]``; ``retrieval``'s inputs are
 ``[B, 2, max_length]`` (the model's ``token_pairs`` front end), the others' ``[B, max_length]``.
@@ -24,8 +24,8 @@ import torch
 from pydantic import Field, model_validator
 
 from headwise.config import Config
-from headwise.data.listops import listops_config
-from headwise.data.sequence_cache import SequenceCache, prepare_sequences
+from headwise.families.lra.listops import listops_config
+from headwise.families.lra.cache import SequenceCache, prepare_sequences
 from headwise.data.shuffled import ShuffledStream, evenly_spaced
 from headwise.errors import HeadwiseError
 from headwise.tasks.base import Batch, BatchStream, TaskShape
@@ -122,7 +122,7 @@ class SequenceTask(ClassificationTask):
 
 
 class ListOpsConfig(Config):
-    """``[task.listops]``: how ListOps is generated (see :mod:`headwise.data.listops`): a variant
+    """``[task.listops]``: how ListOps is generated (see :mod:`headwise.families.lra.listops`): a variant
     (``standard``: LRA's 96k/2k/2k of 500-2000 tokens; ``short``: 20k/2k/2k of 20-100 tokens for
     CPU studies) with any of its settings overridden."""
 
@@ -138,7 +138,7 @@ class ListOpsConfig(Config):
     seed: int | None = None
 
     def request(self) -> dict[str, Any]:
-        """The variant and the settings given, as :func:`headwise.data.sequence_cache.prepare_sequences` takes them."""
+        """The variant and the settings given, as :func:`headwise.families.lra.cache.prepare_sequences` takes them."""
         return {k: v for k, v in self.to_dict().items() if v is not None}
 
     def resolved(self) -> dict[str, int]:
@@ -193,7 +193,7 @@ class LRATaskConfig(TaskConfigBase):
         source = self.source or TASKS[self.task][0]
         if source is None:
             raise HeadwiseError(f"[task] task = {self.task!r} has no public default source: set task.source to the "
-                                "LRA release's files (see headwise.data.lra)")
+                                "LRA release's files (see headwise.families.lra.readers)")
         return source
 
     def dims(self) -> tuple[int | None, int, int | None]:

@@ -1,10 +1,10 @@
 """Long Range Arena pixel-sequence tasks: images read into sequences of pixel tokens.
 
-The readers behind :func:`headwise.data.lra.load_lra` for its image tasks, built on that module's
+The readers behind :func:`headwise.families.lra.readers.load_lra` for its image tasks, built on that module's
 types and helpers (ids: pixel + 1, 0 reserved for padding, vocab 257):
 
 - ``image``: CIFAR-10 in grayscale, 1024 pixel tokens row by row, id = pixel + 1 (vocab 257), 10
-  classes. Read with :func:`headwise.data.image_formats.read_images` (torchvision's pickles, the hub
+  classes. Read with :func:`headwise.families.vision.formats.read_images` (torchvision's pickles, the hub
   parquet layout, or ``uoft-cs/cifar10``); grayscale is Pillow's ``L`` (ITU-R 601-2 luma, rounded):
   ``(19595 R + 38470 G + 7471 B + 32768) >> 16``.
 - ``pathfinder``: 32x32 grayscale images, 1024 pixel tokens, id = pixel + 1, 2 classes. Source the
@@ -19,7 +19,7 @@ types and helpers (ids: pixel + 1, 0 reserved for padding, vocab 257):
   tokens, id = pixel + 1, 10 classes, from ``$HEADWISE_DATA/fashion-mnist``.
 
 Sources without a validation split (CIFAR-10, Fashion-MNIST, hub images) have one carved from
-training (:func:`headwise.data.lra.carve_val`). Bad input fails with one HeadwiseError line.
+training (:func:`headwise.families.lra.readers.carve_val`). Bad input fails with one HeadwiseError line.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from headwise.data.lra import (
+from headwise.families.lra.readers import (
     NUM_CLASSES, PATHFINDER_DIFFICULTY, PATHFINDER_FRACTIONS, LRAData, SequenceSplit, _carve_note, _data, _local,
     carve_val,
 )
@@ -58,7 +58,7 @@ def pixel_split(gray: np.ndarray, labels: np.ndarray) -> SequenceSplit:
 
 def _image_data(task: str, source: str, max_length: int | None, val_fraction: float, seed: int,
                 say: Callable[[str], None], what: str) -> LRAData:
-    from headwise.data.image_formats import read_images
+    from headwise.families.vision.formats import read_images
 
     say(f"decoding {source}")
     data = read_images(source)

@@ -6,7 +6,7 @@ Each opener lists a resolved source into an :class:`ImageStream`: both splits as
 names, the format and a label. :func:`decode_split` decodes a split chunk by chunk, in order,
 optionally on a process pool: the image cache is built from it without ever holding a whole split
 in memory (ImageNet at 224 px is ~193 GB of uint8). Source resolution, format detection and the
-formats decoded whole (IDX, CIFAR) are in :mod:`headwise.data.image_formats`, whose
+formats decoded whole (IDX, CIFAR) are in :mod:`headwise.families.vision.formats`, whose
 ``open_stream`` picks the opener here.
 """
 

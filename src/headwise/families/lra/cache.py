@@ -31,14 +31,14 @@ from typing import Any
 
 import numpy as np
 
-from headwise.data import listops as lo
-from headwise.data.cache import default_cache_dir, request_key
+from headwise.families.lra import listops as lo
+from headwise.families.lm.token_cache import default_cache_dir, request_key
 from headwise.data.cache_files import (
     META, CacheInvalid, build_in_temporary, check_file, open_existing, read_meta, unusable, write_meta,
 )
 from headwise.data.cache_files import Status as _Status
 from headwise.data.cache_files import write_array as _write
-from headwise.data.lra import (
+from headwise.families.lra.readers import (
     DEFAULT_SOURCES, SPLITS, VAL_FRACTION, LRAData, SequenceSplit, check_task, load_lra, token_dtype,
 )
 from headwise.data.sources import _HUB_NAME, find_local
@@ -243,9 +243,9 @@ def prepare_sequences(
     val_fraction: float = VAL_FRACTION,
     seed: int = 0,
 ) -> SequenceCache:
-    """Read ``task``'s data (see :func:`headwise.data.lra.load_lra`) into a cache, or reuse the
+    """Read ``task``'s data (see :func:`headwise.families.lra.readers.load_lra`) into a cache, or reuse the
     cache of the same request. ``listops`` configures the generator (``variant`` "standard" or
-    "short" plus overrides, see :func:`headwise.data.listops.listops_config`); ``cache_dir``
+    "short" plus overrides, see :func:`headwise.families.lra.listops.listops_config`); ``cache_dir``
     defaults to ``default_cache_dir()``. A valid cache is reused unless ``rebuild``; an unusable
     one is refused with its reason unless ``rebuild``."""
     source = str(DEFAULT_SOURCES[check_task(task)] if source is None else source)

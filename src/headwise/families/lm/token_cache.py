@@ -38,8 +38,8 @@ from headwise.data.cache_files import (
 from headwise.data.cache_files import install as _install  # noqa: F401  (the names this module had)
 from headwise.data.cache_files import make_root as _make_root  # noqa: F401
 from headwise.data.cache_files import share as _share  # noqa: F401
-from headwise.data.plan import DataConfig, DataPlan, plan_data
-from headwise.data.tokenizer import BPETokenizer, Tokenizer, gpt_neo_tokenizer, parse_tokenizer_spec
+from headwise.families.lm.data_plan import DataConfig, DataPlan, plan_data
+from headwise.families.lm.tokenizer import BPETokenizer, Tokenizer, gpt_neo_tokenizer, parse_tokenizer_spec
 from headwise.errors import HeadwiseError
 
 CACHE_FORMAT = 1

@@ -23,8 +23,8 @@ import torch
 from pydantic import Field
 
 from headwise.config import Config
-from headwise.data.augment import normalize, random_crop_flip
-from headwise.data.image_cache import ImageCache, prepare_images
+from headwise.families.vision.augment import normalize, random_crop_flip
+from headwise.families.vision.cache import ImageCache, prepare_images
 from headwise.data.shuffled import ShuffledStream, evenly_spaced
 from headwise.errors import HeadwiseError
 from headwise.tasks.base import Batch, BatchStream
