@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from headwise.config import read_toml
-from headwise.families.lm.token_cache import META, CacheInvalid, TokenCache, cache_name, default_cache_dir, list_caches, prepare
+from headwise.data.cache_files import default_cache_dir, list_caches
+from headwise.families.lm.token_cache import META, CacheInvalid, TokenCache, cache_name, prepare
 from headwise.families.vision.cache import ImageCache
 from headwise.families.lra.cache import SequenceCache
 from headwise.families.lm.data_plan import DataConfig, plan_data

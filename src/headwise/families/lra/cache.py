@@ -32,16 +32,16 @@ from typing import Any
 import numpy as np
 
 from headwise.families.lra import listops as lo
-from headwise.families.lm.token_cache import default_cache_dir, request_key
 from headwise.data.cache_files import (
-    META, CacheInvalid, build_in_temporary, check_file, open_existing, read_meta, unusable, write_meta,
+    META, CacheInvalid, build_in_temporary, check_file, default_cache_dir, open_existing, read_meta, request_key,
+    unusable, write_meta,
 )
 from headwise.data.cache_files import Status as _Status
 from headwise.data.cache_files import write_array as _write
-from headwise.families.lra.readers import (
-    DEFAULT_SOURCES, SPLITS, VAL_FRACTION, LRAData, SequenceSplit, check_task, load_lra, token_dtype,
-)
-from headwise.data.sources import _HUB_NAME, find_local
+from headwise.families.lra.readers import load_lra
+from headwise.families.lra.sequences import LRAData, SequenceSplit, token_dtype
+from headwise.families.lra.table import SPLITS, TASKS, VAL_FRACTION, check_task
+from headwise.data.sources import HUB_NAME, find_local
 from headwise.errors import HeadwiseError
 
 SEQUENCE_CACHE_FORMAT = 1
@@ -189,7 +189,7 @@ def source_identity(task: str, source: str) -> dict[str, Any]:
         return {"format": "generate"}
     local = find_local(source)
     if local is None:
-        if _HUB_NAME.fullmatch(source):
+        if HUB_NAME.fullmatch(source):
             return {"format": "hub", "name": source}
         return {"format": "missing", "name": source}  # load_lra refuses it with the right words
     files = [local] if local.is_file() else sorted(
@@ -209,7 +209,7 @@ def sequence_request(task: str, source: str | None = None, max_length: int | Non
                      seed: int = 0) -> dict[str, Any]:
     """The request that keys a cache (a generated ListOps request holds its full config)."""
     check_task(task)
-    source = str(DEFAULT_SOURCES[task] if source is None else source)
+    source = str(TASKS[task].source if source is None else source)
     cfg = lo.listops_config(**listops) if task == "listops" and source == "generate" else None
     if listops is not None and cfg is None:
         raise HeadwiseError("a listops config applies to task listops with source 'generate' only: drop it")
@@ -248,7 +248,7 @@ def prepare_sequences(
     "short" plus overrides, see :func:`headwise.families.lra.listops.listops_config`); ``cache_dir``
     defaults to ``default_cache_dir()``. A valid cache is reused unless ``rebuild``; an unusable
     one is refused with its reason unless ``rebuild``."""
-    source = str(DEFAULT_SOURCES[check_task(task)] if source is None else source)
+    source = str(TASKS[check_task(task)].source if source is None else source)
     request = sequence_request(task, source, max_length, listops, val_fraction, seed)
     root = Path(cache_dir or default_cache_dir()).expanduser()
     final = root / cache_name(request)

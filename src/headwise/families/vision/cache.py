@@ -35,9 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from headwise.families.lm.token_cache import default_cache_dir, request_key
 from headwise.data.cache_files import (
-    META, CacheInvalid, HashedFile, build_in_temporary, check_file, open_existing, read_meta, unusable, write_meta,
+    META, CacheInvalid, HashedFile, build_in_temporary, check_file, default_cache_dir, open_existing, read_meta,
+    request_key, unusable, write_meta,
 )
 from headwise.data.cache_files import Status as _Status
 from headwise.data.cache_files import write_array as _write
