@@ -11,7 +11,15 @@ know about a family is in its :class:`TaskFamily` record:
   model front end its inputs need and the output head its loss scores (``inputs``/``outputs``,
   names in the registries of :mod:`headwise.model`);
 - ``report_layout``: the report layout its studies use unless the study file names one (a name
-  in the registry of :mod:`headwise.report`).
+  in the registry of :mod:`headwise.report`);
+- ``generates_text``: its models continue text (``headwise generate`` writes text, ``headwise
+  eval`` scores them with lm-evaluation-harness, exported models get a generation config, reports
+  show samples).
+
+What a family's runs can do besides is asked of its config, never of its kind: whether a run has
+a tokenizer (:meth:`TaskConfigBase.run_tokenizer`), held-out text
+(:meth:`TaskConfigBase.held_out_texts`), text options for ``headwise data``
+(:meth:`TaskConfigBase.data_options`) or a cache of its own (:meth:`TaskConfigBase.cache`).
 
 A new family is a folder of :mod:`headwise.families` (or a package named by a
 ``headwise.families`` entry point) whose task module ends with ``register_family(TaskFamily(...))``;
@@ -24,11 +32,14 @@ from __future__ import annotations
 from abc import abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from headwise.config import Config
 from headwise.errors import HeadwiseError
 from headwise.tasks.base import Task, TaskShape
+
+if TYPE_CHECKING:
+    from headwise.families.lm.tokenizer import Tokenizer
 
 
 class TaskConfigBase(Config):
@@ -76,16 +87,43 @@ class TaskConfigBase(Config):
     def build(self, cache_dir: str | Path | None = None, progress: bool = False) -> Task:
         """The task itself, its data prepared (or reused from the cache)."""
 
+    def cache(self, cache_dir: str | Path | None = None, rebuild: bool = False, progress: bool = False) -> Any:
+        """The task's own verified cache (one of its family's ``caches``), built or reused; None
+        when the task has none, or prepares its data from :meth:`data_options` instead."""
+        return None
+
+    def data_options(self) -> dict[str, Any] | None:
+        """The text data request of this table, as ``headwise data``'s options name it (a
+        :class:`~headwise.families.lm.data_plan.DataConfig`'s fields); None for tasks without
+        text to tokenize."""
+        return None
+
+    def run_tokenizer(self, run_dir: Path) -> "Tokenizer | None":
+        """The tokenizer a run of this task trained with (named here or saved in ``run_dir``);
+        None for tasks without one."""
+        return None
+
+    def held_out_texts(self) -> Iterator[str] | None:
+        """The validation documents, which a run's model never trained on; None for tasks
+        without text."""
+        return None
+
 
 @dataclass(frozen=True)
 class TaskFamily:
     """A family's record: its ``[task]`` config, its task (which names the model front end and
-    output head), and its studies' report layout."""
+    output head), its studies' report layout, and what it can do (see the module docstring)."""
 
     kind: str
     config: type[TaskConfigBase]
     task: type[Task]
     report_layout: str
+    #: its models continue text
+    generates_text: bool = False
+    #: the cache classes its data is kept in, for ``headwise data info`` and ``list``: each has
+    #: ``KIND`` (the ``kind`` its ``meta.json`` records; None for caches that record none),
+    #: ``open(path, verify=...)``, ``summary()`` (a dict) and ``headline(summary)`` (one line)
+    caches: tuple[type, ...] = ()
 
 
 #: the registered families by kind (complete once :func:`families` has run)

@@ -26,7 +26,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, ClassVar, Iterator
 
 import numpy as np
 
@@ -69,6 +69,9 @@ def cache_name(plan: DataPlan) -> str:
 class TokenCache:
     """An opened, checked token cache."""
 
+    #: token caches record no ``kind`` in ``meta.json`` (they predate the field)
+    KIND: ClassVar[str | None] = None
+
     path: Path
     meta: dict[str, Any]
     tokenizer: Tokenizer
@@ -91,6 +94,25 @@ class TokenCache:
         """The token ids of ``split`` as a read-only memory map (not loaded into memory)."""
         info = self.meta["splits"][split]
         return np.memmap(self.path / info["file"], dtype=self.dtype, mode="r", shape=(int(info["tokens"]),))
+
+    def summary(self) -> dict[str, Any]:
+        """What ``headwise data info`` and ``list`` show of the cache."""
+        meta = self.meta
+        return {
+            "cache": str(self.path),
+            "data": meta.get("description", ""),
+            "tokenizer": meta["tokenizer"]["spec"],
+            "vocab_size": self.vocab_size,
+            "dtype": meta["dtype"],
+            "train_tokens": self.num_tokens("train"),
+            "valid_tokens": self.num_tokens("valid"),
+            "train_documents": meta["splits"]["train"]["documents"],
+            "valid_documents": meta["splits"]["valid"]["documents"],
+        }
+
+    def headline(self) -> str:
+        """The cache in one line (``headwise data list``)."""
+        return f"{self.num_tokens('train'):,} train tokens, {self.meta['tokenizer']['spec']}"
 
     @classmethod
     def open(cls, path: str | Path, request: dict[str, Any] | None = None, verify: bool = True) -> "TokenCache":

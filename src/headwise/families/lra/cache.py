@@ -27,7 +27,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -52,6 +52,9 @@ _PARTS = ("tokens", "offsets", "labels", "tokens2", "offsets2")
 @dataclass
 class SequenceCache:
     """An opened, checked sequence cache."""
+
+    #: the ``kind`` its ``meta.json`` records
+    KIND: ClassVar[str | None] = 'sequences'
 
     path: Path
     meta: dict[str, Any]
@@ -134,6 +137,24 @@ class SequenceCache:
         """The whole split as a :class:`SequenceSplit` (memory maps)."""
         second = (self.tokens(split, True), self.offsets(split, True)) if self.pairs else (None, None)
         return SequenceSplit(self.tokens(split), self.offsets(split), self.labels(split), *second)
+
+    def summary(self) -> dict[str, Any]:
+        """What ``headwise data info`` and ``list`` show of the cache."""
+        return {
+            "cache": str(self.path),
+            "data": self.description,
+            "classes": self.num_classes,
+            "vocab_size": self.vocab_size,
+            "max_length": self.max_length,
+            "pairs": self.pairs,
+            "train_examples": self.num_examples("train"),
+            "test_examples": self.num_examples("test"),
+        }
+
+    def headline(self) -> str:
+        """The cache in one line (``headwise data list``)."""
+        return (f"{self.num_examples('train'):,} train sequences of up to {self.max_length:,} tokens, "
+                f"{self.num_classes} classes")
 
     @classmethod
     def open(cls, path: str | Path, request: dict[str, Any] | None = None, verify: bool = True) -> "SequenceCache":

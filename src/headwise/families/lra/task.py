@@ -225,4 +225,5 @@ class LRATaskConfig(TaskConfigBase):
                             eval_batch_size=self.eval_batch_size)
 
 
-LRA_FAMILY = register_family(TaskFamily(kind="lra", config=LRATaskConfig, task=SequenceTask, report_layout="lra"))
+LRA_FAMILY = register_family(TaskFamily(kind="lra", config=LRATaskConfig, task=SequenceTask, report_layout="lra",
+                                        caches=(SequenceCache,)))

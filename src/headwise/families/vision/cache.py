@@ -31,7 +31,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -59,6 +59,9 @@ MAX_WORKERS = 16
 @dataclass
 class ImageCache:
     """An opened, checked image cache."""
+
+    #: the ``kind`` its ``meta.json`` records
+    KIND: ClassVar[str | None] = 'images'
 
     path: Path
     meta: dict[str, Any]
@@ -117,6 +120,22 @@ class ImageCache:
     def description(self) -> str:
         """A few words on what the cache holds."""
         return str(self.meta["description"])
+
+    def summary(self) -> dict[str, Any]:
+        """What ``headwise data info`` and ``list`` show of the cache."""
+        return {
+            "cache": str(self.path),
+            "data": self.description,
+            "classes": self.num_classes,
+            "image_size": self.image_size,
+            "channels": self.channels,
+            "train_images": self.num_examples("train"),
+            "test_images": self.num_examples("test"),
+        }
+
+    def headline(self) -> str:
+        """The cache in one line (``headwise data list``)."""
+        return f"{self.num_examples('train'):,} train images, {self.num_classes} classes"
 
     @classmethod
     def open(cls, path: str | Path, request: dict[str, Any] | None = None, verify: bool = True) -> "ImageCache":

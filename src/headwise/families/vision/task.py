@@ -211,4 +211,4 @@ class ImageTaskConfig(TaskConfigBase):
 
 
 IMAGE_FAMILY = register_family(TaskFamily(kind="images", config=ImageTaskConfig, task=ImageTask,
-                                          report_layout="vision"))
+                                          report_layout="vision", caches=(ImageCache,)))
