@@ -9,17 +9,19 @@
 - :mod:`~headwise.model.cache`: key/value caches for decoding;
 - :mod:`~headwise.model.pretrained`: saving and loading (safetensors plus ``spec.json``).
 
-Adding a task family (sequence classification, masked-LM pretraining, ...; images are done this
-way: ``ImageInputs`` and ``ClassifierHead``):
+A task family that needs a new input or output (sequence classification, masked-LM pretraining,
+...; images are done this way: ``ImageInputs`` and ``ClassifierHead``) writes, in its own folder:
 
-1. In :mod:`headwise.spec`, add the front end's name to ``Inputs`` and the head's to ``Outputs``
-   (and the front end's usual head to ``DEFAULT_OUTPUTS``), with whatever fields they need.
-2. Write a front end (a class with ``build``, ``param_counts``, ``forward`` and the positions
-   an input gives the blocks, ``positions`` and ``input_positions``; see
-   :class:`~headwise.model.frontends.FrontEnd`) and add it to :data:`FRONT_ENDS`; write a head
-   (an :class:`~headwise.model.heads.OutputHead` subclass; ``positions_read`` says when it reads
-   only the first positions, as a ViT's classifier does) and add it to :data:`OUTPUT_HEADS`.
+1. a front end (a class with ``build``, ``param_counts``, ``forward``, the positions an input
+   gives the blocks, ``positions`` and ``input_positions``, and its ``default_outputs`` and
+   ``vocabulary``; see :class:`~headwise.model.frontends.FrontEnd`), registered with
+   :func:`~headwise.model.frontends.register_front_end`;
+2. a head (an :class:`~headwise.model.heads.OutputHead` subclass; ``positions_read`` says when it
+   reads only the first positions, as a ViT's classifier does), registered with
+   :func:`~headwise.model.heads.register_output_head`.
 
+The registries are the single source of the names ``ModelSpec.inputs`` and ``outputs`` accept
+(:func:`headwise.spec.front_ends`, :func:`headwise.spec.output_heads`).
 Nothing else changes: the Transformer builds and calls whatever the spec names, and
 :func:`headwise.params.count_params` adds up their ``param_counts`` (a test checks that this equals
 the built model's count for every registered pair). The modules a front end or head builds sit on

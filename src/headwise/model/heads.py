@@ -154,6 +154,14 @@ class PairClassifierHead(OutputHead):
         return ClassifierHead.positions_read(spec)
 
 
-#: ``ModelSpec.output_head`` -> its output head.
+#: ``ModelSpec.output_head`` -> its output head (a family adds its own with :func:`register_output_head`).
 OUTPUT_HEADS: dict[str, type[OutputHead]] = {"lm": LMHead, "vectors": VectorOutputs, "classes": ClassifierHead,
                                              "pair_classes": PairClassifierHead}
+
+
+def register_output_head(name: str, head: type[OutputHead]) -> type[OutputHead]:
+    """Make ``head`` the one of ``ModelSpec.outputs = name`` (once per name); returns it."""
+    if OUTPUT_HEADS.get(name, head) is not head:
+        raise ValueError(f"output head {name!r} is registered twice")
+    OUTPUT_HEADS[name] = head
+    return head
