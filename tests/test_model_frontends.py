@@ -9,7 +9,7 @@ from torch import nn
 
 from headwise.errors import HeadwiseError
 from headwise.hf import gpt_neo_incompatibility
-from headwise.model.heads import OutputHead
+from headwise.model.outputs import OutputHead
 from headwise.model import FRONT_ENDS, OUTPUT_HEADS, SequenceTooLong, Transformer, load_pretrained, save_pretrained
 from headwise.params import count_params, param_breakdown
 from headwise.spec import ModelSpec, front_ends, output_heads

@@ -25,9 +25,9 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from headwise.model.frontends import FrontEnd, add_positions, learned_positions, position_params
-from headwise.model.frontends import register_front_end
-from headwise.model.heads import OutputHead, register_output_head
+from headwise.model.inputs import FrontEnd, add_positions, learned_positions, position_params
+from headwise.model.inputs import register_front_end
+from headwise.model.outputs import OutputHead, register_output_head
 from headwise.tasks.base import Batch, BatchStream, Task
 from headwise.tasks.family import TaskConfigBase, TaskFamily, register_family
 

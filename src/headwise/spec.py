@@ -23,8 +23,8 @@ CLASSIFIER_OUTPUTS = ("classes", "pair_classes")
 
 def front_ends() -> dict[str, Any]:
     """The registered input front ends by name, every family's included: the single source of
-    the names ``inputs`` accepts (:data:`headwise.model.frontends.FRONT_ENDS`)."""
-    from headwise.model.frontends import FRONT_ENDS
+    the names ``inputs`` accepts (:data:`headwise.model.inputs.FRONT_ENDS`)."""
+    from headwise.model.inputs import FRONT_ENDS
     from headwise.tasks.family import families
 
     families()  # a family may register its own
@@ -33,8 +33,8 @@ def front_ends() -> dict[str, Any]:
 
 def output_heads() -> dict[str, Any]:
     """The registered output heads by name, every family's included: the single source of the
-    names ``outputs`` accepts (:data:`headwise.model.heads.OUTPUT_HEADS`)."""
-    from headwise.model.heads import OUTPUT_HEADS
+    names ``outputs`` accepts (:data:`headwise.model.outputs.OUTPUT_HEADS`)."""
+    from headwise.model.outputs import OUTPUT_HEADS
     from headwise.tasks.family import families
 
     families()

@@ -2,7 +2,7 @@
 
 - :mod:`~headwise.model.transformer`: attention, MLP, block and the :class:`Transformer` (front
   end -> blocks -> final norm -> output head), one nanoGPT-style file;
-- :mod:`~headwise.model.frontends` and :mod:`~headwise.model.heads`: the input front ends and
+- :mod:`~headwise.model.inputs` and :mod:`~headwise.model.outputs`: the input front ends and
   output heads, chosen by ``ModelSpec.inputs`` and ``ModelSpec.outputs`` through the registries
   :data:`FRONT_ENDS` and :data:`OUTPUT_HEADS`;
 - :mod:`~headwise.model.kernels`: how attention and logits are computed, with the CPU workarounds;
@@ -14,11 +14,11 @@ A task family that needs a new input or output (sequence classification, masked-
 
 1. a front end (a class with ``build``, ``param_counts``, ``forward``, the positions an input
    gives the blocks, ``positions`` and ``input_positions``, and its ``default_outputs`` and
-   ``vocabulary``; see :class:`~headwise.model.frontends.FrontEnd`), registered with
-   :func:`~headwise.model.frontends.register_front_end`;
-2. a head (an :class:`~headwise.model.heads.OutputHead` subclass; ``positions_read`` says when it
+   ``vocabulary``; see :class:`~headwise.model.inputs.FrontEnd`), registered with
+   :func:`~headwise.model.inputs.register_front_end`;
+2. a head (an :class:`~headwise.model.outputs.OutputHead` subclass; ``positions_read`` says when it
    reads only the first positions, as a ViT's classifier does), registered with
-   :func:`~headwise.model.heads.register_output_head`.
+   :func:`~headwise.model.outputs.register_output_head`.
 
 The registries are the single source of the names ``ModelSpec.inputs`` and ``outputs`` accept
 (:func:`headwise.spec.front_ends`, :func:`headwise.spec.output_heads`).
@@ -30,8 +30,8 @@ models: choose them once.
 """
 
 from headwise.model.cache import KVCache, LayerCache
-from headwise.model.frontends import FRONT_ENDS, SequenceTooLong
-from headwise.model.heads import OUTPUT_HEADS
+from headwise.model.inputs import FRONT_ENDS, SequenceTooLong
+from headwise.model.outputs import OUTPUT_HEADS
 from headwise.model.kernels import (
     CPU_MIN_HEAD_DIM,
     CPU_SPLIT_QUERIES,

@@ -17,7 +17,7 @@ from pydantic import Field, create_model, field_validator, model_validator
 
 from headwise.config import Config
 from headwise.errors import HeadwiseError
-from headwise.model.frontends import FRONT_ENDS
+from headwise.model.inputs import FRONT_ENDS
 from headwise.plans import Plan, Scheme, plan_heads
 from headwise.presets import preset_dict
 from headwise.spec import ModelSpec, front_ends
