@@ -32,7 +32,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 
 from headwise.config import Config
 from headwise.errors import HeadwiseError
@@ -40,6 +40,18 @@ from headwise.tasks.base import Task, TaskShape
 
 if TYPE_CHECKING:
     from headwise.families.lm.tokenizer import Tokenizer
+
+
+class Dims(NamedTuple):
+    """The sizes a task's config knows before its data exists (see
+    :class:`~headwise.tasks.base.TaskShape`)."""
+
+    #: the vocabulary of token inputs; None for other inputs
+    vocab_size: int | None
+    #: the length of one example in the task's own units
+    seq_len: int
+    #: the width of vector inputs (the model's d_model); None for other inputs
+    input_dim: int | None = None
 
 
 class TaskConfigBase(Config):
@@ -59,9 +71,9 @@ class TaskConfigBase(Config):
         return TaskShape(task.inputs, task.outputs, vocab_size, seq_len, input_dim, self.spec_fields())
 
     @abstractmethod
-    def dims(self) -> tuple[int | None, int, int | None]:
-        """``(vocab_size, seq_len, input_dim)`` as the built task will have them (see
-        :class:`~headwise.tasks.base.TaskShape`)."""
+    def dims(self) -> Dims:
+        """The task's :class:`Dims` as the built task will have them (a plain
+        ``(vocab_size, seq_len, input_dim)`` tuple is read the same way)."""
 
     def spec_fields(self) -> dict[str, Any]:
         """Model fields the data dictates (see :class:`~headwise.tasks.base.TaskShape`), as far as

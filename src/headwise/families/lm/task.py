@@ -18,7 +18,7 @@ from headwise.families.lm.tokenizer import (
 from headwise.errors import HeadwiseError
 from headwise.model.loss import cross_entropy
 from headwise.tasks.base import Batch, BatchStream, Task
-from headwise.tasks.family import TaskConfigBase, TaskFamily, register_family
+from headwise.tasks.family import Dims, TaskConfigBase, TaskFamily, register_family
 
 
 class LMTask(Task):
@@ -119,11 +119,11 @@ class LMTaskConfig(DataConfig, TaskConfigBase):
     eval_batches: int = Field(default=8, ge=0)
     eval_batch_size: int = Field(default=8, gt=0)
 
-    def dims(self) -> tuple[int | None, int, int | None]:
+    def dims(self) -> Dims:
         """``bpe:N`` has exactly N tokens (preparing data that cannot fill them is refused, so the
         shape known before the data exists is the one the cache gets), ``gpt-neo`` has its own;
         no vector inputs."""
-        return parse_tokenizer_spec(self.tokenizer) or GPT_NEO_VOCAB, self.block_size, None
+        return Dims(parse_tokenizer_spec(self.tokenizer) or GPT_NEO_VOCAB, self.block_size)
 
     def data_description(self) -> str:
         return f"{self.source} ({self.tokenizer})"

@@ -31,7 +31,7 @@ from headwise.data.shuffled import ShuffledStream, evenly_spaced
 from headwise.errors import HeadwiseError
 from headwise.tasks.base import Batch, BatchStream, TaskShape
 from headwise.tasks.classify import ClassificationTask, accuracy_metrics
-from headwise.tasks.family import TaskConfigBase, TaskFamily, register_family
+from headwise.tasks.family import Dims, TaskConfigBase, TaskFamily, register_family
 
 class SequenceTask(ClassificationTask):
     """Classification of cached token sequences, padded to ``max_length`` (see the module docstring)."""
@@ -185,9 +185,9 @@ class LRATaskConfig(TaskConfigBase):
                                 "LRA release's files (see headwise.families.lra.readers)")
         return source
 
-    def dims(self) -> tuple[int | None, int, int | None]:
+    def dims(self) -> Dims:
         """The task's vocabulary (with padding), ``max_length``, no vector inputs."""
-        return TASKS[self.task].vocab_size, self.length, None
+        return Dims(TASKS[self.task].vocab_size, self.length)
 
     def shape(self) -> TaskShape:
         """Token sequences, or pairs of them for retrieval, classified."""
