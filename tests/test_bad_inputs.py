@@ -117,7 +117,7 @@ def write_image_sources(root: Path) -> None:
     and one broken copy per kind of damage."""
     from test_image_data import random_rgb, write_cifar10, write_folder, write_idx_folder
 
-    from headwise.data.image_cache import prepare_images
+    from headwise.families.vision.cache import prepare_images
 
     write_idx_folder(root / "imgs", gz=False, n_train=8, n_test=4, size=(8, 8), classes=4)
     prepare_images(root / "imgs", cache_dir=root / "cache")

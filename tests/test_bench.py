@@ -14,8 +14,8 @@ from headwise.bench import core, suite
 from headwise.bench.cases import grid_plans, model_spec, plan_label, share_parameters
 from headwise.bench.config import BenchConfig
 from headwise.bench.report import evaluate_targets, render_markdown, write_results
-from headwise.bench.tokenize import bench_tokenize
-from headwise.bench.tokenize import main as tokenize_main
+from headwise.families.lm.bench import bench_tokenize
+from headwise.families.lm.bench import main as tokenize_main
 from headwise.cli import main
 from headwise.model import Transformer
 from headwise.params import flops_per_token

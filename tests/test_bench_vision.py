@@ -9,7 +9,7 @@ import torch
 from headwise.bench import core
 from headwise.bench.config import SECTIONS, BenchConfig
 from headwise.bench.report import evaluate_targets, render_markdown
-from headwise.bench.vision import _models, compare_vision, vision_spec
+from headwise.families.vision.bench import _models, compare_vision, vision_spec
 from headwise.params import count_params
 from helpers import one_thread, run_sections  # noqa: F401  (one_thread: autouse, one torch thread)
 

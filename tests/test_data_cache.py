@@ -9,10 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import headwise.data.cache as cache_mod
-from headwise.data.cache import CacheInvalid, TokenCache, default_cache_dir, list_caches, prepare, token_dtype
-from headwise.data.plan import DataConfig
-from headwise.data.tokenizer import Tokenizer
+import headwise.families.lm.token_cache as cache_mod
+from headwise.data.cache_files import default_cache_dir, list_caches
+from headwise.families.lm.token_cache import CacheInvalid, TokenCache, prepare, token_dtype
+from headwise.families.lm.data_plan import DataConfig
+from headwise.families.lm.tokenizer import Tokenizer
 from headwise.errors import HeadwiseError
 from test_data_sources import (  # noqa: F401
     STORIES,

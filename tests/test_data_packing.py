@@ -7,13 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-from headwise.data.cache import prepare
-from headwise.data.packing import PackedStream, num_blocks
-from headwise.data.plan import DataConfig
+from headwise.families.lm.token_cache import prepare
+from headwise.families.lm.packing import PackedStream, num_blocks
+from headwise.families.lm.data_plan import DataConfig
 from headwise.errors import HeadwiseError
 from headwise.tasks.base import TaskShape
-from headwise.tasks.config import LMTaskConfig, build_task
-from headwise.tasks.lm import LMTask
+from headwise.families.lm.task import LMTaskConfig
+from headwise.tasks.config import build_task
+from headwise.families.lm.task import LMTask
 from test_data_sources import data_env  # noqa: F401
 
 TOKENS = np.arange(1001, dtype=np.uint32)  # token value = its position: blocks are easy to read

@@ -316,7 +316,7 @@ def test_unreachable_hub_is_detected_before_datasets_retries(monkeypatch):
     for var in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(constants, "ENDPOINT", "https://hub.invalid")
-    monkeypatch.setattr(sources, "_hub_offline", lambda: False)
+    monkeypatch.setattr(sources, "hub_offline", lambda: False)
     assert hub_reachable(timeout=2) is False
     start = time.monotonic()
     with pytest.raises(HeadwiseError, match=r"cannot reach the Hugging Face hub .*HEADWISE_DATA"):

@@ -327,7 +327,7 @@ def test_an_exported_vit_run_loads_in_a_fresh_process(tmp_path, idx_folder):
 
 
 @pytest.mark.parametrize("line, error", [
-    ("import headwise.data.tokenizer", "imports headwise.data.tokenizer, which an exported folder cannot carry"),
+    ("import headwise.families.lm.tokenizer", "imports headwise.families.lm.tokenizer, which an exported folder cannot carry"),
     ("from ..spec import ModelSpec", "imports ..spec, which an exported folder cannot carry"),
     ("from headwise.spec import NotInTheView", "imports NotInTheView from spec_view"),
     ("from .kernels import not_a_kernel", "imports not_a_kernel from kernels"),
@@ -337,10 +337,10 @@ def test_model_code_an_export_cannot_carry_is_refused_at_export(monkeypatch, tmp
     from headwise.hf_model import export
 
     original = export._source_of
-    heads = original("heads").read_text(encoding="utf-8")
-    patched = tmp_path / "heads.py"
+    heads = original("outputs").read_text(encoding="utf-8")
+    patched = tmp_path / "outputs.py"
     patched.write_text(heads.replace("import torch\n", f"import torch\n{line}\n", 1), encoding="utf-8")
-    monkeypatch.setattr(export, "_source_of", lambda name: patched if name == "heads" else original(name))
+    monkeypatch.setattr(export, "_source_of", lambda name: patched if name == "outputs" else original(name))
     with pytest.raises(RunFailure, match=error):
         export.bundled_sources()
 

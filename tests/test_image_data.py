@@ -14,17 +14,17 @@ import pytest
 import torch
 from PIL import Image
 
-from headwise.data.augment import normalize, random_crop_flip
-from headwise.data import image_cache
-from headwise.data.image_cache import ImageCache, channel_stats, prepare_images
-from headwise.data.image_formats import (
+from headwise.families.vision.augment import normalize, random_crop_flip
+from headwise.families.vision import cache as image_cache
+from headwise.families.vision.cache import ImageCache, channel_stats, prepare_images
+from headwise.families.vision.formats import (
     FASHION_MNIST_CLASSES,
     detect_format,
     read_idx,
     read_images,
     source_identity,
 )
-from headwise.data.cache import CacheInvalid
+from headwise.families.lm.token_cache import CacheInvalid
 from helpers import one_line_error
 
 RNG = np.random.default_rng(0)

@@ -6,8 +6,8 @@ import itertools
 import numpy as np
 import pytest
 
-from headwise.data import listops as lo
-from headwise.data.listops import (
+from headwise.families.lra import listops as lo
+from headwise.families.lra.listops import (
     VOCAB,
     evaluate,
     generate_listops,

@@ -11,10 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from headwise.data import listops as lo
-from headwise.data.cache import CacheInvalid
-from headwise.data.lra import TASKS, grayscale, load_lra, read_lra
-from headwise.data.sequence_cache import SequenceCache, prepare_sequences
+from headwise.families.lra import listops as lo
+from headwise.families.lm.token_cache import CacheInvalid
+from headwise.families.lra.pixels import grayscale
+from headwise.families.lra.readers import load_lra, read_lra
+from headwise.families.lra.table import TASKS
+from headwise.families.lra.cache import SequenceCache, prepare_sequences
 from helpers import one_line_error
 
 RNG = np.random.default_rng(0)
@@ -235,7 +237,7 @@ def test_imdb_bad_labels_and_layout(tmp_path):
 def test_hub_offline_is_one_line(monkeypatch):
     import headwise.data.sources as sources
 
-    monkeypatch.setattr(sources, "_hub_offline", lambda: True)
+    monkeypatch.setattr(sources, "hub_offline", lambda: True)
     one_line_error(load_lra, "text", "stanfordnlp/imdb", match="cannot reach")
 
 

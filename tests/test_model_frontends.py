@@ -2,7 +2,6 @@
 parameter counts, and the state-dict keys saved models depend on."""
 
 import random
-from typing import get_args
 
 import pytest
 import torch
@@ -10,15 +9,17 @@ from torch import nn
 
 from headwise.errors import HeadwiseError
 from headwise.hf import gpt_neo_incompatibility
-from headwise.model.heads import OutputHead
+from headwise.model.outputs import OutputHead
 from headwise.model import FRONT_ENDS, OUTPUT_HEADS, SequenceTooLong, Transformer, load_pretrained, save_pretrained
 from headwise.params import count_params, param_breakdown
-from headwise.spec import DEFAULT_OUTPUTS, Inputs, ModelSpec, Outputs
+from headwise.spec import ModelSpec, front_ends, output_heads
 
 
 def test_registries_name_what_the_spec_allows():
-    assert set(FRONT_ENDS) == set(get_args(Inputs)) == set(DEFAULT_OUTPUTS)
-    assert set(OUTPUT_HEADS) == set(get_args(Outputs)) >= set(DEFAULT_OUTPUTS.values())
+    assert front_ends() is FRONT_ENDS and output_heads() is OUTPUT_HEADS
+    assert {f.default_outputs for f in FRONT_ENDS.values()} <= set(OUTPUT_HEADS)
+    with pytest.raises(ValueError, match="Input should be 'tokens', 'vectors', 'images' or 'token_pairs'"):
+        ModelSpec(inputs="audio", d_model=8, n_layers=1, heads=[2])
 
 
 def _random_spec(rng: random.Random) -> ModelSpec:
@@ -29,7 +30,7 @@ def _random_spec(rng: random.Random) -> ModelSpec:
     inputs = rng.choice(list(FRONT_ENDS))
     tokens = inputs in ("tokens", "token_pairs")
     outputs = rng.choice([None] + [o for o in OUTPUT_HEADS if tokens or o != "lm"])
-    head = outputs or DEFAULT_OUTPUTS[inputs]
+    head = outputs or FRONT_ENDS[inputs].default_outputs
     fields = {"max_seq_len": rng.randint(4, 32), "causal": head == "lm" or rng.random() < 0.5}
     if inputs == "images":  # positions follow from the image and patch sizes
         patch = rng.choice([1, 2, 3])

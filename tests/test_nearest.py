@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from headwise.errors import HeadwiseError
-from headwise.tasks.config import NearestTaskConfig, build_task, parse_task_config
+from headwise.families.nearest.task import NearestTaskConfig
+from headwise.tasks.config import build_task, parse_task_config
 from headwise.tasks.base import Batch
-from headwise.tasks.nearest import NearestNeighbourTask, baseline_loss, expected_max_inner, pick
+from headwise.families.nearest.task import NearestNeighbourTask, baseline_loss, expected_max_inner, pick
 
 
 def brute_farthest(points):

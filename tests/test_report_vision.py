@@ -11,7 +11,7 @@ import pytest
 from headwise.cli import main
 from headwise.plans import plan_heads
 from headwise.report import write_report
-from headwise.report.layouts.vision import acc_cell
+from headwise.families.vision.report import acc_cell
 from headwise.report.stats import seed_stats
 from headwise.run import RunStatus, RunSummary
 from headwise.study import load_study

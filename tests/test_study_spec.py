@@ -171,3 +171,14 @@ def test_dry_run_shows_each_variants_heads_per_layer(capsys):
     out = capsys.readouterr().out
     assert "heads 6,12,24,48 (total 90, ascending)" in out and "heads 48,24,12,6 (total 90, descending)" in out
     assert "heads 24,24,24,24 (total 96, constant)" in out and "nearest is 96" in out
+
+
+def test_parsing_a_study_does_not_load_matplotlib():
+    # the [report] table is checked against the layouts, whose plotting loads only when drawn
+    import subprocess
+    import sys
+
+    code = ("import sys; from headwise.study import load_study; load_study('vit', preset='tiny'); "
+            "assert 'matplotlib' not in sys.modules, 'matplotlib was imported'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -9,7 +9,7 @@ import pytest
 from conftest import shared_data_dir
 
 from headwise.data.sources import open_source
-from headwise.data.tokenizer import (
+from headwise.families.lm.tokenizer import (
     BPETokenizer,
     gpt_neo_files,
     gpt_neo_tokenizer,

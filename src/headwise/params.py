@@ -7,8 +7,8 @@ without building models.
 
 from __future__ import annotations
 
-from headwise.model.frontends import FRONT_ENDS, position_params
-from headwise.model.heads import OUTPUT_HEADS
+from headwise.model.inputs import FRONT_ENDS, position_params
+from headwise.model.outputs import OUTPUT_HEADS
 from headwise.spec import LayerShape, ModelSpec
 
 

@@ -8,25 +8,44 @@ value and what would be valid.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from headwise.config import Config
 
 Activation = Literal["gelu_new", "gelu", "relu"]
 AttentionKind = Literal["global", "local", "nystrom"]
-#: Input front ends and output heads (implemented and registered in :mod:`headwise.model.frontends`
-#: and :mod:`headwise.model.heads`; a test checks that the names agree).
-Inputs = Literal["tokens", "vectors", "images", "token_pairs"]
-Outputs = Literal["lm", "vectors", "classes", "pair_classes"]
-#: The output head of a spec that does not set ``outputs``.
-DEFAULT_OUTPUTS: dict[str, str] = {"tokens": "lm", "vectors": "vectors", "images": "classes",
-                                   "token_pairs": "pair_classes"}
-#: Output heads that classify a pooled sequence.
+#: Output heads that classify a pooled sequence (the exported model code's ``spec_view`` keeps the
+#: same tuple; a test checks it).
 CLASSIFIER_OUTPUTS = ("classes", "pair_classes")
-#: Inputs without a vocabulary.
-_NO_VOCAB = ("vectors", "images")
+
+
+def front_ends() -> dict[str, Any]:
+    """The registered input front ends by name, every family's included: the single source of
+    the names ``inputs`` accepts (:data:`headwise.model.inputs.FRONT_ENDS`)."""
+    from headwise.model.inputs import FRONT_ENDS
+    from headwise.tasks.family import families
+
+    families()  # a family may register its own
+    return FRONT_ENDS
+
+
+def output_heads() -> dict[str, Any]:
+    """The registered output heads by name, every family's included: the single source of the
+    names ``outputs`` accepts (:data:`headwise.model.outputs.OUTPUT_HEADS`)."""
+    from headwise.model.outputs import OUTPUT_HEADS
+    from headwise.tasks.family import families
+
+    families()
+    return OUTPUT_HEADS
+
+
+def _registered(name: str, registry: dict[str, Any]) -> str:
+    if name not in registry:
+        names = [repr(n) for n in registry]
+        raise ValueError(f"Input should be {', '.join(names[:-1])} or {names[-1]}")
+    return name
 
 
 @dataclass(frozen=True)
@@ -56,9 +75,10 @@ class ModelSpec(Config):
     its ``max_seq_len`` is the number of positions, patches plus class token, and is set from them.
     """
 
-    inputs: Inputs = "tokens"
-    #: The output head; None: the one of the inputs (:data:`DEFAULT_OUTPUTS`).
-    outputs: Outputs | None = None
+    #: the input front end (a name in :func:`front_ends`)
+    inputs: str = "tokens"
+    #: The output head (a name in :func:`output_heads`); None: the front end's ``default_outputs``.
+    outputs: str | None = None
     vocab_size: int | None = Field(default=50257, gt=0)
     d_model: int = Field(gt=0)
     n_layers: int = Field(gt=0)
@@ -113,11 +133,22 @@ class ModelSpec(Config):
         if isinstance(data, dict):
             if "vocab_size" in data and data["vocab_size"] is None and data.get("inputs") is None:
                 data = {**data, "inputs": "vectors"}
-            if data.get("inputs") in _NO_VOCAB:
+            inputs = front_ends().get(data.get("inputs"))
+            if inputs is not None and not inputs.vocabulary:
                 data = {**data, "vocab_size": None}
             if data.get("inputs") == "images":
                 data = _image_positions(data)
         return data
+
+    @field_validator("inputs")
+    @classmethod
+    def _known_inputs(cls, v: str) -> str:
+        return _registered(v, front_ends())
+
+    @field_validator("outputs")
+    @classmethod
+    def _known_outputs(cls, v: str | None) -> str | None:
+        return v if v is None else _registered(v, output_heads())
 
     @model_validator(mode="after")
     def _check(self) -> "ModelSpec":
@@ -188,7 +219,7 @@ class ModelSpec(Config):
     @property
     def output_head(self) -> str:
         """The output head: ``outputs``, or the default of the inputs when it is not set."""
-        return self.outputs or DEFAULT_OUTPUTS[self.inputs]
+        return self.outputs or front_ends()[self.inputs].default_outputs
 
     @property
     def total_heads(self) -> int:

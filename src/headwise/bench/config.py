@@ -11,7 +11,7 @@ SECTION_HELP = {
     "mfu": "model FLOP/s over the measured matmul peak",
     "bf16": "bf16 autocast training vs fp32",
     "generate": "generation tokens/s with and without the KV cache",
-    "tokenize": "GPT-Neo tokenization tokens/s (headwise.bench.tokenize)",
+    "tokenize": "GPT-Neo tokenization tokens/s (headwise.families.lm.bench)",
     "vision": "ViT training images/s vs transformers' ViTForImageClassification (SDPA) at 3 and 12 heads",
     "nystrom": "one Nystrom attention layer, forward + backward tokens/s at 1k-4k tokens, vs softmax attention "
                "and transformers' NystromformerSelfAttention",

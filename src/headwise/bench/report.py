@@ -203,7 +203,7 @@ def render_markdown(result: dict[str, Any]) -> str:
         lines += _nystrom_table(result["nystrom"])
     tok = result.get("tokenize")
     if tok is not None:
-        lines += ["## Tokenization (GPT-Neo, headwise.bench.tokenize)", ""]
+        lines += ["## Tokenization (GPT-Neo, headwise.families.lm.bench)", ""]
         if "skipped" in tok:
             lines.append(f"skipped: {tok['skipped']}")
         else:

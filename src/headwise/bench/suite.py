@@ -1,7 +1,7 @@
 """The benchmark suite: training throughput against Hugging Face GPT-Neo, the head-count penalty,
 MFU, bf16 (:mod:`headwise.bench.training`), generation with and without the KV cache,
-tokenization (:mod:`headwise.bench.tokenize`), ViT training against Hugging Face's ViT
-(:mod:`headwise.bench.vision`) and a Nyström attention layer against softmax attention and Hugging
+tokenization (:mod:`headwise.families.lm.bench`), ViT training against Hugging Face's ViT
+(:mod:`headwise.families.vision.bench`) and a Nyström attention layer against softmax attention and Hugging
 Face's (:mod:`headwise.bench.nystrom`), run section by section into one result document.
 """
 
@@ -30,9 +30,9 @@ from headwise.bench.core import (
     ratio_stats,
 )
 from headwise.bench.nystrom import bench_nystrom
-from headwise.bench.tokenize import bench_tokenize
+from headwise.families.lm.bench import bench_tokenize
 from headwise.bench.training import bench_training
-from headwise.bench.vision import bench_vision
+from headwise.families.vision.bench import bench_vision
 from headwise.errors import HeadwiseError
 from headwise.model import Transformer
 from headwise.train.generate import generate

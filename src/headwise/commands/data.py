@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from headwise.config import read_toml
-from headwise.data.cache import META, CacheInvalid, TokenCache, cache_name, default_cache_dir, list_caches, prepare
-from headwise.data.image_cache import ImageCache
-from headwise.data.sequence_cache import SequenceCache
-from headwise.data.plan import DataConfig, plan_data
+from headwise.data.cache_files import META, CacheInvalid, default_cache_dir, list_caches
 from headwise.errors import HeadwiseError
-from headwise.tasks.config import ImageTaskConfig, LMTaskConfig, LRATaskConfig, parse_task_config
+from headwise.families.lm.data_plan import DataConfig, plan_data
+from headwise.families.lm.token_cache import TokenCache, cache_name, prepare
+from headwise.tasks.config import parse_task_config
+from headwise.tasks.family import families
 
 NAME = "data"
 HELP = "prepare token caches from TinyStories (hub or local files), or image caches from a run config, and inspect them"
@@ -72,9 +72,10 @@ def data_config(args: argparse.Namespace) -> DataConfig:
     if args.config:
         table = read_toml(args.config).get("task", {})
         task = parse_task_config(table, source=f"{args.config} [task]")
-        if not isinstance(task, LMTaskConfig):
+        options = task.data_options()
+        if options is None:
             raise HeadwiseError(f"the [task] of {args.config} is a {task.kind!r} task: it has no text to prepare")
-        values = task.data_fields()
+        values = options
     if args.source is not None:
         values["source"] = args.source
     for name in _OPTIONS:
@@ -84,61 +85,15 @@ def data_config(args: argparse.Namespace) -> DataConfig:
     return DataConfig.parse(values, source="headwise data")
 
 
-#: cache kinds as their metadata names them (token caches predate the field)
-_CACHES = {"images": ImageCache, "sequences": SequenceCache}
-
-
-def _open_cache(path: Path, verify: bool = True) -> TokenCache | ImageCache | SequenceCache:
-    """A cache folder of any kind (image and sequence caches say so in their metadata)."""
+def _open_cache(path: Path, verify: bool = True) -> Any:
+    """A cache folder of any family's kind (see :attr:`~headwise.tasks.family.TaskFamily.caches`),
+    found by the ``kind`` its metadata records (none: the caches that record none)."""
+    kinds = {cls.KIND: cls for family in families().values() for cls in family.caches}
     try:
         kind = json.loads((path / META).read_text()).get("kind")
     except (OSError, ValueError, AttributeError):
         kind = None
-    return _CACHES.get(kind, TokenCache).open(path, verify=verify)
-
-
-def _sequence_summary(cache: SequenceCache) -> dict[str, Any]:
-    return {
-        "cache": str(cache.path),
-        "data": cache.description,
-        "classes": cache.num_classes,
-        "vocab_size": cache.vocab_size,
-        "max_length": cache.max_length,
-        "pairs": cache.pairs,
-        "train_examples": cache.num_examples("train"),
-        "test_examples": cache.num_examples("test"),
-    }
-
-
-def _image_summary(cache: ImageCache) -> dict[str, Any]:
-    return {
-        "cache": str(cache.path),
-        "data": cache.description,
-        "classes": cache.num_classes,
-        "image_size": cache.image_size,
-        "channels": cache.channels,
-        "train_images": cache.num_examples("train"),
-        "test_images": cache.num_examples("test"),
-    }
-
-
-def _cache_summary(cache: TokenCache | ImageCache | SequenceCache) -> dict[str, Any]:
-    if isinstance(cache, ImageCache):
-        return _image_summary(cache)
-    if isinstance(cache, SequenceCache):
-        return _sequence_summary(cache)
-    meta = cache.meta
-    return {
-        "cache": str(cache.path),
-        "data": meta.get("description", ""),
-        "tokenizer": meta["tokenizer"]["spec"],
-        "vocab_size": cache.vocab_size,
-        "dtype": meta["dtype"],
-        "train_tokens": cache.num_tokens("train"),
-        "valid_tokens": cache.num_tokens("valid"),
-        "train_documents": meta["splits"]["train"]["documents"],
-        "valid_documents": meta["splits"]["valid"]["documents"],
-    }
+    return kinds.get(kind, kinds[None]).open(path, verify=verify)
 
 
 def _print(summary: dict[str, Any], as_json: bool) -> None:
@@ -155,42 +110,42 @@ def run(args: argparse.Namespace) -> int:
     """Run ``headwise data ACTION``."""
     if args.data_command == "list":
         rows = []
+        details = []
         for path in list_caches(args.cache_dir):
             try:
-                rows.append({**_cache_summary(_open_cache(path, verify=False)), "ok": True})
+                cache = _open_cache(path, verify=False)
+                rows.append({**cache.summary(), "ok": True})
+                details.append(cache.headline())
             except CacheInvalid as exc:
                 rows.append({"cache": str(path), "ok": False, "problem": str(exc)})
+                details.append(str(exc))
         if args.json:
             print(json.dumps(rows, indent=2))
             return 0
-        for row in rows:
-            detail = row["problem"] if not row["ok"] else (
-                f"{row['train_tokens']:,} train tokens, {row['tokenizer']}; {row['data']}" if "tokenizer" in row
-                else f"{row['train_images']:,} train images, {row['classes']} classes" if "train_images" in row
-                else f"{row['train_examples']:,} train sequences of up to {row['max_length']:,} tokens, "
-                     f"{row['classes']} classes")
+        for row, detail in zip(rows, details):
             print(f"{row['cache']}  {detail}")
         return 0
     if args.data_command == "info" and args.source and (Path(args.source).expanduser() / META).is_file():
-        _print(_cache_summary(_open_cache(Path(args.source).expanduser())), args.json)
+        _print(_open_cache(Path(args.source).expanduser()).summary(), args.json)
         return 0
     if args.data_command == "prepare" and args.config:
         task = parse_task_config(read_toml(args.config).get("task", {}), source=f"{args.config} [task]")
-        if isinstance(task, (ImageTaskConfig, LRATaskConfig)):  # no tokenizer options: the table says it all
-            _print(_cache_summary(task.cache(rebuild=args.rebuild, progress=not args.quiet and not args.json)),
-                   args.json)
-            return 0
+        if task.data_options() is None:  # no text options: the table says it all
+            cache = task.cache(rebuild=args.rebuild, progress=not args.quiet and not args.json)
+            if cache is not None:
+                _print(cache.summary(), args.json)
+                return 0
     cfg = data_config(args)
     if args.data_command == "prepare":
         cache = prepare(cfg, rebuild=args.rebuild, progress=not args.quiet and not args.json)
-        _print(_cache_summary(cache), args.json)
+        _print(cache.summary(), args.json)
         return 0
     plan = plan_data(cfg)
     folder = Path(cfg.cache_dir or default_cache_dir()).expanduser() / cache_name(plan)
     summary: dict[str, Any] = {"data": plan.describe(), "cache": str(folder), "ready": False}
     if folder.exists():
         try:
-            summary.update(_cache_summary(TokenCache.open(folder, plan.request())))
+            summary.update(TokenCache.open(folder, plan.request()).summary())
             summary["ready"] = True
         except CacheInvalid as exc:
             summary["problem"] = str(exc)

@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     tasks = _check(args)
     run_dir = Path(args.run_dir)
     cfg = run_config(run_dir)
-    if cfg.task.kind != "lm":
+    if not cfg.task.family.generates_text:
         raise HeadwiseError(f"{run_dir} is a {cfg.task.kind!r} run: lm-eval scores language models only")
     require_lm_eval()
     out = output_path(run_dir, args.out)

@@ -60,11 +60,12 @@ def run(args: argparse.Namespace) -> int:
     _check_sampling(args)
     run_dir = Path(args.run_dir)
     cfg = run_config(run_dir)
-    if cfg.task.kind != "lm" and given:
+    writes_text = cfg.task.family.generates_text
+    if not writes_text and given:
         raise HeadwiseError(f"{run_dir} is a {cfg.task.kind!r} run: its model does not write text, so "
                             f"{', '.join(given)} {'has' if len(given) == 1 else 'have'} nothing to do; leave "
                             f"{'it' if len(given) == 1 else 'them'} out to see the model's predictions")
-    if cfg.task.kind == "lm":
+    if writes_text:
         text, source = generate_text(run_dir, args.prompt, args.max_new_tokens, temperature=args.temperature,
                                      top_k=args.top_k, top_p=args.top_p, seed=args.seed,
                                      checkpoint=args.checkpoint, untrained=args.untrained)

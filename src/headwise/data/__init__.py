@@ -1,51 +1,14 @@
-"""Text data for language modelling: sources, tokenizers, token caches and packed batches.
+"""What the task families share of data: batches, sources and hub access, cache files, shuffling.
 
-    cache = prepare(DataConfig(source="tinystories-train-sample.txt", tokenizer="bpe:4096"))
-    stream = PackedStream(cache.tokens("train"), block_size=256, micro_batch=8, seed=0)
+- :mod:`~headwise.data.batch`: ``Batch`` and ``BatchStream``, what every task gives the trainer;
+- :mod:`~headwise.data.sources`: local files and folders, hub datasets, ``$HEADWISE_DATA``;
+- :mod:`~headwise.data.cache_files`: a verified cache folder's metadata, manifest and atomic install;
+- :mod:`~headwise.data.shuffled`: per-epoch shuffled batches of stored examples.
+
+Each family's own readers and caches live in its folder (:mod:`headwise.families`).
 """
 
 from headwise.data.batch import Batch, BatchStream
-from headwise.data.cache import (
-    CacheInvalid,
-    TokenCache,
-    default_cache_dir,
-    list_caches,
-    prepare,
-    token_dtype,
-)
-from headwise.data.packing import PackedStream, gather_blocks, num_blocks
-from headwise.data.plan import DataConfig, DataPlan, plan_data
 from headwise.data.sources import Source, open_source
-from headwise.data.tokenizer import (
-    BPETokenizer,
-    GPTNeoTokenizer,
-    Tokenizer,
-    gpt_neo_files,
-    gpt_neo_tokenizer,
-    parse_tokenizer_spec,
-)
 
-__all__ = [
-    "BPETokenizer",
-    "Batch",
-    "BatchStream",
-    "CacheInvalid",
-    "DataConfig",
-    "DataPlan",
-    "GPTNeoTokenizer",
-    "PackedStream",
-    "Source",
-    "TokenCache",
-    "Tokenizer",
-    "default_cache_dir",
-    "gather_blocks",
-    "gpt_neo_files",
-    "gpt_neo_tokenizer",
-    "list_caches",
-    "num_blocks",
-    "open_source",
-    "parse_tokenizer_spec",
-    "plan_data",
-    "prepare",
-    "token_dtype",
-]
+__all__ = ["Batch", "BatchStream", "Source", "open_source"]

@@ -33,6 +33,8 @@ REBUILD_HINT = "rebuild=True, or --rebuild"
 _BLOCK = 1 << 24  # bytes written (and hashed) at a time: no second full copy in memory
 
 C = TypeVar("C")
+#: part of every cache's folder name (:func:`request_key`): bumping it renames, so rebuilds, every cache
+KEY_VERSION = 1
 
 
 class CacheInvalid(HeadwiseError):
@@ -227,3 +229,30 @@ class Status:
         """Add ``progress`` (a count of what is done) to the status line."""
         if self.enabled:
             self.status.update(f"{self.text}: {progress}")
+
+
+def default_cache_dir() -> Path:
+    """``$HEADWISE_CACHE``, else ``~/.cache/headwise``."""
+    value = os.environ.get("HEADWISE_CACHE")
+    return Path(value).expanduser() if value else Path.home() / ".cache" / "headwise"
+
+
+def request_key(request: dict[str, Any]) -> str:
+    """A short stable hash of a request."""
+    canonical = json.dumps({"format": KEY_VERSION, **request}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def list_caches(root: str | Path | None = None) -> list[Path]:
+    """Cache folders under ``root`` (default :func:`default_cache_dir`), hidden temporaries
+    excluded. A ``root`` given that is missing, and any root that is a file, are HeadwiseErrors;
+    the default folder not made yet holds no caches."""
+    given = root is not None
+    root = Path(root or default_cache_dir()).expanduser()
+    if root.exists() and not root.is_dir():
+        raise HeadwiseError(f"cache folder {root} is a file, not a folder of caches")
+    if not root.is_dir():
+        if given:
+            raise HeadwiseError(f"cache folder {root} does not exist (caches are made by `headwise data prepare`)")
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))

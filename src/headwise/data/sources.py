@@ -32,7 +32,8 @@ SUFFIXES = {".txt": "txt", ".jsonl": "jsonl", ".parquet": "parquet"}
 DEFAULT_FIELDS = ("text", "story")
 
 _SEPARATOR = re.compile(rb"^[ \t]*<\|endoftext\|>[ \t\r]*(?:\n|\Z)", re.MULTILINE)
-_HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+#: what a hub dataset name looks like (``owner/name``)
+HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 # Shard names that mark a split other than training: a folder holding them mixes splits.
 _OTHER_SPLIT = re.compile(r"(?:^|[-_.])(?:valid|validation|val|test|eval)(?:[-_.]|$)", re.IGNORECASE)
 _CHUNK = 1 << 23
@@ -134,7 +135,7 @@ def open_source(
         raise HeadwiseError(f"unknown data format {format!r}: use one of {', '.join(FORMATS)}")
     local = find_local(name)
     # "owner/name" is a hub dataset unless it exists locally or names a data file.
-    looks_like_hub = _HUB_NAME.fullmatch(name) and Path(name).suffix not in SUFFIXES
+    looks_like_hub = HUB_NAME.fullmatch(name) and Path(name).suffix not in SUFFIXES
     if format == "hub" or (local is None and looks_like_hub):
         return _open_hub(str(local) if local else name, field, split)
     if local is None:
@@ -217,7 +218,7 @@ def _fields_of(path: Path, kind: str) -> list[str]:
         try:
             return list(pq.read_schema(path).names)
         except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
-            raise HeadwiseError(f"{path} is not a readable parquet file: {_first_line(exc)}") from None
+            raise HeadwiseError(f"{path} is not a readable parquet file: {first_line(exc)}") from None
     with open(path, "rb") as f:
         for lineno, line in enumerate(f, 1):
             if line.strip():
@@ -236,7 +237,8 @@ def _choose_field(field: str | None, fields: list[str], where: str) -> str:
     raise HeadwiseError(f"{where} has neither a 'text' nor a 'story' field ({', '.join(fields)}): set field")
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type's name when it has none), for one-line errors."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 
@@ -313,7 +315,7 @@ def _parquet_documents(path: Path, field: str | None) -> Iterator[str]:
     try:
         pf = pq.ParquetFile(path)
     except Exception as exc:  # pyarrow's errors vary by what is wrong with the file
-        raise HeadwiseError(f"{path} is not a readable parquet file: {_first_line(exc)}") from None
+        raise HeadwiseError(f"{path} is not a readable parquet file: {first_line(exc)}") from None
     if field not in pf.schema_arrow.names:
         raise HeadwiseError(f"{path} has no field {field!r}; its fields are: {', '.join(pf.schema_arrow.names)}")
     for batch in pf.iter_batches(columns=[field], batch_size=4096):
@@ -328,7 +330,8 @@ def _parquet_documents(path: Path, field: str | None) -> Iterator[str]:
 # --- the Hugging Face hub -------------------------------------------------------------------
 
 
-def _hub_offline() -> bool:
+def hub_offline() -> bool:
+    """Whether ``datasets`` is told to stay offline (``HF_HUB_OFFLINE``)."""
     import datasets
 
     return bool(datasets.config.HF_HUB_OFFLINE)
@@ -350,34 +353,34 @@ def hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
-def _hub_call(name: str, fn, *args, **kwargs):
+def hub_call(name: str, fn, *args, **kwargs):
     """Call a ``datasets`` function for ``name``, turning its failures into one-line errors."""
     is_local = Path(name).exists()
-    if not is_local and not _hub_offline() and not hub_reachable():
+    if not is_local and not hub_offline() and not hub_reachable():
         raise HeadwiseError(f"cannot reach the Hugging Face hub to load {name!r} (offline?); {LOCAL_HINT}")
     try:
         return fn(name, *args, **kwargs)
     except ValueError as exc:
-        msg = _first_line(exc)
+        msg = first_line(exc)
         if msg.startswith("Bad split"):
             raise HeadwiseError(f"dataset {name!r} has no split {kwargs.get('split')!r} ({msg})") from None
         raise HeadwiseError(f"cannot load dataset {name!r}: {msg}") from None
     except Exception as exc:  # datasets raises many types (ConnectionError, DatasetNotFoundError, ...)
         hint = "" if is_local else f"; {LOCAL_HINT}"
-        raise HeadwiseError(f"cannot load dataset {name!r}: {_first_line(exc)}{hint}") from None
+        raise HeadwiseError(f"cannot load dataset {name!r}: {first_line(exc)}{hint}") from None
 
 
 def hub_splits(name: str) -> list[str]:
     """The split names of a hub dataset (or a local folder in the hub's layout)."""
     import datasets
 
-    return list(_hub_call(name, datasets.get_dataset_split_names))
+    return list(hub_call(name, datasets.get_dataset_split_names))
 
 
 def _hub_stream(name: str, split: str):
     import datasets
 
-    return _hub_call(name, datasets.load_dataset, split=split, streaming=True)
+    return hub_call(name, datasets.load_dataset, split=split, streaming=True)
 
 
 def _open_hub(name: str, field: str | None, split: str) -> Source:

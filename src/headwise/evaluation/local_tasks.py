@@ -201,16 +201,13 @@ def read_examples(task_dir: str | Path, name: str) -> list[dict]:
 def held_out_texts(run_dir: str | Path) -> Iterator[str]:
     """The validation documents of a language run (its ``[task]``'s separate validation data or
     hold-out), which its model never trained on."""
-    from headwise.data.plan import plan_data
     from headwise.train.generate import run_config
 
     cfg = run_config(Path(run_dir))
-    if cfg.task.kind != "lm":
+    texts = cfg.task.held_out_texts()
+    if texts is None:
         raise HeadwiseError(f"{run_dir} trained on the {cfg.task.kind!r} task: it has no held-out text")
-    plan = plan_data(cfg.task)
-    if plan.valid is not None:  # read only the validation data, never a (maybe huge) training source
-        return plan.valid.documents()
-    return (text for role, text in plan.documents() if role == "valid")
+    return texts
 
 
 def file_texts(path: str | Path) -> Iterator[str]:

@@ -100,7 +100,7 @@ def run_model(run_dir: str | Path, checkpoint: str | Path | None = None) -> tupl
     run_dir = Path(run_dir)
     cfg = run_config(run_dir)
     model, source = load_run_model(run_dir, Path(checkpoint) if checkpoint is not None else None)
-    return model, source, run_tokenizer(run_dir, cfg).eot_id if cfg.task.kind == "lm" else None
+    return model, source, run_tokenizer(run_dir, cfg).eot_id if cfg.task.family.generates_text else None
 
 
 def from_run(run_dir: str | Path,

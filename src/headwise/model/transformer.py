@@ -3,7 +3,7 @@
 One file, nanoGPT style: attention, MLP, block, and the Transformer that runs front end -> blocks
 -> final norm -> output head. With a uniform spec and GPT-Neo's options it is exactly Hugging
 Face's ``GPTNeoForCausalLM`` (see :mod:`headwise.hf`). The front end and the head come from the
-spec through the registries of :mod:`headwise.model.frontends` and :mod:`headwise.model.heads`;
+spec through the registries of :mod:`headwise.model.inputs` and :mod:`headwise.model.outputs`;
 how attention runs fast on the CPU is :mod:`headwise.model.kernels`' business.
 """
 
@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from headwise.model.cache import KVCache, LayerCache
-from headwise.model.frontends import FRONT_ENDS
-from headwise.model.heads import OUTPUT_HEADS
+from headwise.model.inputs import FRONT_ENDS
+from headwise.model.outputs import OUTPUT_HEADS
 from headwise.model.kernels import attention, split_qkv
 from headwise.model.nystrom import NystromConv, nystrom_attention
 from headwise.spec import LayerShape, ModelSpec
@@ -162,7 +162,7 @@ class Transformer(nn.Module):
         the vocabulary are -inf, computed faster (see :data:`~headwise.model.kernels.VOCAB_PAD`):
         softmax, cross-entropy and argmax over them equal those over the vocabulary. It does
         nothing without a vocabulary. A sequence longer than ``max_seq_len`` (with the cached
-        positions) raises :class:`~headwise.model.frontends.SequenceTooLong`.
+        positions) raises :class:`~headwise.model.inputs.SequenceTooLong`.
         """
         past = cache.length if cache is not None else 0
         x = self.drop(self.front_end.forward(self, inputs, past))

@@ -8,12 +8,13 @@
 - :mod:`~headwise.report.stats`: fits, seed statistics and tests;
 - :mod:`~headwise.report.probes`: conditioning, samples and scores of the final models, cached;
 - :mod:`~headwise.report.sections`: the sections every report has;
-- :mod:`~headwise.report.registry` and :mod:`~headwise.report.layouts`: one layout per study kind
-  (``heads``, ``depth``, ``rank``, ...), chosen by the study's ``[report] kind``;
+- :mod:`~headwise.report.registry`: one layout per study kind (``heads``, ``depth``, ``rank``,
+  ``vision``, ``lra``: each in its family's ``report*.py``), chosen by the study's ``[report] kind``;
+- :mod:`~headwise.report.accuracy`: what the classification layouts share;
 - :mod:`~headwise.report.spec`: :class:`ReportSpec`, the ``[report]`` table.
 
-Importing the package is light (the study spec imports :class:`ReportSpec` from it); the
-plotting and statistics load with :func:`write_report`.
+Importing the package is light (the study spec imports :class:`ReportSpec` from it); matplotlib
+loads only when a figure is drawn.
 """
 
 from __future__ import annotations

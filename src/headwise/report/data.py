@@ -21,7 +21,7 @@ from headwise.report import stats
 from headwise.run import RunStatus, RunSummary, read_metrics
 from headwise.study.layout import StudyRecord
 from headwise.study.results import RunResult, collect_results
-from headwise.tasks.config import LMTaskConfig, NearestTaskConfig, parse_task_config
+from headwise.tasks.config import parse_task_config
 from headwise.tasks.family import TaskConfigBase
 
 
@@ -63,8 +63,9 @@ class RunRecord:
         return self.config.get("optim", {}).get("lr")
 
     @property
-    def is_lm(self) -> bool:
-        return isinstance(self.task, LMTaskConfig)
+    def generates_text(self) -> bool:
+        """Whether the run's task family writes text (see :class:`~headwise.tasks.family.TaskFamily`)."""
+        return self.task is not None and self.task.family.generates_text
 
     def metrics(self) -> list[dict[str, Any]]:
         """The rows of the run's ``metrics.jsonl``."""
@@ -142,8 +143,9 @@ class VariantRuns:
 
     @property
     def n_points(self) -> int | None:
-        """Points per sample of a nearest-neighbour task (its sequence length); None otherwise."""
-        return self.task.n_points if isinstance(self.task, NearestTaskConfig) else None
+        """Points per sample of a task that has them (the nearest-neighbour task's ``n_points``);
+        None otherwise."""
+        return getattr(self.task, "n_points", None)
 
     def mean(self, field: str) -> float | None:
         """The mean of a numeric summary field over the completed runs."""

@@ -9,13 +9,13 @@ from __future__ import annotations
 import io
 import math
 from pathlib import Path
-from typing import Any, Iterable
-
-from matplotlib.figure import Figure
-from matplotlib.ticker import FixedLocator, NullLocator
+from typing import TYPE_CHECKING, Any, Iterable
 
 from headwise.config import atomic_write_bytes, atomic_write_text
 from headwise.study.results import rows_to_csv
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 class Document:
@@ -67,6 +67,8 @@ class Document:
 def new_figure(width: float = 7.5, height: float = 4.6, ncols: int = 1, nrows: int = 1,
                sharey: bool = False) -> tuple[Figure, Any]:
     """A figure and its axes as a 2-d array (``axes[row, col]``)."""
+    from matplotlib.figure import Figure  # on first use: parsing a study loads the layouts, not matplotlib
+
     fig = Figure(figsize=(width, height), layout="constrained")
     axes = fig.subplots(nrows, ncols, sharey=sharey, squeeze=False)
     return fig, axes
@@ -77,6 +79,8 @@ def log2_ticks(ax: Any, values: Iterable[float]) -> None:
     vals = sorted({v for v in values if v and v > 0})
     if not vals:
         return
+    from matplotlib.ticker import FixedLocator, NullLocator
+
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(FixedLocator(vals))
     ax.xaxis.set_minor_locator(NullLocator())
@@ -85,6 +89,8 @@ def log2_ticks(ax: Any, values: Iterable[float]) -> None:
 
 def fixed_ticks(ax: Any, values: Iterable[float]) -> None:
     """x ticks at exactly ``values``."""
+    from matplotlib.ticker import FixedLocator
+
     ax.xaxis.set_major_locator(FixedLocator(sorted(set(values))))
 
 

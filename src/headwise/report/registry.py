@@ -1,7 +1,7 @@
 """The layouts of ``headwise report``: one per study kind, found by the ``[report] kind`` name.
 
-A layout is a :class:`Layout` subclass in a module of :mod:`headwise.report.layouts` that
-registers itself::
+A layout is a :class:`Layout` subclass in a ``report`` (or ``report_*``) module of a family
+folder (:mod:`headwise.families`) that registers itself::
 
     @register_layout
     class VisionLayout(Layout):
@@ -10,8 +10,8 @@ registers itself::
 
         def sections(self, doc): ...     # its own sections; returns the findings
 
-Every module of that package is imported the first time a kind is looked up, so a new study kind
-adds one module and touches none of the others. The common sections (results table, time, eval
+Every family's report modules are imported the first time a kind is looked up, so a new study
+kind adds one module to its family's folder and touches no other file. The common sections (results table, time, eval
 curves, conditioning, samples) ask the layout how to group and label variants.
 """
 
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from headwise.config import Config
 from headwise.errors import HeadwiseError
+from headwise.families import family_packages
 
 if TYPE_CHECKING:
     from headwise.report.data import StudyRuns, VariantRuns
@@ -108,13 +109,15 @@ def register_layout(cls: type[Layout]) -> type[Layout]:
 
 
 def _discover() -> None:
-    """Import every module of :mod:`headwise.report.layouts` (each registers its layouts)."""
+    """Import every family's ``report`` and ``report_*`` modules (each registers its layouts)."""
     global _discovered
     if _discovered:
         return
-    package = importlib.import_module("headwise.report.layouts")
-    for info in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"{package.__name__}.{info.name}")
+    for name in family_packages():
+        package = importlib.import_module(name)
+        for info in pkgutil.iter_modules(package.__path__):
+            if info.name == "report" or info.name.startswith("report_"):
+                importlib.import_module(f"{name}.{info.name}")
     _discovered = True
 
 

@@ -263,9 +263,9 @@ def conditioning_section(doc: Document, study: StudyRuns, layout: Layout, probes
 
 def samples_section(doc: Document, study: StudyRuns, spec: ReportSpec, probes: Probes,
                     echo: Callable[[str], None]) -> None:
-    """Text from an untrained model and from seed 0 of each variant (language tasks only)."""
+    """Text from an untrained model and from seed 0 of each variant (tasks that generate text only)."""
     done = study.done
-    if not done or not done[0].done[0].is_lm:
+    if not done or not done[0].done[0].generates_text:
         return
     echo(f"report: samples from {len(done)} models")
     doc.add("## Samples",

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from headwise.errors import HeadwiseError, RunFailure
 from headwise.study.preflight import check_data, check_devices, prepare_task_data
-from headwise.study.runner import GRACE_S, RunJob, _Progress, open_log
+from headwise.study.runner import GRACE_S, Progress, RunJob, open_log
 from headwise.study.spec import RunSpec
 
 
@@ -88,7 +88,7 @@ class RayBackend:
             ray.shutdown()
             self.started_here = False
 
-    def run(self, jobs: list[RunJob], progress: _Progress) -> None:
+    def run(self, jobs: list[RunJob], progress: Progress) -> None:
         ray = self._connect()
         cluster_gpus = ray.cluster_resources().get("GPU", 0)
         task = ray.remote(ray_train)

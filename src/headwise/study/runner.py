@@ -263,7 +263,7 @@ def run_study(
             update_results(record)
             failed: list[str] = []
             if todo:
-                progress = _Progress(record, len(todo), echo)
+                progress = Progress(record, len(todo), echo)
                 runner.run(todo, progress)
                 failed = progress.failed
             results = update_results(record)
@@ -289,7 +289,7 @@ def run_study(
     return outcome
 
 
-class _Progress:
+class Progress:
     """Keeps results.csv current and prints one line per finished run (thread-safe)."""
 
     def __init__(self, record: StudyRecord, total: int, echo: Callable[[str], None]) -> None:
@@ -374,7 +374,7 @@ class _LocalBackend:
     def close(self) -> None:
         pass
 
-    def _one(self, job: RunJob, progress: _Progress) -> None:
+    def _one(self, job: RunJob, progress: Progress) -> None:
         if self.stopping:
             return
         progress.started(job)
@@ -390,7 +390,7 @@ class _LocalBackend:
         finally:
             progress.done(job, rc, time.monotonic() - t0)
 
-    def run(self, jobs: list[RunJob], progress: _Progress) -> None:
+    def run(self, jobs: list[RunJob], progress: Progress) -> None:
         old = signal.signal(signal.SIGTERM, _raise_interrupt) if threading.current_thread() is threading.main_thread() else None
         pool = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="headwise-run")
         try:

@@ -40,7 +40,7 @@ A study file is TOML::
     [report]                          # how ``headwise report`` lays the study out (not part of
     kind = "heads"                    #   the study's identity); kind: a registered layout (heads,
     series = "scheme"                 #   depth, rank; default: the task family's), the other keys
-    baseline = "constant"             #   are the layout's own (see headwise.report.layouts)
+    baseline = "constant"             #   are the layout's own (see the family's report module)
     [report.paper]                    # reference values the report quotes beside the study's
     at_heads = 180
 
@@ -72,6 +72,7 @@ from pydantic import Field, field_validator, model_validator
 
 from headwise.config import Config, parse_value, read_toml, set_dotted
 from headwise.errors import HeadwiseError
+from headwise.families import family_packages
 from headwise.plans import Plan
 from headwise.presets import preset_dict
 from headwise.report.spec import ReportSpec
@@ -302,9 +303,9 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 def builtin_studies() -> dict[str, Any]:
-    """Built-in study files by name (``headwise/studies/*.toml``)."""
-    root = resources.files("headwise") / "studies"
-    return {p.name[:-5]: p for p in root.iterdir() if p.name.endswith(".toml")}
+    """Built-in study files by name: every family folder's ``*.toml`` (see :mod:`headwise.families`)."""
+    return {p.name[:-5]: p for name in family_packages() for p in resources.files(name).iterdir()
+            if p.name.endswith(".toml")}
 
 
 def _read_builtin(entry: Any, name: str) -> dict[str, Any]:

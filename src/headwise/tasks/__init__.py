@@ -1,1 +1,4 @@
-"""Training tasks behind one interface: language modelling and the nearest-neighbour target."""
+"""What every task family shares: the interface a task gives the trainer
+(:mod:`~headwise.tasks.base`), the family record and registry (:mod:`~headwise.tasks.family`),
+classification loss and accuracy (:mod:`~headwise.tasks.classify`) and the ``[task]`` table
+(:mod:`~headwise.tasks.config`). The families themselves live in :mod:`headwise.families`."""

@@ -10,8 +10,8 @@
     dim = 16
     n_points = 8
 
-The union of tables is built from :data:`headwise.tasks.family.FAMILIES`, so a family that
-registers itself (see :mod:`headwise.tasks.family`) is accepted here without a change.
+The union of tables is built from the family registry (:func:`headwise.tasks.family.families`,
+which finds every family folder), so a new family is accepted here without a change.
 """
 
 from __future__ import annotations
@@ -23,14 +23,9 @@ from pydantic import Discriminator, Tag
 
 from headwise.errors import HeadwiseError
 from headwise.tasks.base import Task
-from headwise.tasks.family import FAMILIES, TaskConfigBase
-# The built-in families: importing their modules registers them.
-from headwise.tasks.images import ImageTaskConfig
-from headwise.tasks.lm import LMTaskConfig
-from headwise.tasks.lra import LRATaskConfig
-from headwise.tasks.nearest import NearestTaskConfig
+from headwise.tasks.family import TaskConfigBase, families
 
-__all__ = ["ImageTaskConfig", "LMTaskConfig", "LRATaskConfig", "NearestTaskConfig", "TaskConfig", "build_task", "parse_task_config"]
+__all__ = ["TaskConfig", "build_task", "parse_task_config"]
 
 
 def _task_kind(value: Any) -> str | None:
@@ -41,7 +36,7 @@ def _task_kind(value: Any) -> str | None:
 
 
 TaskConfig = Annotated[
-    Union[tuple(Annotated[f.config, Tag(kind)] for kind, f in FAMILIES.items())],  # type: ignore[misc]
+    Union[tuple(Annotated[f.config, Tag(kind)] for kind, f in families().items())],  # type: ignore[misc]
     Discriminator(_task_kind),
 ]
 
@@ -49,9 +44,10 @@ TaskConfig = Annotated[
 def parse_task_config(data: dict[str, Any], source: str = "[task]") -> TaskConfigBase:
     """Validate a ``[task]`` table on its own, raising a one-line HeadwiseError on failure."""
     kind = _task_kind(data)
-    if kind not in FAMILIES:
-        raise HeadwiseError(f"{source}: unknown task kind {kind!r}; use one of: {', '.join(sorted(FAMILIES))}")
-    return FAMILIES[kind].config.parse(data, source=source)
+    known = families()
+    if kind not in known:
+        raise HeadwiseError(f"{source}: unknown task kind {kind!r}; use one of: {', '.join(sorted(known))}")
+    return known[kind].config.parse(data, source=source)
 
 
 def build_task(cfg: TaskConfigBase, cache_dir: str | Path | None = None, progress: bool = False) -> Task:

@@ -1,7 +1,7 @@
 """Task families, registered in one place each.
 
-A family is a kind of task: language modelling, the nearest-neighbour target, and later images,
-Long Range Arena sequences and encoder pretraining. Everything the rest of headwise needs to
+A family is a kind of task: language modelling, the nearest-neighbour target, images, Long Range
+Arena sequences (and next, encoder pretraining). Everything the rest of headwise needs to
 know about a family is in its :class:`TaskFamily` record:
 
 - ``config``: its ``[task]`` table (a :class:`TaskConfigBase` subclass whose ``kind`` field is the
@@ -11,12 +11,20 @@ know about a family is in its :class:`TaskFamily` record:
   model front end its inputs need and the output head its loss scores (``inputs``/``outputs``,
   names in the registries of :mod:`headwise.model`);
 - ``report_layout``: the report layout its studies use unless the study file names one (a name
-  in the registry of :mod:`headwise.report`).
+  in the registry of :mod:`headwise.report`);
+- ``generates_text``: its models continue text (``headwise generate`` writes text, ``headwise
+  eval`` scores them with lm-evaluation-harness, exported models get a generation config, reports
+  show samples).
 
-A new family writes its module (config, task, and any new front end, head and report layout in
-their own packages) and ends it with ``register_family(TaskFamily(...))``; importing it from
-:mod:`headwise.tasks` makes ``[task] kind = "..."`` valid everywhere. Nothing else branches on
-the kind.
+What a family's runs can do besides is asked of its config, never of its kind: whether a run has
+a tokenizer (:meth:`TaskConfigBase.run_tokenizer`), held-out text
+(:meth:`TaskConfigBase.held_out_texts`), text options for ``headwise data``
+(:meth:`TaskConfigBase.data_options`) or a cache of its own (:meth:`TaskConfigBase.cache`).
+
+A new family is a folder of :mod:`headwise.families` (or a package named by a
+``headwise.families`` entry point) whose task module ends with ``register_family(TaskFamily(...))``;
+:func:`families` imports every family package the first time it is asked, which makes
+``[task] kind = "..."`` valid everywhere.
 """
 
 from __future__ import annotations
@@ -24,11 +32,26 @@ from __future__ import annotations
 from abc import abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 
 from headwise.config import Config
 from headwise.errors import HeadwiseError
 from headwise.tasks.base import Task, TaskShape
+
+if TYPE_CHECKING:
+    from headwise.families.lm.tokenizer import Tokenizer
+
+
+class Dims(NamedTuple):
+    """The sizes a task's config knows before its data exists (see
+    :class:`~headwise.tasks.base.TaskShape`)."""
+
+    #: the vocabulary of token inputs; None for other inputs
+    vocab_size: int | None
+    #: the length of one example in the task's own units
+    seq_len: int
+    #: the width of vector inputs (the model's d_model); None for other inputs
+    input_dim: int | None = None
 
 
 class TaskConfigBase(Config):
@@ -48,9 +71,9 @@ class TaskConfigBase(Config):
         return TaskShape(task.inputs, task.outputs, vocab_size, seq_len, input_dim, self.spec_fields())
 
     @abstractmethod
-    def dims(self) -> tuple[int | None, int, int | None]:
-        """``(vocab_size, seq_len, input_dim)`` as the built task will have them (see
-        :class:`~headwise.tasks.base.TaskShape`)."""
+    def dims(self) -> Dims:
+        """The task's :class:`Dims` as the built task will have them (a plain
+        ``(vocab_size, seq_len, input_dim)`` tuple is read the same way)."""
 
     def spec_fields(self) -> dict[str, Any]:
         """Model fields the data dictates (see :class:`~headwise.tasks.base.TaskShape`), as far as
@@ -76,18 +99,46 @@ class TaskConfigBase(Config):
     def build(self, cache_dir: str | Path | None = None, progress: bool = False) -> Task:
         """The task itself, its data prepared (or reused from the cache)."""
 
+    def cache(self, cache_dir: str | Path | None = None, rebuild: bool = False, progress: bool = False) -> Any:
+        """The task's own verified cache (one of its family's ``caches``), built or reused; None
+        when the task has none, or prepares its data from :meth:`data_options` instead."""
+        return None
+
+    def data_options(self) -> dict[str, Any] | None:
+        """The text data request of this table, as ``headwise data``'s options name it (a
+        :class:`~headwise.families.lm.data_plan.DataConfig`'s fields); None for tasks without
+        text to tokenize."""
+        return None
+
+    def run_tokenizer(self, run_dir: Path) -> "Tokenizer | None":
+        """The tokenizer a run of this task trained with (named here or saved in ``run_dir``);
+        None for tasks without one."""
+        return None
+
+    def held_out_texts(self) -> Iterator[str] | None:
+        """The validation documents, which a run's model never trained on; None for tasks
+        without text."""
+        return None
+
 
 @dataclass(frozen=True)
 class TaskFamily:
     """A family's record: its ``[task]`` config, its task (which names the model front end and
-    output head), and its studies' report layout."""
+    output head), its studies' report layout, and what it can do (see the module docstring)."""
 
     kind: str
     config: type[TaskConfigBase]
     task: type[Task]
     report_layout: str
+    #: its models continue text
+    generates_text: bool = False
+    #: the cache classes its data is kept in, for ``headwise data info`` and ``list``: each has
+    #: ``KIND`` (the ``kind`` its ``meta.json`` records; None for caches that record none),
+    #: ``open(path, verify=...)``, ``summary()`` (a dict) and ``headline(summary)`` (one line)
+    caches: tuple[type, ...] = ()
 
 
+#: the registered families by kind (complete once :func:`families` has run)
 FAMILIES: dict[str, TaskFamily] = {}
 
 
@@ -99,8 +150,16 @@ def register_family(family: TaskFamily) -> TaskFamily:
     return family
 
 
+def families() -> dict[str, TaskFamily]:
+    """Every family by kind, each family package imported (see :mod:`headwise.families`)."""
+    from headwise.families import load_families
+
+    load_families()
+    return FAMILIES
+
+
 def family_of(kind: str) -> TaskFamily:
     """The registered family of a ``[task] kind``; an unknown kind is a HeadwiseError."""
-    if kind not in FAMILIES:
+    if kind not in families():
         raise HeadwiseError(f"unknown task kind {kind!r}; use one of: {', '.join(sorted(FAMILIES))}")
     return FAMILIES[kind]

@@ -17,10 +17,10 @@ from pydantic import Field, create_model, field_validator, model_validator
 
 from headwise.config import Config
 from headwise.errors import HeadwiseError
-from headwise.model.frontends import FRONT_ENDS
+from headwise.model.inputs import FRONT_ENDS
 from headwise.plans import Plan, Scheme, plan_heads
 from headwise.presets import preset_dict
-from headwise.spec import DEFAULT_OUTPUTS, ModelSpec
+from headwise.spec import ModelSpec, front_ends
 from headwise.tasks.base import Task, TaskShape
 from headwise.tasks.config import TaskConfig
 
@@ -198,7 +198,8 @@ def resolve_spec(model: Any, task: TaskShape | Task, source: str = "config") -> 
     fields["inputs"] = shape.inputs
     # the spec's default head for these inputs is left implicit, so saved specs stay as they were
     fields.pop("outputs", None)
-    if shape.outputs != DEFAULT_OUTPUTS.get(shape.inputs):
+    inputs = front_ends().get(shape.inputs)
+    if inputs is None or shape.outputs != inputs.default_outputs:
         fields["outputs"] = shape.outputs
     _set_vocab(fields, given.get("vocab_size"), shape.vocab_size, where)
     for key, value in shape.spec_fields.items():

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from headwise.config import read_toml
-from headwise.data.tokenizer import BPETokenizer, Tokenizer, gpt_neo_tokenizer, parse_tokenizer_spec
+from headwise.families.lm.tokenizer import Tokenizer
 from headwise.errors import HeadwiseError
 from headwise.model import SPEC_FILE, WEIGHTS_FILE, SequenceTooLong, Transformer, load_pretrained
 from headwise.model.pretrained import DamagedFile
@@ -153,13 +153,12 @@ def _load(directory: Path, advice: str | Callable[[], str]) -> Transformer:
 
 
 def run_tokenizer(run_dir: Path, cfg: RunConfig) -> Tokenizer:
-    """The tokenizer a language run trained with: GPT-Neo's, or the BPE saved in the run."""
-    if cfg.task.kind != "lm":
+    """The tokenizer a run trained with (see :meth:`~headwise.tasks.family.TaskConfigBase.run_tokenizer`);
+    a HeadwiseError for a task without one."""
+    tokenizer = cfg.task.run_tokenizer(run_dir)
+    if tokenizer is None:
         raise HeadwiseError(f"{run_dir} trained on the {cfg.task.kind!r} task, which has no tokenizer")
-    n = parse_tokenizer_spec(cfg.task.tokenizer)
-    if n is None:
-        return gpt_neo_tokenizer()
-    return BPETokenizer.load(RunDir(run_dir).tokenizer, n)
+    return tokenizer
 
 
 def generate_text(run_dir: str | Path, prompt: str, max_new_tokens: int = 200, *, temperature: float = 0.9,

@@ -1,10 +1,10 @@
 """Long Range Arena pixel-sequence tasks: images read into sequences of pixel tokens.
 
-The readers behind :func:`headwise.data.lra.load_lra` for its image tasks, built on that module's
-types and helpers (ids: pixel + 1, 0 reserved for padding, vocab 257):
+The readers behind :func:`headwise.families.lra.readers.load_lra` for its image tasks, built on that module's
+types and helpers (:mod:`headwise.families.lra.sequences`) (ids: pixel + 1, 0 reserved for padding, vocab 257):
 
 - ``image``: CIFAR-10 in grayscale, 1024 pixel tokens row by row, id = pixel + 1 (vocab 257), 10
-  classes. Read with :func:`headwise.data.image_formats.read_images` (torchvision's pickles, the hub
+  classes. Read with :func:`headwise.families.vision.formats.read_images` (torchvision's pickles, the hub
   parquet layout, or ``uoft-cs/cifar10``); grayscale is Pillow's ``L`` (ITU-R 601-2 luma, rounded):
   ``(19595 R + 38470 G + 7471 B + 32768) >> 16``.
 - ``pathfinder``: 32x32 grayscale images, 1024 pixel tokens, id = pixel + 1, 2 classes. Source the
@@ -19,7 +19,7 @@ types and helpers (ids: pixel + 1, 0 reserved for padding, vocab 257):
   tokens, id = pixel + 1, 10 classes, from ``$HEADWISE_DATA/fashion-mnist``.
 
 Sources without a validation split (CIFAR-10, Fashion-MNIST, hub images) have one carved from
-training (:func:`headwise.data.lra.carve_val`). Bad input fails with one HeadwiseError line.
+training (:func:`headwise.families.lra.sequences.carve_val`). Bad input fails with one HeadwiseError line.
 """
 
 from __future__ import annotations
@@ -29,12 +29,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from headwise.data.lra import (
-    NUM_CLASSES, PATHFINDER_DIFFICULTY, PATHFINDER_FRACTIONS, LRAData, SequenceSplit, _carve_note, _data, _local,
-    carve_val,
-)
-from headwise.data.sources import _first_line
+from headwise.families.lra.sequences import LRAData, SequenceSplit, carve_note, carve_val, local_source, lra_data
+from headwise.families.lra.table import TASKS
+from headwise.data.sources import first_line
 from headwise.errors import HeadwiseError
+
+
+PATHFINDER_DIFFICULTY = "curv_baseline"
+PATHFINDER_FRACTIONS = (0.8, 0.1)  # train, val; the rest is test
 
 
 # --- images ------------------------------------------------------------------------------------
@@ -58,13 +60,13 @@ def pixel_split(gray: np.ndarray, labels: np.ndarray) -> SequenceSplit:
 
 def _image_data(task: str, source: str, max_length: int | None, val_fraction: float, seed: int,
                 say: Callable[[str], None], what: str) -> LRAData:
-    from headwise.data.image_formats import read_images
+    from headwise.families.vision.formats import read_images
 
     say(f"decoding {source}")
     data = read_images(source)
-    if len(data.class_names) > NUM_CLASSES[task]:
+    if len(data.class_names) > TASKS[task].num_classes:
         raise HeadwiseError(
-            f"{data.description} has {len(data.class_names)} classes, {task} has {NUM_CLASSES[task]}: check the source"
+            f"{data.description} has {len(data.class_names)} classes, {task} has {TASKS[task].num_classes}: check the source"
         )
     length = int(np.prod(data.train.images.shape[1:3]))
     limit = max_length if max_length is not None else length
@@ -74,24 +76,27 @@ def _image_data(task: str, source: str, max_length: int | None, val_fraction: fl
     test = pixel_split(grayscale(data.test.images), data.test.labels)
     train, val = carve_val(train, val_fraction, seed, data.description)
     desc = f"{what} from {data.description}"
-    return _data(task, {"train": train, "val": val, "test": test}, limit, desc,
-                 [_carve_note(val_fraction, seed, len(val))])
+    return lra_data(task, {"train": train, "val": val, "test": test}, limit, desc,
+                 [carve_note(val_fraction, seed, len(val))])
 
 
-def _image(source: str, max_length: int | None, _cfg: Any, val_fraction: float, seed: int,
-           say: Callable[[str], None]) -> LRAData:
+def image(source: str, max_length: int | None, _cfg: Any, val_fraction: float, seed: int,
+          say: Callable[[str], None]) -> LRAData:
+    """The ``image`` task (CIFAR-10 in grayscale) from ``source``."""
     return _image_data("image", source, max_length, val_fraction, seed, say, "grayscale pixels (Pillow L)")
 
 
-def _fashion(source: str, max_length: int | None, _cfg: Any, val_fraction: float, seed: int,
-             say: Callable[[str], None]) -> LRAData:
+def fashion(source: str, max_length: int | None, _cfg: Any, val_fraction: float, seed: int,
+            say: Callable[[str], None]) -> LRAData:
+    """The ``fashion-mnist`` task (sequential Fashion-MNIST) from ``source``."""
     return _image_data("fashion-mnist", source, max_length, val_fraction, seed, say, "sequential pixels")
 
 
-def _pathfinder(source: str, max_length: int | None, _cfg: Any, val_fraction: float, seed: int,
-                say: Callable[[str], None]) -> LRAData:
-    path = _local(source, "Pathfinder", "the LRA release's pathfinder32 folder (or one difficulty folder with "
-                  "imgs/ and metadata/), an image folder, or a hub dataset with image and label", True)
+def pathfinder(source: str, max_length: int | None, _cfg: Any, val_fraction: float, seed: int,
+               say: Callable[[str], None]) -> LRAData:
+    """The ``pathfinder`` task from the LRA release's layout or any image source."""
+    path = local_source(source, "Pathfinder", "the LRA release's pathfinder32 folder (or one difficulty folder "
+                        "with imgs/ and metadata/), an image folder, or a hub dataset with image and label", True)
     if path is not None and path.is_dir():
         folder = _pathfinder_folder(path)
         if folder is not None:
@@ -120,7 +125,7 @@ def read_pathfinder_metadata(path: Path) -> list[tuple[str, int]]:
 
             array = np.load(io.BytesIO(data), allow_pickle=False)
         except Exception as exc:
-            raise HeadwiseError(f"Pathfinder metadata {path} is not a readable .npy: {_first_line(exc)}") from None
+            raise HeadwiseError(f"Pathfinder metadata {path} is not a readable .npy: {first_line(exc)}") from None
         rows = [r.split() if isinstance(r, str) else [str(x) for x in r] for r in array.tolist()]
     else:
         try:
@@ -163,7 +168,7 @@ def _pathfinder_lra(folder: Path, max_length: int | None, say: Callable[[str], N
         except FileNotFoundError:
             raise HeadwiseError(f"Pathfinder image {file} (listed in metadata) does not exist") from None
         except (UnidentifiedImageError, OSError) as exc:
-            raise HeadwiseError(f"Pathfinder image {file} is not a readable image: {_first_line(exc)}") from None
+            raise HeadwiseError(f"Pathfinder image {file} is not a readable image: {first_line(exc)}") from None
         if shape is None:
             shape = a.shape
         elif a.shape != shape:
@@ -179,5 +184,5 @@ def _pathfinder_lra(folder: Path, max_length: int | None, say: Callable[[str], N
     b = a + int(n * PATHFINDER_FRACTIONS[1])
     splits = {"train": all_split.take(np.arange(a)), "val": all_split.take(np.arange(a, b)),
               "test": all_split.take(np.arange(b, n))}
-    return _data("pathfinder", splits, limit, f"Pathfinder {shape[0]}x{shape[1]} from {folder}",
+    return lra_data("pathfinder", splits, limit, f"Pathfinder {shape[0]}x{shape[1]} from {folder}",
                  ["metadata rows split 80/10/10 in order"])

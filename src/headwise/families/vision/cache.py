@@ -10,12 +10,12 @@ A cache is a folder ``<cache_dir>/images-<source>-<key>/`` holding
 
 ``key`` hashes the request, so a changed source file or another ``image_size`` is a new folder
 beside the old one. Building happens in a hidden temporary folder renamed into place when
-complete (as for token caches, :mod:`headwise.data.cache`); opening checks the format version,
+complete (as for token caches, :mod:`headwise.families.lm.token_cache`); opening checks the format version,
 the request, the file sizes (truncation) and their sha256 (corruption), and refuses a bad cache
 with one line.
 
 Class folders, parquet files and hub data sets stream: their images are decoded chunk by chunk
-on a process pool (:func:`headwise.data.image_streams.decode_split`, in file order) and written
+on a process pool (:func:`headwise.families.vision.streams.decode_split`, in file order) and written
 straight into the files of the temporary folder, hashed and counted (the statistics) on the way,
 so no more than a few chunks per worker are ever in memory. IDX and CIFAR, small by nature, are
 decoded whole first.
@@ -31,21 +31,21 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from headwise.data.cache import default_cache_dir, request_key
 from headwise.data.cache_files import (
-    META, CacheInvalid, HashedFile, build_in_temporary, check_file, open_existing, read_meta, unusable, write_meta,
+    META, CacheInvalid, HashedFile, build_in_temporary, check_file, default_cache_dir, open_existing, read_meta,
+    request_key, unusable, write_meta,
 )
 from headwise.data.cache_files import Status as _Status
 from headwise.data.cache_files import write_array as _write
-from headwise.data.image_formats import (
+from headwise.families.vision.formats import (
     STREAM_FORMATS, ImageData, check_labels, check_same_shape, open_stream, read_images, resolve_source,
     source_identity,
 )
-from headwise.data.image_streams import ImageStream, decode_split
+from headwise.families.vision.streams import ImageStream, decode_split
 from headwise.errors import HeadwiseError
 
 IMAGE_CACHE_FORMAT = 1
@@ -59,6 +59,9 @@ MAX_WORKERS = 16
 @dataclass
 class ImageCache:
     """An opened, checked image cache."""
+
+    #: the ``kind`` its ``meta.json`` records
+    KIND: ClassVar[str | None] = 'images'
 
     path: Path
     meta: dict[str, Any]
@@ -117,6 +120,22 @@ class ImageCache:
     def description(self) -> str:
         """A few words on what the cache holds."""
         return str(self.meta["description"])
+
+    def summary(self) -> dict[str, Any]:
+        """What ``headwise data info`` and ``list`` show of the cache."""
+        return {
+            "cache": str(self.path),
+            "data": self.description,
+            "classes": self.num_classes,
+            "image_size": self.image_size,
+            "channels": self.channels,
+            "train_images": self.num_examples("train"),
+            "test_images": self.num_examples("test"),
+        }
+
+    def headline(self) -> str:
+        """The cache in one line (``headwise data list``)."""
+        return f"{self.num_examples('train'):,} train images, {self.num_classes} classes"
 
     @classmethod
     def open(cls, path: str | Path, request: dict[str, Any] | None = None, verify: bool = True) -> "ImageCache":

@@ -6,7 +6,7 @@ Each opener lists a resolved source into an :class:`ImageStream`: both splits as
 names, the format and a label. :func:`decode_split` decodes a split chunk by chunk, in order,
 optionally on a process pool: the image cache is built from it without ever holding a whole split
 in memory (ImageNet at 224 px is ~193 GB of uint8). Source resolution, format detection and the
-formats decoded whole (IDX, CIFAR) are in :mod:`headwise.data.image_formats`, whose
+formats decoded whole (IDX, CIFAR) are in :mod:`headwise.families.vision.formats`, whose
 ``open_stream`` picks the opener here.
 """
 
@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
-from headwise.data.sources import _first_line, _hub_call, _hub_offline, hub_reachable
+from headwise.data.sources import first_line, hub_call, hub_offline, hub_reachable
 from headwise.errors import HeadwiseError
 
 DECODE_CHUNK = 128  # images per chunk of decode_split (a unit of work for one process)
@@ -101,7 +101,7 @@ def _parquet_stream(name: str) -> ImageStream:
     try:
         schema = pq.read_schema(shards["train"][0])
     except Exception as exc:  # pyarrow's errors vary by what is wrong with the file
-        raise HeadwiseError(f"{shards['train'][0]} is not a readable parquet file: {_first_line(exc)}") from None
+        raise HeadwiseError(f"{shards['train'][0]} is not a readable parquet file: {first_line(exc)}") from None
     image_col, label_col = _columns(schema.names, str(shards["train"][0]))
     classes = _parquet_class_names(schema, label_col)
 
@@ -117,7 +117,7 @@ def _parquet_stream(name: str) -> ImageStream:
                 raise
             except Exception as exc:
                 raise HeadwiseError(
-                    f"{f} is not a readable parquet file with columns {image_col}, {label_col}: {_first_line(exc)}"
+                    f"{f} is not a readable parquet file with columns {image_col}, {label_col}: {first_line(exc)}"
                 ) from None
 
     count = lambda files: sum(pq.ParquetFile(f).metadata.num_rows for f in files)  # noqa: E731
@@ -189,12 +189,12 @@ def _hub_stream(name: str) -> ImageStream:
 
     # A local folder in the hub's layout needs no network; a hub name fails at once offline
     # instead of after datasets' half-minute of retries.
-    if not Path(name).exists() and (_hub_offline() or not hub_reachable()):
+    if not Path(name).exists() and (hub_offline() or not hub_reachable()):
         raise HeadwiseError(
             f"cannot reach the Hugging Face hub to load {name!r} (offline?); give a local folder instead "
             f"({_LOCAL_KINDS}), as a path or a name under HEADWISE_DATA"
         )
-    dd = _hub_call(name, datasets.load_dataset)
+    dd = hub_call(name, datasets.load_dataset)
     test_split = "test" if "test" in dd else "validation"
     if "train" not in dd or test_split not in dd:
         raise HeadwiseError(f"dataset {name!r} needs train and test (or validation) splits; it has {', '.join(dd)}")
@@ -300,7 +300,7 @@ def _decode_chunk(
             img = Image.open(io.BytesIO(value) if isinstance(value, (bytes, bytearray)) else value)
             img.load()
         except Exception as exc:  # Pillow raises UnidentifiedImageError, OSError, SyntaxError, ...
-            raise HeadwiseError(f"{where}: the image cannot be decoded ({_first_line(exc)})") from None
+            raise HeadwiseError(f"{where}: the image cannot be decoded ({first_line(exc)})") from None
         own = "L" if img.mode in _GRAY_MODES else "RGB"
         if mode is None:
             mode, first = own, where

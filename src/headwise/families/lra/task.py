@@ -1,10 +1,10 @@
 """Long Range Arena sequence classification: token sequences (or pairs of them) in, class logits out.
 
 The tasks (Tay et al., 2021, as Leaner Transformers runs them with Nyströmformers): ``listops``
-(generated here, :mod:`headwise.data.listops`), ``text`` (IMDb bytes), ``retrieval`` (pairs of
+(generated here, :mod:`headwise.families.lra.listops`), ``text`` (IMDb bytes), ``retrieval`` (pairs of
 AAN documents, bytes), ``image`` (CIFAR-10 as grayscale pixel tokens), ``pathfinder`` (32 x 32
 pixel tokens), and ``fashion-mnist`` (sequential Fashion-MNIST, 784 pixel tokens: the offline
-stand-in for ``image``). Token id 0 is padding everywhere (:mod:`headwise.data.lra`); every
+stand-in for ``image``). Token id 0 is padding everywhere (:mod:`headwise.families.lra.readers`); every
 sequence is padded to ``max_length``, and the model (``pad_id = 0``, bidirectional) ignores the
 padding in attention and pooling. Targets are class ids ``[B]``; ``retrieval``'s inputs are
 ``[B, 2, max_length]`` (the model's ``token_pairs`` front end), the others' ``[B, max_length]``.
@@ -24,26 +24,14 @@ import torch
 from pydantic import Field, model_validator
 
 from headwise.config import Config
-from headwise.data.listops import listops_config
-from headwise.data.sequence_cache import SequenceCache, prepare_sequences
+from headwise.families.lra.listops import listops_config
+from headwise.families.lra.cache import SequenceCache, prepare_sequences
+from headwise.families.lra.table import PAD_ID, TASKS
 from headwise.data.shuffled import ShuffledStream, evenly_spaced
 from headwise.errors import HeadwiseError
 from headwise.tasks.base import Batch, BatchStream, TaskShape
 from headwise.tasks.classify import ClassificationTask, accuracy_metrics
-from headwise.tasks.family import TaskConfigBase, TaskFamily, register_family
-
-PAD_ID = 0
-#: per task: default source, default max_length (per document for retrieval), vocabulary with
-#: padding, classes
-TASKS: dict[str, tuple[str | None, int, int, int]] = {
-    "listops": ("generate", 2000, 16, 10),
-    "text": ("stanfordnlp/imdb", 4000, 257, 2),
-    "retrieval": (None, 4000, 257, 2),
-    "image": ("uoft-cs/cifar10", 1024, 257, 10),
-    "pathfinder": (None, 1024, 257, 2),
-    "fashion-mnist": ("fashion-mnist", 784, 257, 10),
-}
-
+from headwise.tasks.family import Dims, TaskConfigBase, TaskFamily, register_family
 
 class SequenceTask(ClassificationTask):
     """Classification of cached token sequences, padded to ``max_length`` (see the module docstring)."""
@@ -122,7 +110,7 @@ class SequenceTask(ClassificationTask):
 
 
 class ListOpsConfig(Config):
-    """``[task.listops]``: how ListOps is generated (see :mod:`headwise.data.listops`): a variant
+    """``[task.listops]``: how ListOps is generated (see :mod:`headwise.families.lra.listops`): a variant
     (``standard``: LRA's 96k/2k/2k of 500-2000 tokens; ``short``: 20k/2k/2k of 20-100 tokens for
     CPU studies) with any of its settings overridden."""
 
@@ -138,7 +126,7 @@ class ListOpsConfig(Config):
     seed: int | None = None
 
     def request(self) -> dict[str, Any]:
-        """The variant and the settings given, as :func:`headwise.data.sequence_cache.prepare_sequences` takes them."""
+        """The variant and the settings given, as :func:`headwise.families.lra.cache.prepare_sequences` takes them."""
         return {k: v for k, v in self.to_dict().items() if v is not None}
 
     def resolved(self) -> dict[str, int]:
@@ -158,7 +146,7 @@ class LRATaskConfig(TaskConfigBase):
     """
 
     kind: Literal["lra"] = "lra"
-    task: Literal["listops", "text", "retrieval", "image", "pathfinder", "fashion-mnist"]
+    task: Literal[tuple(TASKS)]  # type: ignore[valid-type]
     #: the data: "generate" (ListOps), a path, a name under $HEADWISE_DATA, or a hub dataset;
     #: None: the task's default (retrieval and pathfinder have none: give the LRA release's files)
     source: str | None = None
@@ -185,30 +173,31 @@ class LRATaskConfig(TaskConfigBase):
             return self.max_length
         if self.task == "listops" and self.data_source == "generate":
             return self.listops.resolved()["max_length"]
-        return TASKS[self.task][1]
+        return TASKS[self.task].max_length
 
     @property
     def data_source(self) -> str:
         """The resolved source; a HeadwiseError when the task has no default."""
-        source = self.source or TASKS[self.task][0]
+        row = TASKS[self.task]
+        source = self.source or (None if row.release_only else row.source)
         if source is None:
             raise HeadwiseError(f"[task] task = {self.task!r} has no public default source: set task.source to the "
-                                "LRA release's files (see headwise.data.lra)")
+                                "LRA release's files (see headwise.families.lra.readers)")
         return source
 
-    def dims(self) -> tuple[int | None, int, int | None]:
+    def dims(self) -> Dims:
         """The task's vocabulary (with padding), ``max_length``, no vector inputs."""
-        return TASKS[self.task][2], self.length, None
+        return Dims(TASKS[self.task].vocab_size, self.length)
 
     def shape(self) -> TaskShape:
         """Token sequences, or pairs of them for retrieval, classified."""
         vocab, seq_len, _ = self.dims()
-        pairs = self.task == "retrieval"
+        pairs = TASKS[self.task].pairs
         return TaskShape("token_pairs" if pairs else "tokens", "pair_classes" if pairs else "classes",
                          vocab, seq_len * (2 if pairs else 1), None, self.spec_fields())
 
     def spec_fields(self) -> dict[str, Any]:
-        return {"num_classes": TASKS[self.task][3], "pad_id": PAD_ID}
+        return {"num_classes": TASKS[self.task].num_classes, "pad_id": PAD_ID}
 
     def setup_line(self, facts: dict[str, Any]) -> str:
         return (f"LRA {self.task} on {facts.get('data') or self.source}, {facts.get('classes', '?')} classes, "
@@ -236,4 +225,5 @@ class LRATaskConfig(TaskConfigBase):
                             eval_batch_size=self.eval_batch_size)
 
 
-LRA_FAMILY = register_family(TaskFamily(kind="lra", config=LRATaskConfig, task=SequenceTask, report_layout="lra"))
+LRA_FAMILY = register_family(TaskFamily(kind="lra", config=LRATaskConfig, task=SequenceTask, report_layout="lra",
+                                        caches=(SequenceCache,)))

@@ -13,7 +13,7 @@ and holds :func:`read_images`: every reader returns the same :class:`ImageData`,
 :class:`HeadwiseError` line naming the file.
 
 The formats stored image by image (parquet, class folders, hub) are listed and decoded in
-:mod:`headwise.data.image_streams`; :func:`open_stream` opens them as an ``ImageStream``.
+:mod:`headwise.families.vision.streams`; :func:`open_stream` opens them as an ``ImageStream``.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from headwise.data.image_streams import (
+from headwise.families.vision.streams import (
     _LOCAL_KINDS, ImageStream, StreamSplit, _fit, _folder_stream, _hidden, _hub_stream, _parquet_stream, _shape,
     decode_split,
 )
-from headwise.data.sources import _HUB_NAME, _first_line, data_root, find_local
+from headwise.data.sources import HUB_NAME, first_line, data_root, find_local
 from headwise.errors import HeadwiseError
 
 FORMATS = ("idx", "cifar", "parquet", "folder", "hub")
@@ -74,7 +74,7 @@ def resolve_source(source: str | Path, format: str = "auto") -> tuple[str, str]:
     if format != "auto" and format not in FORMATS:
         raise HeadwiseError(f"unknown image format {format!r}: use auto or one of {', '.join(FORMATS)}")
     local = find_local(str(source))
-    if format == "hub" or (local is None and _HUB_NAME.fullmatch(str(source))):
+    if format == "hub" or (local is None and HUB_NAME.fullmatch(str(source))):
         return str(source), "hub"
     if local is None:
         where = f" or under HEADWISE_DATA={data_root()}" if data_root() else " (HEADWISE_DATA is not set)"
@@ -89,7 +89,7 @@ def detect_format(source: str | Path) -> str:
     is ``hub``); HeadwiseError when it cannot be told."""
     path = Path(source)
     if not path.exists():
-        if _HUB_NAME.fullmatch(str(source)):
+        if HUB_NAME.fullmatch(str(source)):
             return "hub"
         raise HeadwiseError(f"image source {str(source)!r} does not exist: give {_LOCAL_KINDS}")
     if not path.is_dir():
@@ -221,7 +221,7 @@ def read_idx(path: str | Path) -> np.ndarray:
         raise HeadwiseError(f"IDX file {path} does not exist") from None
     except (OSError, EOFError, zlib.error) as exc:  # a cut or damaged .gz
         raise HeadwiseError(
-            f"IDX file {path} is not a readable gzip file ({_first_line(exc)}): download it again"
+            f"IDX file {path} is not a readable gzip file ({first_line(exc)}): download it again"
         ) from None
     if len(data) < 4 or data[:2] != b"\0\0":
         raise HeadwiseError(f"{path} is not an IDX file (bad magic {data[:4].hex() or 'empty'}, expected 0000 08 0N)")
@@ -296,7 +296,7 @@ def _load_pickle(path: Path) -> dict[str, Any]:
         with open(path, "rb") as f:
             obj = _ArrayUnpickler(f, encoding="latin1").load()
     except Exception as exc:  # pickle raises many types for damaged input
-        raise HeadwiseError(f"CIFAR file {path} is not a readable batch pickle: {_first_line(exc)}") from None
+        raise HeadwiseError(f"CIFAR file {path} is not a readable batch pickle: {first_line(exc)}") from None
     if not isinstance(obj, dict):
         raise HeadwiseError(f"CIFAR file {path} holds a {type(obj).__name__}, not a dict")
     # Python 2 pickles come back with str or bytes keys depending on how they were written.

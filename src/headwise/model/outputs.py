@@ -15,7 +15,7 @@ from headwise.spec import ModelSpec
 
 
 class OutputHead(Protocol):
-    """What an output head provides. Like front ends (:class:`~headwise.model.frontends.FrontEnd`),
+    """What an output head provides. Like front ends (:class:`~headwise.model.inputs.FrontEnd`),
     heads are stateless classes whose modules the Transformer holds under the names :meth:`build`
     returns."""
 
@@ -35,7 +35,7 @@ class OutputHead(Protocol):
     def forward(model: nn.Module, x: Tensor, pad_vocab: bool, key_mask: Tensor | None = None) -> Tensor:
         """The output for the final hidden states ``x`` [B, T, d_model]. ``pad_vocab``: the caller
         accepts logits padded past the vocabulary with -inf (see :data:`~headwise.model.kernels.VOCAB_PAD`).
-        ``key_mask`` [B, T]: False at padding (see :meth:`~headwise.model.frontends.FrontEnd.key_mask`)."""
+        ``key_mask`` [B, T]: False at padding (see :meth:`~headwise.model.inputs.FrontEnd.key_mask`)."""
         ...
 
     @staticmethod
@@ -132,7 +132,7 @@ class ClassifierHead(OutputHead):
 
 class PairClassifierHead(OutputHead):
     """Class logits [B, num_classes] for pairs of sequences (rows 2i and 2i + 1 of the blocks'
-    output, see :class:`~headwise.model.frontends.TokenPairInputs`): the pooled u and v combined
+    output, see :class:`~headwise.model.inputs.TokenPairInputs`): the pooled u and v combined
     as [u, v, u * v, u - v] (the LRA Retrieval models' rule), then ``classifier``."""
 
     @staticmethod
@@ -154,6 +154,14 @@ class PairClassifierHead(OutputHead):
         return ClassifierHead.positions_read(spec)
 
 
-#: ``ModelSpec.output_head`` -> its output head.
+#: ``ModelSpec.output_head`` -> its output head (a family adds its own with :func:`register_output_head`).
 OUTPUT_HEADS: dict[str, type[OutputHead]] = {"lm": LMHead, "vectors": VectorOutputs, "classes": ClassifierHead,
                                              "pair_classes": PairClassifierHead}
+
+
+def register_output_head(name: str, head: type[OutputHead]) -> type[OutputHead]:
+    """Make ``head`` the one of ``ModelSpec.outputs = name`` (once per name); returns it."""
+    if OUTPUT_HEADS.get(name, head) is not head:
+        raise ValueError(f"output head {name!r} is registered twice")
+    OUTPUT_HEADS[name] = head
+    return head

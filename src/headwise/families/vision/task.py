@@ -23,13 +23,13 @@ import torch
 from pydantic import Field
 
 from headwise.config import Config
-from headwise.data.augment import normalize, random_crop_flip
-from headwise.data.image_cache import ImageCache, prepare_images
+from headwise.families.vision.augment import normalize, random_crop_flip
+from headwise.families.vision.cache import ImageCache, prepare_images
 from headwise.data.shuffled import ShuffledStream, evenly_spaced
 from headwise.errors import HeadwiseError
 from headwise.tasks.base import Batch, BatchStream
 from headwise.tasks.classify import ClassificationTask, accuracy_metrics
-from headwise.tasks.family import TaskConfigBase, TaskFamily, register_family
+from headwise.tasks.family import Dims, TaskConfigBase, TaskFamily, register_family
 
 def cache_spec_fields(cache: ImageCache) -> dict[str, Any]:
     """The model fields an image cache's data dictates: the image's side, channels and classes."""
@@ -166,9 +166,9 @@ class ImageTaskConfig(TaskConfigBase):
     #: where decoded images are cached; None: ``$HEADWISE_CACHE`` or ``~/.cache/headwise``
     cache_dir: str | None = None
 
-    def dims(self) -> tuple[int | None, int, int | None]:
+    def dims(self) -> Dims:
         """No vocabulary, one image per example, no vector inputs."""
-        return None, 1, None
+        return Dims(None, 1)
 
     def spec_fields(self) -> dict[str, Any]:
         """The image side, channels and classes this table states (the data is checked against them)."""
@@ -211,4 +211,4 @@ class ImageTaskConfig(TaskConfigBase):
 
 
 IMAGE_FAMILY = register_family(TaskFamily(kind="images", config=ImageTaskConfig, task=ImageTask,
-                                          report_layout="vision"))
+                                          report_layout="vision", caches=(ImageCache,)))

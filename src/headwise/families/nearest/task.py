@@ -29,7 +29,7 @@ from torch import Tensor
 
 from headwise.errors import HeadwiseError
 from headwise.tasks.base import Batch, BatchStream, Task
-from headwise.tasks.family import TaskConfigBase, TaskFamily, register_family
+from headwise.tasks.family import Dims, TaskConfigBase, TaskFamily, register_family
 
 VARIANTS = ("farthest", "query-nearest")
 
@@ -238,11 +238,11 @@ class NearestTaskConfig(TaskConfigBase):
             raise ValueError("n_queries applies only to variant 'query-nearest'")
         return self
 
-    def dims(self) -> tuple[int | None, int, int | None]:
+    def dims(self) -> Dims:
         """No vocabulary; points (and, for query-nearest, queries flagged by an extra coordinate)."""
         query = self.variant == "query-nearest"
         queries = (self.n_queries or self.n_points) if query else 0
-        return None, self.n_points + queries, self.dim + (1 if query else 0)
+        return Dims(None, self.n_points + queries, self.dim + (1 if query else 0))
 
     def setup_line(self, facts: dict[str, Any]) -> str:
         return f"nearest-neighbour task, d = {self.dim}, N = {self.n_points} points ({self.variant})"

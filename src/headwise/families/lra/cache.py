@@ -27,21 +27,21 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from headwise.data import listops as lo
-from headwise.data.cache import default_cache_dir, request_key
+from headwise.families.lra import listops as lo
 from headwise.data.cache_files import (
-    META, CacheInvalid, build_in_temporary, check_file, open_existing, read_meta, unusable, write_meta,
+    META, CacheInvalid, build_in_temporary, check_file, default_cache_dir, open_existing, read_meta, request_key,
+    unusable, write_meta,
 )
 from headwise.data.cache_files import Status as _Status
 from headwise.data.cache_files import write_array as _write
-from headwise.data.lra import (
-    DEFAULT_SOURCES, SPLITS, VAL_FRACTION, LRAData, SequenceSplit, check_task, load_lra, token_dtype,
-)
-from headwise.data.sources import _HUB_NAME, find_local
+from headwise.families.lra.readers import load_lra
+from headwise.families.lra.sequences import LRAData, SequenceSplit, token_dtype
+from headwise.families.lra.table import SPLITS, TASKS, VAL_FRACTION, check_task
+from headwise.data.sources import HUB_NAME, find_local
 from headwise.errors import HeadwiseError
 
 SEQUENCE_CACHE_FORMAT = 1
@@ -52,6 +52,9 @@ _PARTS = ("tokens", "offsets", "labels", "tokens2", "offsets2")
 @dataclass
 class SequenceCache:
     """An opened, checked sequence cache."""
+
+    #: the ``kind`` its ``meta.json`` records
+    KIND: ClassVar[str | None] = 'sequences'
 
     path: Path
     meta: dict[str, Any]
@@ -135,6 +138,24 @@ class SequenceCache:
         second = (self.tokens(split, True), self.offsets(split, True)) if self.pairs else (None, None)
         return SequenceSplit(self.tokens(split), self.offsets(split), self.labels(split), *second)
 
+    def summary(self) -> dict[str, Any]:
+        """What ``headwise data info`` and ``list`` show of the cache."""
+        return {
+            "cache": str(self.path),
+            "data": self.description,
+            "classes": self.num_classes,
+            "vocab_size": self.vocab_size,
+            "max_length": self.max_length,
+            "pairs": self.pairs,
+            "train_examples": self.num_examples("train"),
+            "test_examples": self.num_examples("test"),
+        }
+
+    def headline(self) -> str:
+        """The cache in one line (``headwise data list``)."""
+        return (f"{self.num_examples('train'):,} train sequences of up to {self.max_length:,} tokens, "
+                f"{self.num_classes} classes")
+
     @classmethod
     def open(cls, path: str | Path, request: dict[str, Any] | None = None, verify: bool = True) -> "SequenceCache":
         """Open a cache folder, checking its metadata and files (and, when given, that it was built
@@ -189,7 +210,7 @@ def source_identity(task: str, source: str) -> dict[str, Any]:
         return {"format": "generate"}
     local = find_local(source)
     if local is None:
-        if _HUB_NAME.fullmatch(source):
+        if HUB_NAME.fullmatch(source):
             return {"format": "hub", "name": source}
         return {"format": "missing", "name": source}  # load_lra refuses it with the right words
     files = [local] if local.is_file() else sorted(
@@ -209,7 +230,7 @@ def sequence_request(task: str, source: str | None = None, max_length: int | Non
                      seed: int = 0) -> dict[str, Any]:
     """The request that keys a cache (a generated ListOps request holds its full config)."""
     check_task(task)
-    source = str(DEFAULT_SOURCES[task] if source is None else source)
+    source = str(TASKS[task].source if source is None else source)
     cfg = lo.listops_config(**listops) if task == "listops" and source == "generate" else None
     if listops is not None and cfg is None:
         raise HeadwiseError("a listops config applies to task listops with source 'generate' only: drop it")
@@ -243,12 +264,12 @@ def prepare_sequences(
     val_fraction: float = VAL_FRACTION,
     seed: int = 0,
 ) -> SequenceCache:
-    """Read ``task``'s data (see :func:`headwise.data.lra.load_lra`) into a cache, or reuse the
+    """Read ``task``'s data (see :func:`headwise.families.lra.readers.load_lra`) into a cache, or reuse the
     cache of the same request. ``listops`` configures the generator (``variant`` "standard" or
-    "short" plus overrides, see :func:`headwise.data.listops.listops_config`); ``cache_dir``
+    "short" plus overrides, see :func:`headwise.families.lra.listops.listops_config`); ``cache_dir``
     defaults to ``default_cache_dir()``. A valid cache is reused unless ``rebuild``; an unusable
     one is refused with its reason unless ``rebuild``."""
-    source = str(DEFAULT_SOURCES[check_task(task)] if source is None else source)
+    source = str(TASKS[check_task(task)].source if source is None else source)
     request = sequence_request(task, source, max_length, listops, val_fraction, seed)
     root = Path(cache_dir or default_cache_dir()).expanduser()
     final = root / cache_name(request)

@@ -20,26 +20,26 @@ file (corruption); a bad cache is refused with one line, or rebuilt when asked.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, ClassVar, Iterator
 
 import numpy as np
 
 from headwise.config import sha256_file
 from headwise.data.cache_files import (
-    META, CacheInvalid, build_in_temporary, open_existing, read_meta, unusable, write_meta,
+    META, CacheInvalid, build_in_temporary, default_cache_dir, open_existing, read_meta, request_key, unusable,
+    write_meta,
 )
 from headwise.data.cache_files import install as _install  # noqa: F401  (the names this module had)
 from headwise.data.cache_files import make_root as _make_root  # noqa: F401
 from headwise.data.cache_files import share as _share  # noqa: F401
-from headwise.data.plan import DataConfig, DataPlan, plan_data
-from headwise.data.tokenizer import BPETokenizer, Tokenizer, gpt_neo_tokenizer, parse_tokenizer_spec
+from headwise.families.lm.data_plan import DataConfig, DataPlan, plan_data
+from headwise.families.lm.tokenizer import BPETokenizer, Tokenizer, gpt_neo_tokenizer, parse_tokenizer_spec
 from headwise.errors import HeadwiseError
 
 CACHE_FORMAT = 1
@@ -50,21 +50,9 @@ _GROUP_CHARS = 1 << 22
 _GROUP_DOCS = 8192
 
 
-def default_cache_dir() -> Path:
-    """``$HEADWISE_CACHE``, else ``~/.cache/headwise``."""
-    value = os.environ.get("HEADWISE_CACHE")
-    return Path(value).expanduser() if value else Path.home() / ".cache" / "headwise"
-
-
 def token_dtype(vocab_size: int) -> np.dtype:
     """uint16 when every id fits, else uint32."""
     return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
-
-
-def request_key(request: dict[str, Any]) -> str:
-    """A short stable hash of a request."""
-    canonical = json.dumps({"format": CACHE_FORMAT, **request}, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
 def cache_name(plan: DataPlan) -> str:
@@ -80,6 +68,9 @@ def cache_name(plan: DataPlan) -> str:
 @dataclass
 class TokenCache:
     """An opened, checked token cache."""
+
+    #: token caches record no ``kind`` in ``meta.json`` (they predate the field)
+    KIND: ClassVar[str | None] = None
 
     path: Path
     meta: dict[str, Any]
@@ -103,6 +94,26 @@ class TokenCache:
         """The token ids of ``split`` as a read-only memory map (not loaded into memory)."""
         info = self.meta["splits"][split]
         return np.memmap(self.path / info["file"], dtype=self.dtype, mode="r", shape=(int(info["tokens"]),))
+
+    def summary(self) -> dict[str, Any]:
+        """What ``headwise data info`` and ``list`` show of the cache."""
+        meta = self.meta
+        return {
+            "cache": str(self.path),
+            "data": meta.get("description", ""),
+            "tokenizer": meta["tokenizer"]["spec"],
+            "vocab_size": self.vocab_size,
+            "dtype": meta["dtype"],
+            "train_tokens": self.num_tokens("train"),
+            "valid_tokens": self.num_tokens("valid"),
+            "train_documents": meta["splits"]["train"]["documents"],
+            "valid_documents": meta["splits"]["valid"]["documents"],
+        }
+
+    def headline(self) -> str:
+        """The cache in one line (``headwise data list``)."""
+        return (f"{self.num_tokens('train'):,} train tokens, {self.meta['tokenizer']['spec']}; "
+                f"{self.meta.get('description', '')}")
 
     @classmethod
     def open(cls, path: str | Path, request: dict[str, Any] | None = None, verify: bool = True) -> "TokenCache":
@@ -312,18 +323,3 @@ class _Progress:
             # A failed build erases its bar, so that the error line stands alone.
             self.progress.live.transient = exc_type is not None
             self.progress.stop()
-
-
-def list_caches(root: str | Path | None = None) -> list[Path]:
-    """Cache folders under ``root`` (default :func:`default_cache_dir`), hidden temporaries
-    excluded. A ``root`` given that is missing, and any root that is a file, are HeadwiseErrors;
-    the default folder not made yet holds no caches."""
-    given = root is not None
-    root = Path(root or default_cache_dir()).expanduser()
-    if root.exists() and not root.is_dir():
-        raise HeadwiseError(f"cache folder {root} is a file, not a folder of token caches")
-    if not root.is_dir():
-        if given:
-            raise HeadwiseError(f"cache folder {root} does not exist (caches are made by `headwise data prepare`)")
-        return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))

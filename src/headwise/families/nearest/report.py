@@ -19,7 +19,7 @@ from headwise.report.data import VariantRuns
 from headwise.report.document import Document, fmt, fmt_params, log2_ticks, new_figure, plural
 from headwise.report.registry import Layout, register_layout
 from headwise.report.sections import loss_cell
-from headwise.tasks.config import NearestTaskConfig
+from headwise.families.nearest.task import NearestTaskConfig
 
 
 @dataclass
@@ -53,7 +53,7 @@ class RankLayout(Layout):
     conditioning = False
 
     def setup(self) -> None:
-        from headwise.tasks.nearest import baseline_loss
+        from headwise.families.nearest.task import baseline_loss
 
         self.points = []
         for v in self.study.done:

@@ -24,6 +24,10 @@ class FrontEnd(Protocol):
 
     #: how many sequences through the blocks one example is (2 for a pair of documents)
     sequences_per_example: int = 1
+    #: the output head of a spec that names none (``ModelSpec.outputs``)
+    default_outputs: str
+    #: whether the inputs are token ids (a spec without them has no ``vocab_size``)
+    vocabulary: bool = True
 
     @staticmethod
     def build(spec: ModelSpec) -> dict[str, nn.Module | None]:
@@ -111,6 +115,8 @@ class TokenInputs(FrontEnd):
     ``wte`` and ``wpe``); a sequence classifier reading a class token gets ``cls_token`` first.
     With ``pad_id`` set, positions holding it are masked out of attention and pooling."""
 
+    default_outputs = "lm"
+
     @staticmethod
     def build(spec: ModelSpec) -> dict[str, nn.Module | None]:
         return {"tok_emb": nn.Embedding(spec.vocab_size, spec.d_model), "cls_token": class_token(spec),
@@ -142,6 +148,8 @@ class TokenPairInputs(TokenInputs):
     2i and 2i + 1); the pair head combines their pooled vectors. A task's ``seq_len`` counts both
     documents (2T tokens an example)."""
 
+    default_outputs = "pair_classes"
+
     sequences_per_example = 2
 
     @staticmethod
@@ -171,6 +179,9 @@ class VectorInputs(FrontEnd):
     """Vectors [B, N, d_model], taken as they are (a classifier reading a class token gets
     ``cls_token`` first), plus learned positions if the spec has them."""
 
+    default_outputs = "vectors"
+    vocabulary = False
+
     @staticmethod
     def build(spec: ModelSpec) -> dict[str, nn.Module | None]:
         return {"cls_token": class_token(spec), "pos_emb": learned_positions(spec)}
@@ -189,6 +200,9 @@ class ImageInputs(FrontEnd):
     embedded by ``patch_emb`` (a convolution with stride = kernel = patch_size, i.e. one linear
     map per flattened patch), a learned class token ``cls_token`` first when ``pooling = "cls"``,
     and learned positions ``pos_emb`` over those ``max_seq_len`` positions."""
+
+    default_outputs = "classes"
+    vocabulary = False
 
     @staticmethod
     def build(spec: ModelSpec) -> dict[str, nn.Module | None]:
@@ -237,6 +251,14 @@ class ClassToken(nn.Module):
         return self.weight.expand(batch, -1, -1)
 
 
-#: ``ModelSpec.inputs`` -> its front end.
+#: ``ModelSpec.inputs`` -> its front end (a family adds its own with :func:`register_front_end`).
 FRONT_ENDS: dict[str, type[FrontEnd]] = {"tokens": TokenInputs, "vectors": VectorInputs, "images": ImageInputs,
                                          "token_pairs": TokenPairInputs}
+
+
+def register_front_end(name: str, front_end: type[FrontEnd]) -> type[FrontEnd]:
+    """Make ``front_end`` the one of ``ModelSpec.inputs = name`` (once per name); returns it."""
+    if FRONT_ENDS.get(name, front_end) is not front_end:
+        raise ValueError(f"front end {name!r} is registered twice")
+    FRONT_ENDS[name] = front_end
+    return front_end

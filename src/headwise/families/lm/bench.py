@@ -1,6 +1,6 @@
 """Tokenization throughput of the ``gpt-neo`` tokenizer on the shared TinyStories train sample.
 
-    python -m headwise.bench.tokenize [--data DIR] [--repeats 5] [--out result.json]
+    python -m headwise.families.lm.bench [--data DIR] [--repeats 5] [--out result.json]
 
 Reads the sample's stories the way a cache build does, then times
 ``Tokenizer.encode_documents`` (batch encoding on every core, end-of-text after each story) over
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from headwise.data.sources import data_root, open_source
-from headwise.data.tokenizer import gpt_neo_tokenizer
+from headwise.families.lm.tokenizer import gpt_neo_tokenizer
 
 SAMPLE = "tinystories-train-sample.txt"
 
@@ -93,14 +93,14 @@ def bench_tokenize(repeats: int, log: Callable[[str], None]) -> dict[str, Any]:
     """The ``tokenize`` section: :func:`main` in a fresh process, so that neither the benchmark's
     allocator tuning nor the memory its models hold changes what a tokenizing job would see.
     A failure is recorded as ``{"skipped": why}``."""
-    log("[tokenize] python -m headwise.bench.tokenize")
+    log("[tokenize] python -m headwise.families.lm.bench")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "tokenize.json"
-        proc = subprocess.run([sys.executable, "-m", "headwise.bench.tokenize", "--repeats", str(repeats),
+        proc = subprocess.run([sys.executable, "-m", "headwise.families.lm.bench", "--repeats", str(repeats),
                                "--out", str(out)], capture_output=True, text=True)
         if proc.returncode != 0 or not out.is_file():
             why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
-            return {"skipped": f"headwise.bench.tokenize failed: {why}"}
+            return {"skipped": f"headwise.families.lm.bench failed: {why}"}
         return json.loads(out.read_text())
 
 

@@ -21,7 +21,7 @@ from pydantic import Field, field_validator
 
 from headwise.config import Config
 from headwise.data.sources import Source, hub_splits, open_source
-from headwise.data.tokenizer import parse_tokenizer_spec
+from headwise.families.lm.tokenizer import parse_tokenizer_spec
 from headwise.errors import HeadwiseError
 
 #: Fraction of stories held out when the source has no validation split of its own.

@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterator, Literal
 
 from pydantic import Field
 from torch import Tensor
 
-from headwise.data.cache import TokenCache, prepare
-from headwise.data.packing import PackedStream, gather_blocks, num_blocks
-from headwise.data.plan import DataConfig
+from headwise.families.lm.token_cache import TokenCache, prepare
+from headwise.families.lm.packing import PackedStream, gather_blocks, num_blocks
+from headwise.families.lm.data_plan import DataConfig, plan_data
 from headwise.data.shuffled import evenly_spaced
-from headwise.data.tokenizer import GPT_NEO_VOCAB, Tokenizer, parse_tokenizer_spec
+from headwise.families.lm.tokenizer import (
+    GPT_NEO_VOCAB, BPETokenizer, Tokenizer, gpt_neo_tokenizer, parse_tokenizer_spec,
+)
 from headwise.errors import HeadwiseError
 from headwise.model.loss import cross_entropy
 from headwise.tasks.base import Batch, BatchStream, Task
-from headwise.tasks.family import TaskConfigBase, TaskFamily, register_family
+from headwise.tasks.family import Dims, TaskConfigBase, TaskFamily, register_family
 
 
 class LMTask(Task):
@@ -107,7 +109,7 @@ class LMTask(Task):
 
 
 class LMTaskConfig(DataConfig, TaskConfigBase):
-    """``[task]`` of language modelling on text (see :class:`~headwise.data.plan.DataConfig` for
+    """``[task]`` of language modelling on text (see :class:`~headwise.families.lm.data_plan.DataConfig` for
     the data fields); a table without ``kind`` is this one."""
 
     kind: Literal["lm"] = "lm"
@@ -117,11 +119,11 @@ class LMTaskConfig(DataConfig, TaskConfigBase):
     eval_batches: int = Field(default=8, ge=0)
     eval_batch_size: int = Field(default=8, gt=0)
 
-    def dims(self) -> tuple[int | None, int, int | None]:
+    def dims(self) -> Dims:
         """``bpe:N`` has exactly N tokens (preparing data that cannot fill them is refused, so the
         shape known before the data exists is the one the cache gets), ``gpt-neo`` has its own;
         no vector inputs."""
-        return parse_tokenizer_spec(self.tokenizer) or GPT_NEO_VOCAB, self.block_size, None
+        return Dims(parse_tokenizer_spec(self.tokenizer) or GPT_NEO_VOCAB, self.block_size)
 
     def data_description(self) -> str:
         return f"{self.source} ({self.tokenizer})"
@@ -135,6 +137,24 @@ class LMTaskConfig(DataConfig, TaskConfigBase):
         """Tokenize the data into the token cache (or check the cache already there)."""
         prepare(self, progress=progress)
 
+    def data_options(self) -> dict[str, Any]:
+        """The data fields, which ``headwise data``'s options may override."""
+        return self.data_fields()
+
+    def run_tokenizer(self, run_dir: Path) -> Tokenizer:
+        """GPT-Neo's tokenizer, or the BPE the run trained and saved."""
+        from headwise.run import RunDir
+
+        n = parse_tokenizer_spec(self.tokenizer)
+        return gpt_neo_tokenizer() if n is None else BPETokenizer.load(RunDir(run_dir).tokenizer, n)
+
+    def held_out_texts(self) -> Iterator[str]:
+        """The separate validation data, or the hold-out of the training source."""
+        plan = plan_data(self)
+        if plan.valid is not None:  # read only the validation data, never a (maybe huge) training source
+            return plan.valid.documents()
+        return (text for role, text in plan.documents() if role == "valid")
+
     def build(self, cache_dir: str | Path | None = None, progress: bool = False) -> LMTask:
         """The task on the token cache, which is prepared (or reused) first."""
         cache = prepare(self, cache_dir=cache_dir, progress=progress)
@@ -142,4 +162,5 @@ class LMTaskConfig(DataConfig, TaskConfigBase):
                       eval_batch_size=self.eval_batch_size)
 
 
-LM_FAMILY = register_family(TaskFamily(kind="lm", config=LMTaskConfig, task=LMTask, report_layout="heads"))
+LM_FAMILY = register_family(TaskFamily(kind="lm", config=LMTaskConfig, task=LMTask, report_layout="heads",
+                                       generates_text=True, caches=(TokenCache,)))

@@ -1,0 +1,12 @@
+"""Long Range Arena sequence classification (Nystromformers, as Leaner Transformers runs them).
+
+- :mod:`~headwise.families.lra.task`: ``SequenceTask`` and ``[task] kind = "lra"`` (registers the family);
+- :mod:`~headwise.families.lra.readers`: each LRA task's files read into token sequences;
+- :mod:`~headwise.families.lra.pixels`: the pixel-sequence tasks (image, pathfinder, fashion-mnist);
+- :mod:`~headwise.families.lra.listops`: the ListOps generator;
+- :mod:`~headwise.families.lra.cache`: the verified sequence cache;
+- :mod:`~headwise.families.lra.report`: the ``lra`` report layout;
+- ``lra.toml``: the built-in study.
+"""
+
+from headwise.families.lra import task as task  # registers the family
