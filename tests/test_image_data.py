@@ -22,8 +22,10 @@ from headwise.families.vision.formats import (
     detect_format,
     read_idx,
     read_images,
+    resolve_source,
     source_identity,
 )
+from headwise.families.vision import formats
 from headwise.families.lm.token_cache import CacheInvalid
 from helpers import one_line_error
 
@@ -572,7 +574,9 @@ def fashion_mnist_dir() -> Path | None:
 
 
 @pytest.mark.skipif(
-    fashion_mnist_dir() is None, reason="Fashion-MNIST not found: set HEADWISE_DATA to a folder holding fashion-mnist/"
+    fashion_mnist_dir() is None,
+    reason="needs the real Fashion-MNIST (60,000 images, not shipped with headwise): set HEADWISE_DATA to a folder "
+           "holding fashion-mnist/",
 )
 def test_real_fashion_mnist(tmp_path, monkeypatch):
     monkeypatch.setenv("HEADWISE_DATA", str(fashion_mnist_dir()))
@@ -599,3 +603,18 @@ def test_hub_reader_on_a_local_folder(tmp_path, monkeypatch):
     cache = prepare_images(tmp_path / "hub", format="hub", cache_dir=tmp_path / "c")  # streamed
     np.testing.assert_array_equal(cache.images("train"), data.train.images)
     assert cache.class_names == ("no", "yes") and cache.labels("train").tolist() == [1, 0, 1, 0]
+
+
+def test_fashion_mnist_comes_from_the_hub_when_no_local_copy_is_found(tmp_path, monkeypatch):
+    monkeypatch.delenv("HEADWISE_DATA", raising=False)
+    monkeypatch.chdir(tmp_path)
+    # offline (the tests run with HF_HUB_OFFLINE=1): one line naming both ways to get it
+    message = one_line_error(resolve_source, "fashion-mnist", match="cannot be reached")
+    assert "HEADWISE_DATA" in message and "network" in message and "zalando-datasets/fashion_mnist" in message
+    # with network, the hub's copy; a local folder of that name still comes first
+    monkeypatch.setattr(formats, "hub_offline", lambda: False)
+    monkeypatch.setattr(formats, "hub_reachable", lambda: True)
+    assert resolve_source("fashion-mnist") == ("zalando-datasets/fashion_mnist", "hub")
+    write_idx_folder(tmp_path / "fashion-mnist", gz=True)
+    assert resolve_source("fashion-mnist") == (str(tmp_path / "fashion-mnist"), "idx")
+

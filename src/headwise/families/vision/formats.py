@@ -33,7 +33,7 @@ from headwise.families.vision.streams import (
     _LOCAL_KINDS, ImageStream, StreamSplit, _fit, _folder_stream, _hidden, _hub_stream, _parquet_stream, _shape,
     decode_split,
 )
-from headwise.data.sources import HUB_NAME, first_line, data_root, find_local
+from headwise.data.sources import HUB_NAME, data_root, find_local, first_line, hub_offline, hub_reachable
 from headwise.errors import HeadwiseError
 
 FORMATS = ("idx", "cifar", "parquet", "folder", "hub")
@@ -68,14 +68,29 @@ class ImageData:
     description: str
 
 
+#: standard image sets by their local folder name -> the hub dataset read when no local copy is found
+HUB_COPIES = {"fashion-mnist": "zalando-datasets/fashion_mnist"}
+
+
 def resolve_source(source: str | Path, format: str = "auto") -> tuple[str, str]:
     """``(resolved path or hub name, format)``: an existing path as given, else a name under
-    ``HEADWISE_DATA``, else a hub name ``owner/name``; ``format`` "auto" is :func:`detect_format`."""
+    ``HEADWISE_DATA``, else a hub name ``owner/name`` (or the hub copy of a name in
+    :data:`HUB_COPIES`: the vision presets' ``fashion-mnist`` with network and no local files);
+    ``format`` "auto" is :func:`detect_format`."""
     if format != "auto" and format not in FORMATS:
         raise HeadwiseError(f"unknown image format {format!r}: use auto or one of {', '.join(FORMATS)}")
     local = find_local(str(source))
     if format == "hub" or (local is None and HUB_NAME.fullmatch(str(source))):
         return str(source), "hub"
+    if local is None and str(source) in HUB_COPIES:
+        hub = HUB_COPIES[str(source)]
+        if hub_offline() or not hub_reachable():
+            raise HeadwiseError(
+                f"image source {str(source)!r} is not here and the Hugging Face hub cannot be reached to read {hub}: "
+                f"set HEADWISE_DATA to a folder holding {source}/ (the original release's four IDX files), "
+                "or run with network access"
+            )
+        return hub, "hub"
     if local is None:
         where = f" or under HEADWISE_DATA={data_root()}" if data_root() else " (HEADWISE_DATA is not set)"
         raise HeadwiseError(
