@@ -33,9 +33,9 @@ def one_line(err: str) -> str:
 
 
 def test_unset_headwise_data_refuses_the_study_before_anything_is_written(tmp_path):
-    # the most likely first mistake: a relative data path (as in the built-in studies) without
-    # HEADWISE_DATA; checked in a fresh process whose environment lacks it
-    src = lm_study(tmp_path / "s.toml", {"source": "tinystories-tiny-fixture.txt", "validation": "fraction:0.4"})
+    # the most likely first mistake: a relative data path without HEADWISE_DATA (one that no bundled
+    # sample answers to); checked in a fresh process whose environment lacks it
+    src = lm_study(tmp_path / "s.toml", {"source": "my-stories.txt", "validation": "fraction:0.4"})
     out = tmp_path / "study"
     env = {k: v for k, v in os.environ.items() if k != "HEADWISE_DATA"}
     env.update(PYTHONPATH=os.pathsep.join(sys.path), HEADWISE_CACHE=str(tmp_path / "cache"))
