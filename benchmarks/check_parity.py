@@ -21,7 +21,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from headwise.hf import to_hf
+from headwise.hf.gpt_neo import to_hf
 from headwise.model import Transformer
 from headwise.presets import spec_from_preset
 

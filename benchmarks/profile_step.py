@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     model = Transformer(model_spec(cfg, heads)).train()
     forward = functools.partial(model, pad_vocab=True)  # as the trainer calls it
     if args.hf:
-        from headwise.hf import to_hf
+        from headwise.hf.gpt_neo import to_hf
 
         model = to_hf(model).train()
         model.config._attn_implementation = "eager"

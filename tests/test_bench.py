@@ -97,7 +97,7 @@ def test_shared_models_compute_what_separate_models_compute():
     with torch.no_grad():
         assert torch.equal(shared(x), separate(x))
         # Hugging Face side: a meta-built GPT-Neo sharing another HF model's weights and masks.
-        from headwise.hf import to_gpt_neo_config, to_hf
+        from headwise.hf.gpt_neo import to_gpt_neo_config, to_hf
 
         hf_base = to_hf(base)
         constant = model_spec(TINY, [8] * 4)

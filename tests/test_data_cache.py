@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import headwise.families.lm.token_cache as cache_mod
-from headwise.data.cache_files import default_cache_dir, list_caches
-from headwise.families.lm.token_cache import CacheInvalid, TokenCache, prepare, token_dtype
+from headwise.data.cache_files import CacheInvalid, default_cache_dir, install, list_caches
+from headwise.families.lm.token_cache import TokenCache, prepare, token_dtype
 from headwise.families.lm.data_plan import DataConfig
 from headwise.families.lm.tokenizer import Tokenizer
 from headwise.errors import HeadwiseError
@@ -181,7 +181,7 @@ def test_a_finished_cache_of_another_process_is_kept(tmp_path):
     (final / "meta.json").write_text("theirs")
     tmp.mkdir()
     (tmp / "meta.json").write_text("ours")
-    cache_mod._install(tmp, final, replace=False)
+    install(tmp, final, replace=False)
     assert (final / "meta.json").read_text() == "theirs"
 
 

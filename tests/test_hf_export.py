@@ -20,9 +20,9 @@ from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
 from transformers.cache_utils import DynamicCache  # noqa: E402
 
 from headwise.cli import main  # noqa: E402
-from headwise.hf_model import HeadwiseConfig, HeadwiseForCausalLM, from_headwise, load_export, to_headwise  # noqa: E402
-from headwise.hf_model.export import ALLOWED_IMPORTS, bundled_sources  # noqa: E402
-from headwise.hf_model.modeling_headwise import OUTPUT_CACHE_FIELD  # noqa: E402
+from headwise.hf.models import HeadwiseConfig, HeadwiseForCausalLM, from_headwise, load_export, to_headwise  # noqa: E402
+from headwise.hf.export import ALLOWED_IMPORTS, bundled_sources  # noqa: E402
+from headwise.hf.models.modeling_headwise import OUTPUT_CACHE_FIELD  # noqa: E402
 from headwise.model import Transformer  # noqa: E402
 from headwise.spec import ModelSpec  # noqa: E402
 from headwise.train.generate import generate, load_run_model, run_config, run_tokenizer  # noqa: E402
@@ -129,7 +129,7 @@ def test_the_bundled_code_imports_only_torch_transformers_and_itself():
 
 
 def test_the_spec_view_names_what_headwise_spec_names():
-    from headwise.hf_model import spec_view
+    from headwise.hf.models import spec_view
     from headwise.spec import CLASSIFIER_OUTPUTS, LayerShape
 
     assert spec_view.CLASSIFIER_OUTPUTS == CLASSIFIER_OUTPUTS
@@ -334,7 +334,7 @@ def test_an_exported_vit_run_loads_in_a_fresh_process(tmp_path, idx_folder):
 ])
 def test_model_code_an_export_cannot_carry_is_refused_at_export(monkeypatch, tmp_path, line, error):
     from headwise.errors import RunFailure
-    from headwise.hf_model import export
+    from headwise.hf import export
 
     original = export._source_of
     heads = original("outputs").read_text(encoding="utf-8")

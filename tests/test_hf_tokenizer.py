@@ -18,7 +18,7 @@ from headwise.families.lm.tokenizer import EOT_TEXT, BPETokenizer, gpt_neo_token
 
 pytest.importorskip("transformers")
 
-from headwise.hf_tokenizer import hf_tokenizer, run_hf_tokenizer, save_hf_tokenizer  # noqa: E402
+from headwise.hf.tokenizer import hf_tokenizer, run_hf_tokenizer, save_hf_tokenizer  # noqa: E402
 
 DATA = shared_data_dir()
 

@@ -26,7 +26,7 @@ from headwise.families.vision.formats import (
     source_identity,
 )
 from headwise.families.vision import formats
-from headwise.families.lm.token_cache import CacheInvalid
+from headwise.data.cache_files import CacheInvalid
 from helpers import one_line_error
 
 RNG = np.random.default_rng(0)

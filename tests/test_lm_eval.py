@@ -15,8 +15,8 @@ import torch
 from conftest import shared_data_dir
 from headwise.cli import main
 from headwise.errors import HeadwiseError
-from headwise.evaluation.harness import INSTALL, require_lm_eval
-from headwise.evaluation.local_tasks import (LOCAL_TASKS, STORY_CONTINUATION, STORY_ENDINGS, LocalTaskSizes,
+from headwise.hf.evaluation.harness import INSTALL, require_lm_eval
+from headwise.hf.evaluation.local_tasks import (LOCAL_TASKS, STORY_CONTINUATION, STORY_ENDINGS, LocalTaskSizes,
                                              build_local_tasks, file_texts, held_out_texts, read_examples)
 from helpers import one_line_error, one_thread  # noqa: F401  (one_thread applies to this module)
 
@@ -172,9 +172,9 @@ def test_bad_input_is_one_line_exit_2(run, data_env, tmp_path, capsys):
 @NEEDS_LM_EVAL
 def test_a_task_whose_data_cannot_be_reached_fails_in_one_line(run, tmp_path):
     from headwise.errors import RunFailure
-    from headwise.evaluation.harness import run_harness
-    from headwise.hf_model import from_run
-    from headwise.hf_tokenizer import run_hf_tokenizer
+    from headwise.hf.evaluation.harness import run_harness
+    from headwise.hf.models import from_run
+    from headwise.hf.tokenizer import run_hf_tokenizer
 
     # a task on a hub dataset, as lm-eval's standard tasks are: offline, its data cannot be downloaded
     (tmp_path / "hub_task.yaml").write_text(

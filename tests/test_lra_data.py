@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from headwise.families.lra import listops as lo
-from headwise.families.lm.token_cache import CacheInvalid
+from headwise.data.cache_files import CacheInvalid
 from headwise.families.lra.pixels import grayscale
 from headwise.families.lra.readers import load_lra, read_lra
 from headwise.families.lra.table import TASKS

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from headwise.errors import HeadwiseError
-from headwise.hf import gpt_neo_incompatibility
+from headwise.hf.gpt_neo import gpt_neo_incompatibility
 from headwise.model.outputs import OutputHead
 from headwise.model import FRONT_ENDS, OUTPUT_HEADS, SequenceTooLong, Transformer, load_pretrained, save_pretrained
 from headwise.params import count_params, param_breakdown

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from headwise.errors import HeadwiseError
-from headwise.hf import from_hf, gpt_neo_incompatibility, to_hf
+from headwise.hf.gpt_neo import from_hf, gpt_neo_incompatibility, to_hf
 from headwise.model import SequenceTooLong, Transformer, load_pretrained, save_pretrained
 from headwise.presets import spec_from_preset
 from headwise.spec import ModelSpec
@@ -52,7 +52,7 @@ def test_logits_and_loss_match_gpt_neo(name):
 def test_conversion_from_gpt_neo(name):
     torch.manual_seed(0)
     spec = spec_from_preset("blog-gpt-neo", **SMALL, **CONFIGS[name])
-    hf = transformers.GPTNeoForCausalLM(__import__("headwise.hf", fromlist=["x"]).to_gpt_neo_config(spec)).eval()
+    hf = transformers.GPTNeoForCausalLM(__import__("headwise.hf.gpt_neo", fromlist=["x"]).to_gpt_neo_config(spec)).eval()
     _random_weights(hf, seed=2)
     ours = from_hf(hf)
     assert ours.spec.heads == spec.heads and ours.spec.attention == [s.attention for s in spec.layers()]

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from headwise.errors import HeadwiseError
-from headwise.hf_vit import from_hf_vit, spec_from_vit_config, to_hf_vit, to_vit_config, vit_incompatibility
+from headwise.hf.vit import from_hf_vit, spec_from_vit_config, to_hf_vit, to_vit_config, vit_incompatibility
 from headwise.model import Transformer
 from headwise.params import count_params
 from headwise.presets import spec_from_preset

@@ -26,10 +26,10 @@ _EXPORTS = {
     "Scheme": "headwise.plans",
     "plan_heads": "headwise.plans",
     # transformers classes (the hf extra); importing them registers model_type "headwise" with the Auto classes
-    "HeadwiseConfig": "headwise.hf_model",
-    "HeadwiseForCausalLM": "headwise.hf_model",
-    "HeadwiseForSequenceClassification": "headwise.hf_model",
-    "HeadwiseForImageClassification": "headwise.hf_model",
+    "HeadwiseConfig": "headwise.hf.models",
+    "HeadwiseForCausalLM": "headwise.hf.models",
+    "HeadwiseForSequenceClassification": "headwise.hf.models",
+    "HeadwiseForImageClassification": "headwise.hf.models",
 }
 __all__ = [*_EXPORTS, "__version__"]
 

@@ -280,7 +280,7 @@ def _vision_table(v: dict[str, Any]) -> list[str]:
              f"positions with the class token), d_model {v['d_model']}, {v['n_layers']} layers, MLP "
              f"{v['mlp_hidden']}, {v['num_classes']} classes, head_dim = d_model / heads ({v['params']:,} parameters "
              f"at every head count). HF = transformers ViTForImageClassification, {v['hf_attn_implementation']} "
-             "attention, same weights (headwise.hf_vit.to_hf_vit). A step is forward, cross-entropy, backward and "
+             "attention, same weights (headwise.hf.vit.to_hf_vit). A step is forward, cross-entropy, backward and "
              f"AdamW; waited {v.get('idle_wait_s', 0):.0f} s in all for the machine to go quiet before rounds.", "",
              "| heads | quiet | headwise images/s | HF images/s | headwise / HF | vs fewest heads (headwise) |",
              "|---|---|---|---|---|---|"]

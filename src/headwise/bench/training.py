@@ -127,7 +127,7 @@ def _add_hf(out: _Cases, cfg: BenchConfig, seq_len: int, cases: TrainingCases, g
     # transformers is an optional extra; only the hf section needs it
     from transformers import GPTNeoForCausalLM
 
-    from headwise.hf import to_gpt_neo_config, to_hf
+    from headwise.hf.gpt_neo import to_gpt_neo_config, to_hf
 
     main_dtype = torch.bfloat16 if precision == "bf16" else None
     hf_base = None

@@ -20,7 +20,7 @@ TASKS_DIR = Path("eval") / "tasks"
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    from headwise.evaluation.local_tasks import LOCAL_TASKS
+    from headwise.hf.evaluation.local_tasks import LOCAL_TASKS
 
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = (
@@ -51,7 +51,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def _install() -> str:
-    from headwise.evaluation.harness import INSTALL
+    from headwise.hf.evaluation.harness import INSTALL
 
     return INSTALL
 
@@ -95,11 +95,11 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from headwise.errors import HeadwiseError
-    from headwise.evaluation.harness import require_lm_eval, run_harness, task_manager, unknown_tasks
-    from headwise.evaluation.local_tasks import (LOCAL_TASKS, LocalTaskSizes, build_local_tasks, file_texts,
+    from headwise.hf.evaluation.harness import require_lm_eval, run_harness, task_manager, unknown_tasks
+    from headwise.hf.evaluation.local_tasks import (LOCAL_TASKS, LocalTaskSizes, build_local_tasks, file_texts,
                                                  held_out_texts)
-    from headwise.hf_model import from_run
-    from headwise.hf_tokenizer import run_hf_tokenizer
+    from headwise.hf.models import from_run
+    from headwise.hf.tokenizer import run_hf_tokenizer
     from headwise.train.generate import run_config
 
     tasks = _check(args)

@@ -30,7 +30,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from headwise.hf_model.export import export_hf
+    from headwise.hf.export import export_hf
 
     out = export_hf(Path(args.run_dir), Path(args.hf), checkpoint=args.checkpoint, gpt_neo=args.gpt_neo)
     config = json.loads((out / "config.json").read_text(encoding="utf-8"))

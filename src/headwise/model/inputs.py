@@ -20,7 +20,7 @@ class SequenceTooLong(ValueError):
 class FrontEnd(Protocol):
     """What a front end provides. Front ends are stateless classes: their parameters live in the
     modules :meth:`build` returns, which the Transformer holds under those names, so that state-dict
-    keys carry no prefix (``tok_emb.weight``, as saved models and :mod:`headwise.hf` expect)."""
+    keys carry no prefix (``tok_emb.weight``, as saved models and :mod:`headwise.hf.gpt_neo` expect)."""
 
     #: how many sequences through the blocks one example is (2 for a pair of documents)
     sequences_per_example: int = 1

@@ -2,7 +2,7 @@
 
 One file, nanoGPT style: attention, MLP, block, and the Transformer that runs front end -> blocks
 -> final norm -> output head. With a uniform spec and GPT-Neo's options it is exactly Hugging
-Face's ``GPTNeoForCausalLM`` (see :mod:`headwise.hf`). The front end and the head come from the
+Face's ``GPTNeoForCausalLM`` (see :mod:`headwise.hf.gpt_neo`). The front end and the head come from the
 spec through the registries of :mod:`headwise.model.inputs` and :mod:`headwise.model.outputs`;
 how attention runs fast on the CPU is :mod:`headwise.model.kernels`' business.
 """

@@ -35,9 +35,6 @@ from headwise.data.cache_files import (
     META, CacheInvalid, build_in_temporary, default_cache_dir, open_existing, read_meta, request_key, unusable,
     write_meta,
 )
-from headwise.data.cache_files import install as _install  # noqa: F401  (the names this module had)
-from headwise.data.cache_files import make_root as _make_root  # noqa: F401
-from headwise.data.cache_files import share as _share  # noqa: F401
 from headwise.families.lm.data_plan import DataConfig, DataPlan, plan_data
 from headwise.families.lm.tokenizer import BPETokenizer, Tokenizer, gpt_neo_tokenizer, parse_tokenizer_spec
 from headwise.errors import HeadwiseError

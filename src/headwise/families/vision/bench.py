@@ -3,7 +3,7 @@
 
 The headwise models of every head count share one set of weights and one AdamW (the head count
 changes no parameter shape when head_dim = d_model / heads); the Hugging Face models share a copy
-of them made with :func:`headwise.hf_vit.to_hf_vit`, their own AdamW, and SDPA attention (the
+of them made with :func:`headwise.hf.vit.to_hf_vit`, their own AdamW, and SDPA attention (the
 fastest transformers offers on CPU). All cases are timed in the same interleaved rounds on one
 batch of random images and labels, as the training sections are (:mod:`headwise.bench.core`).
 """
@@ -64,7 +64,7 @@ def _models(cfg: BenchConfig, device: torch.device) -> tuple[dict[int, nn.Module
     and the two optimisers."""
     from transformers import ViTForImageClassification  # an optional extra; only this section needs it
 
-    from headwise.hf_vit import to_hf_vit, to_vit_config
+    from headwise.hf.vit import to_hf_vit, to_vit_config
 
     counts = cfg.vision_heads
     torch.manual_seed(cfg.seed)

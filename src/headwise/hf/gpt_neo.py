@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from headwise.errors import HeadwiseError
+from headwise.hf.keys import block_pairs, fixed_field_problem
 from headwise.model import Transformer
 from headwise.spec import ModelSpec
 
@@ -39,15 +40,6 @@ def gpt_neo_incompatibility(spec: ModelSpec) -> str | None:
     if len(hidden) != 1:
         return f"its layers have different MLP widths {sorted(hidden)}"
     return fixed_field_problem(spec, _GPT_NEO_FIXED)
-
-
-def fixed_field_problem(spec: ModelSpec, fixed: list[tuple[str, object, str]]) -> str | None:
-    """The first of ``fixed`` (spec field, the value an architecture requires, why) that ``spec``
-    does not meet, as a reason; None when it meets them all."""
-    for field, value, why in fixed:
-        if getattr(spec, field) != value:
-            return f"{field} = {getattr(spec, field)!r}: {why}"
-    return None
 
 
 def to_gpt_neo_config(spec: ModelSpec) -> Any:
@@ -97,14 +89,6 @@ def spec_from_gpt_neo_config(config: Any) -> ModelSpec:
         init_std=config.initializer_range,
         tie_embeddings=bool(getattr(config, "tie_word_embeddings", True)),
     )
-
-
-def block_pairs(n_layers: int, prefix: str, names: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """(headwise name, transformers name) of the weight and bias of each block's modules:
-    ``names`` pairs a headwise module (``"mlp.fc"``) with its transformers name under
-    ``f"{prefix}{i}."`` (``"mlp.c_fc"`` under ``"transformer.h.{i}."``)."""
-    return [(f"blocks.{i}.{a}.{p}", f"{prefix}{i}.{b}.{p}")
-            for i in range(n_layers) for a, b in names for p in ("weight", "bias")]
 
 
 def _key_map(n_layers: int) -> list[tuple[str, str]]:

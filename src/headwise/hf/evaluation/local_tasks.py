@@ -136,7 +136,7 @@ def _task_yaml(name: str, data: Path, cache: Path, fields: dict) -> dict:
         "dataset_kwargs": {"data_files": {"test": str(data)}, "cache_dir": str(cache)},
         "test_split": "test",
         **fields,
-        "metadata": {"version": 1.0, "built_by": "headwise.evaluation.local_tasks"},
+        "metadata": {"version": 1.0, "built_by": "headwise.hf.evaluation.local_tasks"},
     }
 
 

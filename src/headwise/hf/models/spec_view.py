@@ -4,7 +4,7 @@
 is not installed. There, their ``from headwise.spec import ...`` reads from this module instead,
 so it defines the names they import (``ModelSpec``, ``LayerShape``, ``CLASSIFIER_OUTPUTS``) with
 only the standard library. The fields come resolved from ``config.json`` (written by
-:func:`headwise.hf_model.config_for`): nothing is derived here,
+:func:`headwise.hf.models.config_for`): nothing is derived here,
 so the exported model cannot drift from the spec headwise validated.
 """
 

@@ -11,7 +11,7 @@ tokenizer, a literal ``<|endoftext|>`` inside a text is encoded as ordinary text
 ``tokenizer.eos_token_id`` itself is the end-of-text id, so a story quoting the marker never ends
 a document. ``decode`` shows the end-of-text id as ``<|endoftext|>``, as headwise does.
 
-``transformers`` is imported lazily, as in :mod:`headwise.hf`.
+``transformers`` is imported lazily, as in :mod:`headwise.hf.gpt_neo`.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ local or Nyström layers, unit-norm blocks) loads with an Auto class and returns
 
 This module is copied into folders that ``headwise export --hf`` writes, together with the model
 modules it imports; there, every ``headwise`` import reads from a sibling file (see
-:mod:`headwise.hf_model.export`), so loading needs only torch and transformers.
+:mod:`headwise.hf.export`), so loading needs only torch and transformers.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast, ImageClassifierOutput, SequenceClassifierOutput
 
-from headwise.hf_model.configuration_headwise import HeadwiseConfig
+from headwise.hf.models.configuration_headwise import HeadwiseConfig
 from headwise.model.transformer import Transformer
 
 

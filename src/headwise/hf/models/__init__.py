@@ -5,7 +5,7 @@ heterogeneous ones included, as a ``transformers`` model (:class:`HeadwiseForCau
 
 Importing this package registers ``model_type = "headwise"`` with ``AutoConfig`` and the
 classes with their Auto classes (not ``import headwise`` itself: loading ``transformers`` takes
-seconds, which every CLI command would pay). Folders written by :func:`headwise.hf_model.export.export_hf`
+seconds, which every CLI command would pay). Folders written by :func:`headwise.hf.export.export_hf`
 (``headwise export RUN_DIR --hf OUT``) carry their own modelling code and load with
 ``trust_remote_code=True`` where headwise is not installed.
 """
@@ -19,8 +19,8 @@ import transformers
 from transformers import AutoConfig
 
 from headwise.errors import HeadwiseError
-from headwise.hf_model.configuration_headwise import HeadwiseConfig
-from headwise.hf_model.modeling_headwise import (
+from headwise.hf.models.configuration_headwise import HeadwiseConfig
+from headwise.hf.models.modeling_headwise import (
     HF_CLASSES,
     HeadwiseForCausalLM,
     HeadwiseForImageClassification,
@@ -112,7 +112,7 @@ def from_run(run_dir: str | Path,
 
 
 def load_export(directory: str | Path) -> Transformer:
-    """The headwise model of a folder that :func:`headwise.hf_model.export.export_hf` wrote (or a
+    """The headwise model of a folder that :func:`headwise.hf.export.export_hf` wrote (or a
     headwise class's ``save_pretrained``): its spec from ``config.json`` and its weights."""
     directory = Path(directory)
     config_path, weights_path = directory / "config.json", directory / "model.safetensors"

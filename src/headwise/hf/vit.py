@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from headwise.errors import HeadwiseError
-from headwise.hf import block_pairs, fixed_field_problem
+from headwise.hf.keys import block_pairs, fixed_field_problem
 from headwise.model import Transformer
 from headwise.spec import ModelSpec
 

@@ -5,7 +5,7 @@ The folder holds ``config.json`` (with ``auto_map``), ``model.safetensors``, the
 the run's ``config.toml`` and a model card (``README.md``); a language model's also the tokenizer
 as a ``transformers`` tokenizer and ``generation_config.json``. The modelling code is headwise's own model
 modules, copied with their ``headwise`` imports pointed at sibling files (and the spec read from
-``config.json`` through :mod:`headwise.hf_model.spec_view`): the exported model computes exactly
+``config.json`` through :mod:`headwise.hf.models.spec_view`): the exported model computes exactly
 what headwise does, and ``AutoModelForCausalLM.from_pretrained(OUT, trust_remote_code=True)``
 (``AutoModelForImageClassification`` for a ViT, ...) needs only torch and transformers. ``gpt_neo=True`` writes a plain ``GPTNeoForCausalLM`` instead,
 for specs GPT-Neo expresses.
@@ -20,11 +20,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-import headwise.hf_model as hf_model_package
+import headwise.hf.models as hf_models_package
 import headwise.model as model_package
 from headwise.errors import HeadwiseError, RunFailure
-from headwise.hf_model import from_headwise, hf_class, run_model
-from headwise.hf_model.card import model_card
+from headwise.hf.models import from_headwise, hf_class, run_model
+from headwise.hf.card import model_card
 from headwise.run.layout import RunDir
 
 #: The modules whose classes ``auto_map`` names, and where the bundled code starts from
@@ -33,9 +33,9 @@ ENTRY_MODULES = ("configuration_headwise", "modeling_headwise")
 ALLOWED_IMPORTS = {"torch", "transformers", "safetensors", "numpy"}
 
 _PACKAGES = {"headwise.model": Path(model_package.__file__).parent,
-             "headwise.hf_model": Path(hf_model_package.__file__).parent}
+             "headwise.hf.models": Path(hf_models_package.__file__).parent}
 _SPEC_MODULE = "headwise.spec"
-_IMPORT = re.compile(r"^(\s*)from (headwise\.(?:model|hf_model)\.(\w+)|headwise\.spec) import", re.MULTILINE)
+_IMPORT = re.compile(r"^(\s*)from (headwise\.(?:model|hf\.models)\.(\w+)|headwise\.spec) import", re.MULTILINE)
 
 
 def _source_of(name: str) -> Path:
@@ -117,7 +117,7 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path |
     a failure leaves nothing half-written."""
     from transformers.utils.logging import disable_progress_bar
 
-    from headwise.hf_tokenizer import save_hf_tokenizer
+    from headwise.hf.tokenizer import save_hf_tokenizer
     from headwise.train.generate import run_config
 
     run_dir, out_dir = Path(run_dir), Path(out_dir)
@@ -161,7 +161,7 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path |
 def _gpt_neo(model, eot_id: int):
     """The run's model as ``GPTNeoForCausalLM`` (refused, with the reason, where GPT-Neo cannot
     express the spec)."""
-    from headwise.hf import gpt_neo_incompatibility, to_hf
+    from headwise.hf.gpt_neo import gpt_neo_incompatibility, to_hf
 
     reason = gpt_neo_incompatibility(model.spec)
     if reason:

@@ -1,0 +1,13 @@
+"""headwise and the Hugging Face ecosystem, in one package (``transformers`` is imported only by
+the modules that need it, never by training):
+
+- :mod:`~headwise.hf.gpt_neo`, :mod:`~headwise.hf.vit`: exact conversion to and from
+  ``GPTNeoForCausalLM`` and ``ViTForImageClassification`` for the specs they express, on the
+  shared key mapping of :mod:`~headwise.hf.keys`;
+- :mod:`~headwise.hf.models`: every spec as a ``transformers`` model (``HeadwiseConfig``,
+  ``HeadwiseFor...``; importing it registers the Auto classes);
+- :mod:`~headwise.hf.tokenizer`: a run's tokenizer as a ``transformers`` tokenizer;
+- :mod:`~headwise.hf.export` and :mod:`~headwise.hf.card`: ``headwise export``, a folder that loads
+  without headwise, with its model card;
+- :mod:`~headwise.hf.evaluation`: lm-evaluation-harness on a run (``headwise eval``).
+"""
