@@ -15,6 +15,7 @@ from headwise.report.data import load_study_runs
 from headwise.report.document import Document
 from headwise.report.probes import Probes
 from headwise.report.registry import get_layout
+from headwise.report.verdicts import verdict_section
 from headwise.study.layout import REPORT_DIR, load_study_record
 
 REPORT_FILE = "report.md"
@@ -55,6 +56,8 @@ def write_report(
     findings: list[str] = []
     if study.done:
         findings = layout.sections(doc)
+        if record.claims:
+            findings += verdict_section(doc, study, record.claims)
     else:
         doc.add("No run has completed yet: rerun the study to finish them, then `headwise report` again.")
     sections.results_table(doc, study)

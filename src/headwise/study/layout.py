@@ -19,6 +19,7 @@ import tomli_w
 
 from headwise.config import atomic_write_text, read_toml
 from headwise.errors import HeadwiseError
+from headwise.study.claims import Claim
 from headwise.study.spec import ReportSpec, Study
 
 STUDY_TOML = "study.toml"
@@ -59,6 +60,12 @@ class StudyRecord:
     @property
     def report(self) -> ReportSpec:
         return ReportSpec.parse(self.definition.get("report", {}), source=str(self.path / STUDY_TOML))
+
+    @property
+    def claims(self) -> list[Claim]:
+        """The claims the study declared before its runs (``[[claims]]``)."""
+        where = str(self.path / STUDY_TOML)
+        return [Claim.parse(c, source=where) for c in self.definition.get("claims", [])]
 
     @property
     def description(self) -> str:

@@ -44,6 +44,10 @@ A study file is TOML::
     [report.paper]                    # reference values the report quotes beside the study's
     at_heads = 180
 
+    [[claims]]                        # the papers' claims the study tests, declared before the
+    name = "descending beats constant"  #   runs (headwise.study.claims): the report's verdicts
+    pairs = [["descending-h90", "constant-h90"]]
+
     [presets.tiny]                    # deep-merged over everything above (lists replaced)
     summary = "one line about the preset"
     ...
@@ -76,6 +80,7 @@ from headwise.families import family_packages
 from headwise.plans import Plan
 from headwise.presets import preset_dict
 from headwise.report.spec import ReportSpec
+from headwise.study.claims import Claim, unknown_variants
 from headwise.spec import ModelSpec
 from headwise.train.config import RunConfig, resolve_spec
 
@@ -183,6 +188,7 @@ class StudyConfig(Config):
     variants: list[ExplicitVariant] = Field(default_factory=list)
     report: ReportSpec = Field(default_factory=ReportSpec)
     runner: RunnerDefaults = Field(default_factory=RunnerDefaults)
+    claims: list[Claim] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _some_variants(self) -> "StudyConfig":
@@ -274,6 +280,9 @@ def study_identity(name: str, preset: str | None, definition: dict[str, Any]) ->
     """The identity of a study from its name, preset and resolved definition (see
     :meth:`Study.identity`); also how a saved study is compared with a new one."""
     what_runs = {k: v for k, v in definition.items() if k not in ("runner", "report")}
+    # studies saved before claims existed keep their identity
+    if not what_runs.get("claims"):
+        what_runs.pop("claims", None)
     # where the runs are logged ([base.log]: the trackers) does not change what they compute
     if "log" in what_runs.get("base", {}):
         what_runs["base"] = {k: v for k, v in what_runs["base"].items() if k != "log"}
@@ -373,6 +382,9 @@ def resolve_study(
     if n_seeds < 1:
         raise HeadwiseError(f"--seeds {n_seeds}: a study needs at least one seed")
     variants = expand_variants(config)
+    problems = unknown_variants(config.claims, {v.name for v in variants})
+    if problems:
+        raise HeadwiseError(f"{source}: {problems[0]} (variants: {', '.join(v.name for v in variants)})")
     for v in variants:
         v.config, v.plan = build_run_config(config.base, v)
     return Study(config=config, source=source, preset=preset, seeds=n_seeds, variants=variants,

@@ -1,0 +1,102 @@
+"""``[[claims]]``: the published claims a study tests, declared in the study file before its runs.
+
+    [[claims]]
+    name = "descending beats constant"
+    source = "blog post, loss vs total heads"     # where the paper makes the claim
+    test = "better"                                # or "as_good": non-inferiority with a margin
+    metric = "loss"                                # final eval loss, or a key of the eval metrics
+    pairs = [["descending-h90", "constant-h90"]]   # (variant, baseline) per comparison
+    paper_gain_percent = 0.3                       # the paper's effect, in % of the baseline
+    paper_scale = "d_model 768, 4 layers, 250k stories, one epoch"
+
+    [[claims]]
+    name = "1 x 4 heads is as good as 2 x 2 with fewer parameters"
+    test = "as_good"
+    metric = "accuracy"
+    better = "higher"                              # needed for any metric but the loss
+    percent = true                                 # the metric in points (x 100)
+    margin = 1.0                                   # in the metric's units: 1 accuracy point
+    pairs = [["listops-l1-h4", "listops-l2-h2"]]
+
+The comparisons of one claim are one family: Holm's correction runs over them and nothing else.
+Claims are part of the study's identity, so a margin cannot be moved once runs exist.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from headwise.config import Config
+
+
+class Claim(Config):
+    """A claim from a paper, and how the study tests it."""
+
+    name: str = Field(min_length=1)
+    #: where the paper makes it (section, figure or table)
+    source: str = ""
+    #: "better": the variant beats the baseline; "as_good": it is no worse than the margin
+    test: Literal["better", "as_good"] = "better"
+    #: "loss" (the final eval loss) or a key of the runs' eval metrics ("accuracy", "top5", "error")
+    metric: str = "loss"
+    #: which direction is better; the loss is lower-is-better, any other metric must say
+    better: Literal["lower", "higher"] | None = None
+    #: show the metric x 100 (accuracies in points); margins and paper gains are then in points
+    percent: bool = False
+    #: (variant, baseline) of each comparison
+    pairs: list[tuple[str, str]] = Field(min_length=1)
+    #: as_good: how much worse the variant may be, in the metric's units ...
+    margin: float | None = Field(default=None, gt=0)
+    #: ... or in % of the baseline's mean
+    margin_percent: float | None = Field(default=None, gt=0)
+    #: the paper's effect as a gain (positive favours the variant), in the metric's units ...
+    paper_gain: float | None = None
+    #: ... or in % of the baseline's mean
+    paper_gain_percent: float | None = None
+    #: the paper's scale (model size, data, steps), quoted beside the study's
+    paper_scale: str = ""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Claim":
+        margins = [m for m in (self.margin, self.margin_percent) if m is not None]
+        if self.test == "as_good" and len(margins) != 1:
+            raise ValueError(f"claim {self.name!r}: an as_good claim needs exactly one of margin or margin_percent, "
+                             "declared before the runs")
+        if self.test == "better" and margins:
+            raise ValueError(f"claim {self.name!r}: a margin belongs to an as_good claim (test = \"as_good\")")
+        if self.metric != "loss" and self.better is None:
+            raise ValueError(f"claim {self.name!r}: say whether a higher or lower {self.metric!r} is better "
+                             "(better = \"higher\" or \"lower\")")
+        if self.paper_gain is not None and self.paper_gain_percent is not None:
+            raise ValueError(f"claim {self.name!r}: give the paper's effect once (paper_gain or paper_gain_percent)")
+        return self
+
+    @property
+    def higher_is_better(self) -> bool:
+        return (self.better or "lower") == "higher"
+
+    @property
+    def label(self) -> str:
+        """The metric as the report names it."""
+        name = "eval loss" if self.metric == "loss" else self.metric
+        return f"{name} (points)" if self.percent else name
+
+    def margin_for(self, baseline_mean: float) -> float | None:
+        """The non-inferiority margin in the metric's units (None for a "better" claim)."""
+        if self.margin_percent is not None:
+            return abs(baseline_mean) * self.margin_percent / 100
+        return self.margin
+
+    def paper_gain_for(self, baseline_mean: float) -> float | None:
+        """The paper's effect as a gain in the metric's units (None when not given)."""
+        if self.paper_gain_percent is not None:
+            return abs(baseline_mean) * self.paper_gain_percent / 100
+        return self.paper_gain
+
+
+def unknown_variants(claims: list[Claim], variants: set[str]) -> list[str]:
+    """One line for each variant a claim names that the study does not have."""
+    return [f"claim {c.name!r} names variant {name!r}, which the study does not have"
+            for c in claims for pair in c.pairs for name in pair if name not in variants]
