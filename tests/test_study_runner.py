@@ -21,7 +21,8 @@ from headwise.config import read_toml
 from headwise.study.layout import load_study_record, save_study
 from headwise.plans import Plan
 from headwise.run import RunStatus, RunSummary, read_summary, write_summary
-from headwise.study.runner import plan_action, prepare_study_dir
+from headwise.study.jobs import plan_action
+from headwise.study.runner import prepare_study_dir
 
 from helpers import read_csv
 

@@ -15,7 +15,9 @@ from headwise.report.data import load_study_runs
 from headwise.report.document import Document
 from headwise.report.probes import Probes
 from headwise.report.registry import get_layout
+from headwise.report.tuning import tuning_section
 from headwise.report.verdicts import verdict_section
+from headwise.study.nuisance import read_choices
 from headwise.study.layout import REPORT_DIR, load_study_record
 
 REPORT_FILE = "report.md"
@@ -58,6 +60,8 @@ def write_report(
         findings = layout.sections(doc)
         if record.claims:
             findings += verdict_section(doc, study, record.claims)
+        if record.nuisance is not None:
+            findings += tuning_section(doc, record.nuisance, read_choices(record.path))
     else:
         doc.add("No run has completed yet: rerun the study to finish them, then `headwise report` again.")
     sections.results_table(doc, study)

@@ -20,6 +20,7 @@ import tomli_w
 from headwise.config import atomic_write_text, read_toml
 from headwise.errors import HeadwiseError
 from headwise.study.claims import Claim
+from headwise.study.nuisance import Nuisance
 from headwise.study.spec import ReportSpec, Study
 
 STUDY_TOML = "study.toml"
@@ -66,6 +67,12 @@ class StudyRecord:
         """The claims the study declared before its runs (``[[claims]]``)."""
         where = str(self.path / STUDY_TOML)
         return [Claim.parse(c, source=where) for c in self.definition.get("claims", [])]
+
+    @property
+    def nuisance(self) -> Nuisance | None:
+        """The settings the study tuned per variant (``[nuisance]``), if any."""
+        table = self.definition.get("nuisance")
+        return None if table is None else Nuisance.parse(table, source=str(self.path / STUDY_TOML))
 
     @property
     def description(self) -> str:

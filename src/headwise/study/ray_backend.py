@@ -20,7 +20,8 @@ from typing import Any, Callable
 
 from headwise.errors import HeadwiseError, RunFailure
 from headwise.study.preflight import check_data, check_devices, prepare_task_data
-from headwise.study.runner import GRACE_S, Progress, RunJob, open_log
+from headwise.study.jobs import Progress, RunJob, open_log
+from headwise.study.runner import GRACE_S
 from headwise.study.spec import RunSpec
 
 

@@ -37,44 +37,20 @@ import tomli_w
 
 from headwise.config import atomic_write_text
 from headwise.errors import HeadwiseError, RunFailure
-from headwise.run import RunStatus, read_summary
+from headwise.run import RunStatus
 from headwise.study import layout
-from headwise.study.layout import StudyRecord, load_study_record, save_study
+from headwise.study.jobs import Progress, RunJob, open_log, plan_action
+from headwise.study.layout import load_study_record, save_study
 from headwise.study.preflight import check_data, check_devices, check_out_dir
 from headwise.study.results import RunResult, update_results
 from headwise.study.spec import RunSpec, Study, study_identity
+from headwise.study.tuning import tune, tuning_specs
 from headwise.train import trackers
-from headwise.train.checkpoint import latest_checkpoint
 from headwise.train.config import LogConfig
 
 BACKENDS = ("local", "ray")
-#: Statuses a rerun leaves alone.
-FINAL = (RunStatus.COMPLETED, RunStatus.DIVERGED)
 #: Seconds a run gets to checkpoint and exit after the study is interrupted.
 GRACE_S = 60.0
-
-
-@dataclass
-class RunJob:
-    """One run to execute, with its paths and how to start it."""
-
-    spec: RunSpec
-    run_dir: Path
-    config_path: Path
-    log_path: Path
-    lock_path: Path
-    #: "start", "resume" or "restart"
-    action: str
-
-    @property
-    def key(self) -> str:
-        return self.spec.key
-
-    def argv(self) -> list[str]:
-        """Arguments after ``python``: the worker, its lock, then the ``headwise train`` command."""
-        flag = {"start": [], "resume": ["--resume"], "restart": ["--overwrite"]}[self.action]
-        return ["-m", "headwise.study.worker", str(self.lock_path), "--",
-                "train", str(self.config_path), "--out", str(self.run_dir), *flag]
 
 
 @dataclass
@@ -93,26 +69,6 @@ def default_out_dir(study: Study) -> Path:
     """``studies_out/NAME-PRESET`` under the current directory."""
     suffix = f"-{study.preset}" if study.preset else ""
     return Path("studies_out") / f"{study.name}{suffix}"
-
-
-def has_checkpoint(run: Path) -> bool:
-    """True when a run directory holds a committed checkpoint (one ``checkpoints/latest`` names;
-    a save cut short leaves only a temporary directory, which does not count)."""
-    try:
-        return latest_checkpoint(run) is not None
-    except HeadwiseError:  # `latest` names a missing checkpoint: --resume will say so
-        return True
-
-
-def plan_action(run: Path) -> str | None:
-    """What to do with one run directory: None (done), "start", "resume" or "restart"."""
-    run = Path(run)
-    if not run.exists() or not any(run.iterdir()):
-        return "start"
-    summary = read_summary(run)
-    if summary is not None and summary.status in FINAL:
-        return None
-    return "resume" if has_checkpoint(run) else "restart"
 
 
 class _DirLock:
@@ -252,11 +208,13 @@ def run_study(
         runner = RayBackend(jobs, address, threads)
     try:
         # Nothing is written into the study directory before every run's shared needs are met.
-        runner.preflight([j.spec for j in todo], echo)
+        runner.preflight([j.spec for j in todo] + tuning_specs(study), echo)
         study_dir.mkdir(parents=True, exist_ok=True)
         with _DirLock(study_dir):
             save_study(study, study_dir, recorded_seeds)
             record = load_study_record(study_dir)
+            if study.config.nuisance is not None:
+                tune(study, study_dir, record, runner, _write_inputs, echo)  # sets each variant's best values
             todo, done = plan_jobs(study, study_dir)
             group = join_group(todo, log, study_dir)
             _write_inputs(todo)
@@ -289,55 +247,12 @@ def run_study(
     return outcome
 
 
-class Progress:
-    """Keeps results.csv current and prints one line per finished run (thread-safe)."""
-
-    def __init__(self, record: StudyRecord, total: int, echo: Callable[[str], None]) -> None:
-        self.record, self.total, self.echo = record, total, echo
-        self.lock = threading.Lock()
-        self.in_flight: set[str] = set()
-        self.finished = 0
-        self.failed: list[str] = []
-
-    def started(self, job: RunJob) -> None:
-        with self.lock:
-            self.in_flight.add(job.key)
-            update_results(self.record, self.in_flight)
-            verb = {"start": "started", "resume": "resuming", "restart": "restarting"}[job.action]
-            self.echo(f"  {verb} {job.key}")
-
-    def done(self, job: RunJob, returncode: int | None, seconds: float) -> None:
-        with self.lock:
-            self.in_flight.discard(job.key)
-            self.finished += 1
-            summary = read_summary(job.run_dir)
-            status = summary.status if summary is not None else RunStatus.FAILED
-            if status is RunStatus.RUNNING or (status is RunStatus.COMPLETED and returncode != 0):
-                status = RunStatus.FAILED  # the process died without saying why
-            if status not in FINAL:
-                self.failed.append(job.key)
-            loss = summary.final_eval_loss if summary is not None else None
-            detail = f", eval loss {loss:.4f}" if loss is not None and status is RunStatus.COMPLETED else ""
-            if status not in FINAL:
-                detail = f" (exit {returncode}; log {job.log_path})"
-            update_results(self.record, self.in_flight)
-            self.echo(f"[{self.finished}/{self.total}] {job.key}: {status}{detail} in {seconds:.0f} s")
-
-
 def _child_env(threads: int | None) -> dict[str, str]:
     env = dict(os.environ)
     env["HEADWISE_PARENT_PID"] = str(os.getpid())
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)  # torch's intra-op threads
     return env
-
-
-def open_log(job: RunJob) -> Any:
-    log = open(job.log_path, "ab")  # noqa: SIM115 - closed by the caller
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-    log.write(f"\n==== {stamp} {job.action} {job.key}: python {' '.join(job.argv())}\n".encode())
-    log.flush()
-    return log
 
 
 def _stop(procs: list[subprocess.Popen], sig: int) -> None:
@@ -434,4 +349,10 @@ def describe_plan(study: Study) -> str:
             heads = f"heads {','.join(map(str, v.plan.heads))} (total {v.plan.total}, {v.plan.scheme})"
         lines.append(f"  {v.name:<{width}}  {heads:<40} {sets}")
         lines += [f"  {'':<{width}}  note: {note}" for note in (v.plan.notes if v.plan else ())]
+    nuisance = study.config.nuisance
+    if nuisance is not None:
+        grid = "; ".join(f"{k} in {', '.join(f'{x:g}' for x in vals)}" for k, vals in nuisance.values.items())
+        chosen = ", ".join(f"{k}={x}" for k, x in nuisance.selection.items())
+        lines.append(f"tuned per variant on seed 0 before its seeds run: {grid} (selected on {chosen}, "
+                     f"{nuisance.metric}, {nuisance.better} is better; up to {nuisance.extend} extensions at an edge)")
     return "\n".join(lines)

@@ -48,6 +48,10 @@ A study file is TOML::
     name = "descending beats constant"  #   runs (headwise.study.claims): the report's verdicts
     pairs = [["descending-h90", "constant-h90"]]
 
+    [nuisance]                        # settings tuned per variant before its seeds run
+    selection = { "task.validation" = "fraction:0.1" }   # (headwise.study.nuisance)
+    values = { "optim.lr" = [1e-3, 3e-3, 1e-2] }
+
     [presets.tiny]                    # deep-merged over everything above (lists replaced)
     summary = "one line about the preset"
     ...
@@ -81,6 +85,7 @@ from headwise.plans import Plan
 from headwise.presets import preset_dict
 from headwise.report.spec import ReportSpec
 from headwise.study.claims import Claim, unknown_variants
+from headwise.study.nuisance import Nuisance
 from headwise.spec import ModelSpec
 from headwise.train.config import RunConfig, resolve_spec
 
@@ -189,6 +194,7 @@ class StudyConfig(Config):
     report: ReportSpec = Field(default_factory=ReportSpec)
     runner: RunnerDefaults = Field(default_factory=RunnerDefaults)
     claims: list[Claim] = Field(default_factory=list)
+    nuisance: Nuisance | None = None
 
     @model_validator(mode="after")
     def _some_variants(self) -> "StudyConfig":

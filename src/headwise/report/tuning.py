@@ -1,0 +1,50 @@
+"""The report's tuning section: what each variant's nuisance settings were tuned to (from
+``tuning/tuning.json``), the selection metric against each tried value, and any choice left at
+the edge of its grid."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from headwise.report.document import Document, fmt, new_figure
+from headwise.study.nuisance import Choice, Nuisance
+
+PALETTE = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray"]
+
+
+def tuning_section(doc: Document, nuisance: Nuisance, choices: list[Choice]) -> list[str]:
+    """The choices table and one panel per tuned key; returns findings about grid edges."""
+    keys = sorted(nuisance.values)
+    sel = ", ".join(f"`{k} = {v}`" for k, v in nuisance.selection.items())
+    doc.add("## Tuning", f"Each variant ran once (seed 0) at every tried value, selected on {sel} (not the split "
+            f"reported), by {nuisance.metric} ({nuisance.better} is better); its seeds then ran at its own best "
+            "value. A choice at the edge of what was tried is flagged: the grid should be extended.")
+    rows = []
+    for c in choices:
+        best = c.best or {}
+        rows.append([f"`{c.variant}`", *[fmt(best.get(k), 4) for k in keys], len(c.tried),
+                     ", ".join(c.at_edge) or "no"])
+    doc.table(["variant", *keys, "runs tried", "at an edge"], rows)
+    fig, axes = new_figure(5.0 * len(keys), 3.8, ncols=len(keys))
+    points: list[dict[str, Any]] = []
+    for col, key in enumerate(keys):
+        ax = axes[0, col]
+        for i, c in enumerate(choices):
+            tried = sorted((p[key], v) for p, v in c.tried.values() if v is not None
+                           and all(p[k] == (c.best or p)[k] for k in keys if k != key))
+            color = PALETTE[i % len(PALETTE)]
+            ax.plot([x for x, _ in tried], [y for _, y in tried], "o-", color=color, label=c.variant)
+            if c.best is not None:
+                best = next((y for x, y in tried if x == c.best[key]), None)
+                ax.plot([c.best[key]], [best], "*", color=color, ms=12)
+            points += [{"variant": c.variant, "key": key, "value": x, nuisance.metric: y,
+                        "chosen": c.best is not None and x == c.best[key]} for x, y in tried]
+        if all(x > 0 for vals in nuisance.values.values() for x in vals):
+            ax.set_xscale("log")
+        ax.set_xlabel(key)
+        ax.set_ylabel(f"selection {nuisance.metric}")
+        ax.legend(fontsize=7)
+    doc.figure("tuning", fig, points, f"Selection {nuisance.metric} against each tuned setting per variant (the other "
+               "settings at their chosen values); stars: the chosen values.")
+    return [f"`{c.variant}`: its {', '.join(c.at_edge)} is at the edge of the tried grid after "
+            f"{sum(c.extensions.values())} extensions: extend it before trusting this comparison." for c in choices if c.at_edge]

@@ -1,0 +1,106 @@
+"""One run of a study as a job: its paths, what to do with its directory (start, resume,
+restart or nothing) and the progress lines and results.csv updates as jobs end; shared by the
+local runner, the Ray backend and the nuisance tuning."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from headwise.errors import HeadwiseError
+from headwise.run import RunStatus, read_summary
+from headwise.study.layout import StudyRecord
+from headwise.study.results import update_results
+from headwise.study.spec import RunSpec
+from headwise.train.checkpoint import latest_checkpoint
+
+#: Statuses a rerun leaves alone.
+FINAL = (RunStatus.COMPLETED, RunStatus.DIVERGED)
+
+@dataclass
+class RunJob:
+    """One run to execute, with its paths and how to start it."""
+
+    spec: RunSpec
+    run_dir: Path
+    config_path: Path
+    log_path: Path
+    lock_path: Path
+    #: "start", "resume" or "restart"
+    action: str
+
+    @property
+    def key(self) -> str:
+        return self.spec.key
+
+    def argv(self) -> list[str]:
+        """Arguments after ``python``: the worker, its lock, then the ``headwise train`` command."""
+        flag = {"start": [], "resume": ["--resume"], "restart": ["--overwrite"]}[self.action]
+        return ["-m", "headwise.study.worker", str(self.lock_path), "--",
+                "train", str(self.config_path), "--out", str(self.run_dir), *flag]
+
+
+def has_checkpoint(run: Path) -> bool:
+    """True when a run directory holds a committed checkpoint (one ``checkpoints/latest`` names;
+    a save cut short leaves only a temporary directory, which does not count)."""
+    try:
+        return latest_checkpoint(run) is not None
+    except HeadwiseError:  # `latest` names a missing checkpoint: --resume will say so
+        return True
+
+
+def plan_action(run: Path) -> str | None:
+    """What to do with one run directory: None (done), "start", "resume" or "restart"."""
+    run = Path(run)
+    if not run.exists() or not any(run.iterdir()):
+        return "start"
+    summary = read_summary(run)
+    if summary is not None and summary.status in FINAL:
+        return None
+    return "resume" if has_checkpoint(run) else "restart"
+
+
+class Progress:
+    """Keeps results.csv current and prints one line per finished run (thread-safe)."""
+
+    def __init__(self, record: StudyRecord, total: int, echo: Callable[[str], None]) -> None:
+        self.record, self.total, self.echo = record, total, echo
+        self.lock = threading.Lock()
+        self.in_flight: set[str] = set()
+        self.finished = 0
+        self.failed: list[str] = []
+
+    def started(self, job: RunJob) -> None:
+        with self.lock:
+            self.in_flight.add(job.key)
+            update_results(self.record, self.in_flight)
+            verb = {"start": "started", "resume": "resuming", "restart": "restarting"}[job.action]
+            self.echo(f"  {verb} {job.key}")
+
+    def done(self, job: RunJob, returncode: int | None, seconds: float) -> None:
+        with self.lock:
+            self.in_flight.discard(job.key)
+            self.finished += 1
+            summary = read_summary(job.run_dir)
+            status = summary.status if summary is not None else RunStatus.FAILED
+            if status is RunStatus.RUNNING or (status is RunStatus.COMPLETED and returncode != 0):
+                status = RunStatus.FAILED  # the process died without saying why
+            if status not in FINAL:
+                self.failed.append(job.key)
+            loss = summary.final_eval_loss if summary is not None else None
+            detail = f", eval loss {loss:.4f}" if loss is not None and status is RunStatus.COMPLETED else ""
+            if status not in FINAL:
+                detail = f" (exit {returncode}; log {job.log_path})"
+            update_results(self.record, self.in_flight)
+            self.echo(f"[{self.finished}/{self.total}] {job.key}: {status}{detail} in {seconds:.0f} s")
+
+
+def open_log(job: RunJob) -> Any:
+    log = open(job.log_path, "ab")  # noqa: SIM115 - closed by the caller
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    log.write(f"\n==== {stamp} {job.action} {job.key}: python {' '.join(job.argv())}\n".encode())
+    log.flush()
+    return log

@@ -1,0 +1,172 @@
+"""``[nuisance]``: settings tuned for each variant before its seeds run, so that no shape is
+compared at a learning rate that suits another.
+
+    [nuisance]
+    selection = { "task.validation" = "fraction:0.1" }   # how a tuning run's selection split
+                                                         #   differs from the split reported
+    extend = 2                                           # grid extensions allowed at an edge
+    [nuisance.values]
+    "optim.lr" = [1e-3, 3e-3, 1e-2]                      # optionally warm-up, weight decay, ...
+
+Each variant runs once (seed 0) at every point of the grid, with ``selection`` applied, so the
+value is chosen on held-out data that is not the split the report compares on. When the best
+value sits at the edge of an axis the axis is extended one step beyond it (geometrically for
+positive values), up to ``extend`` times; the report says when the choice is still at an edge.
+Then every seed of the variant runs at its own best value. Cost per variant: the grid (plus any
+extensions) and the seeds.
+
+The tuning runs live under ``STUDY_DIR/tuning/`` and resume like any run; the choice is derived
+from their summaries each time the study runs, and written to ``tuning/tuning.json``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from dataclasses import asdict, dataclass
+from itertools import product
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from headwise.config import Config, atomic_write_text, set_dotted
+from headwise.run import RunStatus, read_summary
+
+TUNING_DIR = "tuning"
+TUNING_JSON = "tuning.json"
+
+
+class Nuisance(Config):
+    """The settings tuned per variant, and how."""
+
+    #: dotted run-config key -> the values tried (numbers)
+    values: dict[str, list[float]] = Field(min_length=1)
+    #: keys set on the tuning runs only: their selection split (must not be the reported one)
+    selection: dict[str, Any] = Field(min_length=1)
+    #: "loss" (the final eval loss) or a key of the runs' eval metrics
+    metric: str = "loss"
+    better: Literal["lower", "higher"] = "lower"
+    #: how many times an axis may be extended past an edge
+    extend: int = Field(default=2, ge=0)
+
+    @field_validator("values")
+    @classmethod
+    def _grids(cls, v: dict[str, list[float]]) -> dict[str, list[float]]:
+        for key, values in v.items():
+            if len(values) < 3:
+                raise ValueError(f"nuisance {key!r}: give at least three values, so that the best can lie inside")
+            if len(set(values)) != len(values):
+                raise ValueError(f"nuisance {key!r}: values repeat")
+        return {k: sorted(float(x) for x in vals) for k, vals in v.items()}
+
+
+Point = tuple[tuple[str, float], ...]
+
+
+def label(point: Point) -> str:
+    """A directory-safe name of a grid point: ``lr0.003`` (the last part of each key)."""
+    return "-".join(f"{key.rsplit('.', 1)[-1]}{value:g}" for key, value in point)
+
+
+def grid(axes: dict[str, list[float]]) -> list[Point]:
+    """Every point of the product of the axes."""
+    keys = sorted(axes)
+    return [tuple(zip(keys, combo)) for combo in product(*(axes[k] for k in keys))]
+
+
+def beyond(values: list[float], low_edge: bool) -> float:
+    """The next value past an edge of sorted ``values``: the same ratio as the last step when
+    every value is positive (a log-spaced grid such as learning rates), else the same step."""
+    a, b = (values[1], values[0]) if low_edge else (values[-2], values[-1])
+    # rounded to 12 digits, so that 0.1 * 0.1 / 0.01 names the run "lr1", not 1.0000000000000002
+    return float(f"{(b * b / a if values[0] > 0 else b + (b - a)):.12g}")
+
+
+def tuning_config(config: dict[str, Any], nuisance: Nuisance, point: Point) -> dict[str, Any]:
+    """A variant's run config for one tuning run: the point's values and the selection keys, seed 0."""
+    cfg = copy.deepcopy(config)
+    for key, value in point:
+        set_dotted(cfg, key, value)
+    for key, value in nuisance.selection.items():
+        set_dotted(cfg, key, value)
+    cfg.setdefault("train", {})["seed"] = 0
+    return cfg
+
+
+def selection_value(run_dir: Path, nuisance: Nuisance) -> float | None:
+    """The tuning run's selection metric, once it has completed (None otherwise)."""
+    s = read_summary(run_dir)
+    if s is None or s.status is not RunStatus.COMPLETED:
+        return None
+    value = s.final_eval_loss if nuisance.metric == "loss" else s.eval_metrics.get(nuisance.metric)
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+@dataclass
+class Choice:
+    """What tuning chose for one variant."""
+
+    variant: str
+    #: label -> (the point as {key: value}, its selection value; None for a run that diverged)
+    tried: dict[str, tuple[dict[str, float], float | None]]
+    #: the chosen point; None while tuning is unfinished, or when no tuning run completed
+    best: dict[str, float] | None
+    #: the keys whose chosen value is still at the edge of what was tried
+    at_edge: list[str]
+    extensions: dict[str, int]
+
+
+def choose(variant: str, axes: dict[str, list[float]], done: set[Point], values: dict[Point, float],
+           nuisance: Nuisance, extensions: dict[str, int]) -> tuple[Choice, list[Point]]:
+    """What tuning knows so far, and the points still to run.
+
+    ``done`` are the grid points whose runs have finished (completed or diverged), ``values`` the
+    selection values of those that completed. While points of the grid are unfinished they are
+    what is left to run; once all have finished, an axis whose best value sits at its edge grows
+    one step past it (while ``extensions`` allow; ``axes`` and ``extensions`` change in place)
+    and the new points are left to run; otherwise the best point is the choice."""
+    tried = {label(p): (dict(p), values.get(p)) for p in grid(axes) if p in done}
+    pending = [p for p in grid(axes) if p not in done]
+    sign = 1.0 if nuisance.better == "lower" else -1.0
+    if pending or not values:
+        return Choice(variant, tried, None, [], dict(extensions)), pending
+    best = min(values, key=lambda p: sign * values[p])
+    chosen, at_edge, grew = dict(best), [], False
+    for key, axis in axes.items():
+        if chosen[key] not in (axis[0], axis[-1]):
+            continue
+        if extensions.get(key, 0) >= nuisance.extend:
+            at_edge.append(key)
+            continue
+        axes[key] = sorted([*axis, beyond(axis, low_edge=chosen[key] == axis[0])])
+        extensions[key] = extensions.get(key, 0) + 1
+        grew = True
+    if grew:
+        return Choice(variant, tried, None, [], dict(extensions)), [p for p in grid(axes) if p not in done]
+    return Choice(variant, tried, chosen, at_edge, dict(extensions)), []
+
+
+def tuning_paths(study_dir: Path, variant: str, point: Point) -> dict[str, Path]:
+    """Where a tuning run keeps its directory, input config, log and lock."""
+    root, name = Path(study_dir) / TUNING_DIR, label(point)
+    return {"run_dir": root / variant / name, "config_path": root / "configs" / f"{variant}-{name}.toml",
+            "log_path": root / "logs" / f"{variant}-{name}.log", "lock_path": root / "locks" / f"{variant}-{name}.lock"}
+
+
+def write_choices(study_dir: Path, choices: list[Choice]) -> Path:
+    """``tuning/tuning.json``: every variant's tried points, their values and the choice."""
+    path = Path(study_dir) / TUNING_DIR / TUNING_JSON
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps([asdict(c) for c in choices], indent=1))
+    return path
+
+
+def read_choices(study_dir: Path) -> list[Choice]:
+    """The choices a study's tuning made (none when it declared no nuisance settings)."""
+    path = Path(study_dir) / TUNING_DIR / TUNING_JSON
+    if not path.is_file():
+        return []
+    return [Choice(**{**c, "tried": {k: (p, v) for k, (p, v) in c["tried"].items()}})
+            for c in json.loads(path.read_text())]

@@ -1,0 +1,82 @@
+"""Tuning a study's nuisance settings per variant (see :mod:`headwise.study.nuisance`), on the
+runner's own backend, in rounds: the grid, then any extension past an edge, until every variant
+has its choice. The chosen values are then set in each variant's run config."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Callable
+
+from headwise.config import set_dotted
+from headwise.errors import RunFailure
+from headwise.study.jobs import Progress, RunJob, plan_action
+from headwise.study.layout import StudyRecord
+from headwise.study.nuisance import (
+    Choice, Nuisance, Point, choose, grid, selection_value, tuning_config, tuning_paths, write_choices,
+)
+from headwise.study.spec import RunSpec, Study, Variant
+
+#: rounds of extension after the grid, at most (each axis grows at most ``extend`` times)
+MAX_ROUNDS = 16
+
+
+def tuning_specs(study: Study) -> list[RunSpec]:
+    """The tuning runs of the initial grid (for the data and device checks before anything runs)."""
+    nuisance = study.config.nuisance
+    if nuisance is None:
+        return []
+    return [RunSpec(v.name, 0, dict(v.labels), tuning_config(v.config, nuisance, p))
+            for v in study.variants for p in grid(nuisance.values)]
+
+
+def _job(study_dir: Path, v: Variant, nuisance: Nuisance, point: Point) -> RunJob:
+    paths = tuning_paths(study_dir, v.name, point)
+    spec = RunSpec(f"{v.name}@{paths['run_dir'].name}", 0, dict(v.labels), tuning_config(v.config, nuisance, point))
+    return RunJob(spec=spec, action=plan_action(paths["run_dir"]) or "start", **paths)
+
+
+def tune(study: Study, study_dir: Path, record: StudyRecord, runner: Any, write_inputs: Callable[[list[RunJob]], None],
+         echo: Callable[[str], None]) -> list[Choice]:
+    """Run the tuning rounds (resuming finished ones from disk), set each variant's chosen
+    values in its config, and write ``tuning/tuning.json``. A RunFailure when a tuning run
+    failed (rerunning retries it) or when none of a variant's tuning runs completed."""
+    nuisance = study.config.nuisance
+    assert nuisance is not None
+    axes = {v.name: copy.deepcopy(nuisance.values) for v in study.variants}
+    extensions: dict[str, dict[str, int]] = {v.name: {} for v in study.variants}
+    for _ in range(MAX_ROUNDS):
+        choices, todo = [], []
+        for v in study.variants:
+            points = grid(axes[v.name])
+            dirs = {p: tuning_paths(study_dir, v.name, p)["run_dir"] for p in points}
+            done = {p for p in points if plan_action(dirs[p]) is None}
+            values = {p: x for p in done if (x := selection_value(dirs[p], nuisance)) is not None}
+            choice, pending = choose(v.name, axes[v.name], done, values, nuisance, extensions[v.name])
+            # an extension adds points whose directories may already hold finished runs
+            while pending and all(plan_action(tuning_paths(study_dir, v.name, p)["run_dir"]) is None for p in pending):
+                done |= set(pending)
+                values |= {p: x for p in pending
+                           if (x := selection_value(tuning_paths(study_dir, v.name, p)["run_dir"], nuisance)) is not None}
+                choice, pending = choose(v.name, axes[v.name], done, values, nuisance, extensions[v.name])
+            choices.append(choice)
+            todo += [_job(study_dir, v, nuisance, p) for p in pending]
+        if not todo:
+            break
+        echo(f"tuning {', '.join(nuisance.values)}: {len(todo)} runs on seed 0")
+        write_inputs(todo)
+        progress = Progress(record, len(todo), echo)
+        runner.run(todo, progress)
+        if progress.failed:
+            raise RunFailure(f"{len(progress.failed)} tuning runs did not complete: {', '.join(progress.failed[:5])}; "
+                             f"see {study_dir / 'tuning' / 'logs'}; rerun the same command to finish them")
+    write_choices(study_dir, choices)
+    lost = [c.variant for c in choices if c.best is None]
+    if lost:
+        raise RunFailure(f"no tuning run of {', '.join(lost)} completed (all diverged?): widen the [nuisance] grid")
+    for v, c in zip(study.variants, choices):
+        for key, value in (c.best or {}).items():
+            set_dotted(v.config, key, value)
+        edge = f" (at the edge of the grid: {', '.join(c.at_edge)})" if c.at_edge else ""
+        echo(f"  {v.name}: " + ", ".join(f"{k} = {x:g}" for k, x in (c.best or {}).items()) + edge)
+    return choices
