@@ -93,6 +93,19 @@ def test_subsets_are_evenly_spaced_and_stay_balanced(idx_folder, cache_dir):
     assert np.bincount(np.repeat(np.arange(4), 128)[evenly_spaced(512, 40)]).tolist() == [10, 10, 10, 10]
 
 
+def test_a_holdout_of_the_training_images_is_the_selection_split(idx_folder, cache_dir):
+    task = build(idx_folder, cache_dir, holdout=64, train_examples=100)
+    held = evenly_spaced(512, 64)
+    # evaluation reads the held-out training images, which training never sees
+    assert task.eval_split == "train" and task.eval_index.tolist() == held.tolist()
+    assert not set(task.train_index.tolist()) & set(held.tolist()) and len(task.train_index) == 100
+    first = task.eval_batches()[0]
+    assert first.targets.tolist() == task.cache.labels("train")[held[:50]].tolist()
+    assert task.describe()["eval_split"] == "train" and build(idx_folder, cache_dir).eval_split == "test"
+    with pytest.raises(HeadwiseError, match="leaves no training images of 512"):
+        build(idx_folder, cache_dir, holdout=512)
+
+
 def test_topk_accuracy_by_hand():
     logits = torch.tensor([[0.1, 0.5, 0.2, 0.0, -1.0, 0.3], [3.0, 2.0, 1.0, 0.0, -1.0, -2.0]])
     assert topk_accuracy(logits, torch.tensor([1, 4]), 1).item() == 0.5

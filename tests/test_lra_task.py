@@ -125,6 +125,13 @@ def test_listops_task_pads_to_max_length_and_sets_the_model(tmp_path):
     assert torch.equal(next(b).inputs, nxt.inputs)
 
 
+def test_eval_split_val_evaluates_the_validation_split(tmp_path):
+    task = parse_task_config(listops_table(tmp_path, eval_split="val")).build()
+    batches = task.eval_batches()
+    assert [b.inputs.shape[0] for b in batches] == [50]                 # n_val = 50, not n_test = 100
+    assert batches[0].targets.tolist() == task.cache.labels("val").tolist()
+
+
 def test_retrieval_pairs_task(tmp_path):
     folder = write_aan(tmp_path / "aan")
     cfg = parse_task_config({"kind": "lra", "task": "retrieval", "source": str(folder), "max_length": 24,

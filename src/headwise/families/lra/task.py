@@ -10,7 +10,8 @@ padding in attention and pooling. Targets are class ids ``[B]``; ``retrieval``'s
 ``[B, 2, max_length]`` (the model's ``token_pairs`` front end), the others' ``[B, max_length]``.
 
 Training order is a :class:`~headwise.data.shuffled.ShuffledStream` over the training split;
-evaluation reads the test split (or evenly spaced examples of it).
+evaluation reads the test split (or evenly spaced examples of it; ``eval_split = "val"`` reads the
+validation split instead, for choosing settings on data the report does not compare on).
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ class SequenceTask(ClassificationTask):
     inputs = "tokens"
 
     def __init__(self, cache: SequenceCache, max_length: int, *, train_examples: int | None = None,
-                 eval_examples: int | None = None, eval_batch_size: int = 32) -> None:
+                 eval_examples: int | None = None, eval_batch_size: int = 32, eval_split: str = "test") -> None:
         self.cache, self.max_length, self.eval_batch_size = cache, max_length, eval_batch_size
+        self.eval_split = eval_split
         if cache.max_length > max_length:
             raise HeadwiseError(f"the cached sequences reach {cache.max_length} tokens, more than max_length "
                                 f"{max_length}: prepare the data with max_length {max_length}")
@@ -48,7 +50,7 @@ class SequenceTask(ClassificationTask):
         if self.pairs:  # retrieval: two documents per example
             self.inputs, self.outputs = "token_pairs", "pair_classes"
         self.train_index = evenly_spaced(cache.num_examples("train"), train_examples)
-        self.eval_index = evenly_spaced(cache.num_examples("test"), eval_examples)
+        self.eval_index = evenly_spaced(cache.num_examples(eval_split), eval_examples)
         self.metric_names = accuracy_metrics(cache.num_classes)
 
     @property
@@ -85,7 +87,7 @@ class SequenceTask(ClassificationTask):
 
     def eval_batches(self) -> Sequence[Batch]:
         size = self.eval_batch_size
-        return [self.batch("test", self.eval_index[i:i + size]) for i in range(0, len(self.eval_index), size)]
+        return [self.batch(self.eval_split, self.eval_index[i:i + size]) for i in range(0, len(self.eval_index), size)]
 
     def tokens_per_epoch(self) -> int:
         """Padded positions in one pass over the training examples (both documents of a pair)."""
@@ -155,6 +157,8 @@ class LRATaskConfig(TaskConfigBase):
     listops: ListOpsConfig = ListOpsConfig()
     train_examples: int | None = Field(default=None, gt=0)
     eval_examples: int | None = Field(default=None, gt=0)
+    #: the split evaluated: "test" (reported), or "val" (for choosing settings, e.g. a study's [nuisance])
+    eval_split: Literal["test", "val"] = "test"
     eval_batch_size: int = Field(default=32, gt=0)
     cache_dir: str | None = None
 
@@ -222,7 +226,7 @@ class LRATaskConfig(TaskConfigBase):
         """The task on the sequence cache, which is prepared (or reused) first."""
         return SequenceTask(self.cache(cache_dir, progress=progress), self.length,
                             train_examples=self.train_examples, eval_examples=self.eval_examples,
-                            eval_batch_size=self.eval_batch_size)
+                            eval_batch_size=self.eval_batch_size, eval_split=self.eval_split)
 
 
 LRA_FAMILY = register_family(TaskFamily(kind="lra", config=LRATaskConfig, task=SequenceTask, report_layout="lra",

@@ -8,7 +8,8 @@ images (the task's unit), so ``train.epochs`` is passes over the training images
 Training order: a :class:`~headwise.data.shuffled.ShuffledStream` over the training images
 (reshuffled every epoch, shared out among data-parallel ranks); augmentation (random crop after
 zero padding, horizontal flip) draws from the generator it seeds by ``(seed, rank, position)``,
-so a resumed stream gives the same pixels. Evaluation reads the test split (or evenly spaced images of it), unaugmented.
+so a resumed stream gives the same pixels. Evaluation reads the test split (or evenly spaced images of it), unaugmented;
+with ``holdout = N`` it reads N training images held out of training instead (a selection split).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch
 from pydantic import Field
 
 from headwise.config import Config
+from headwise.errors import HeadwiseError
 from headwise.families.vision.augment import normalize, random_crop_flip
 from headwise.families.vision.cache import ImageCache, prepare_images
 from headwise.data.shuffled import ShuffledStream, evenly_spaced
@@ -48,8 +50,8 @@ class EvalImages(Sequence[Batch]):
 
     def __getitem__(self, item: int | slice) -> Any:
         if isinstance(item, slice):
-            return [self.task.batch("test", c) for c in self.chunks[item]]
-        return self.task.batch("test", self.chunks[item])
+            return [self.task.batch(self.task.eval_split, c) for c in self.chunks[item]]
+        return self.task.batch(self.task.eval_split, self.chunks[item])
 
 
 class ImageTask(ClassificationTask):
@@ -59,10 +61,18 @@ class ImageTask(ClassificationTask):
     unit = "images"
 
     def __init__(self, cache: ImageCache, *, train_examples: int | None = None, eval_examples: int | None = None,
-                 eval_batch_size: int = 256, crop_padding: int = 0, flip: bool = False) -> None:
+                 eval_batch_size: int = 256, crop_padding: int = 0, flip: bool = False, holdout: int = 0) -> None:
         self.cache = cache
-        self.train_index = evenly_spaced(cache.num_examples("train"), train_examples)
-        self.eval_index = evenly_spaced(cache.num_examples("test"), eval_examples)
+        n_train = cache.num_examples("train")
+        if holdout >= n_train:
+            raise HeadwiseError(f"task.holdout = {holdout} leaves no training images of {n_train}: hold out fewer")
+        # a hold-out of the training split replaces the test split for evaluation (choosing settings)
+        held = evenly_spaced(n_train, holdout) if holdout else np.empty(0, dtype=np.int64)
+        rest = np.setdiff1d(np.arange(n_train, dtype=np.int64), held)
+        self.train_index = rest[evenly_spaced(len(rest), train_examples)]
+        self.eval_split = "train" if holdout else "test"
+        self.eval_index = (held[evenly_spaced(len(held), eval_examples)] if holdout
+                           else evenly_spaced(cache.num_examples("test"), eval_examples))
         self.eval_batch_size, self.crop_padding, self.flip = eval_batch_size, crop_padding, flip
         self.metric_names = accuracy_metrics(cache.num_classes)
 
@@ -121,6 +131,7 @@ class ImageTask(ClassificationTask):
             "channels": c.channels,
             "train_images": len(self.train_index),
             "eval_images": len(self.eval_index),
+            "eval_split": self.eval_split,
             "augment": {"crop_padding": self.crop_padding, "flip": self.flip},
             # the loss and accuracy of guessing uniformly, for scale
             "chance_loss": math.log(c.num_classes),
@@ -161,6 +172,9 @@ class ImageTaskConfig(TaskConfigBase):
     train_examples: int | None = Field(default=None, gt=0)
     #: evaluate on this many test images (evenly spaced); None: all
     eval_examples: int | None = Field(default=None, gt=0)
+    #: hold out this many training images (evenly spaced) and evaluate on them instead of the test
+    #: split: the selection split for choosing settings (a study's [nuisance]); 0: none
+    holdout: int = Field(default=0, ge=0)
     eval_batch_size: int = Field(default=256, gt=0)
     augment: AugmentConfig = AugmentConfig()
     #: where decoded images are cached; None: ``$HEADWISE_CACHE`` or ``~/.cache/headwise``
@@ -207,7 +221,7 @@ class ImageTaskConfig(TaskConfigBase):
         cache = self.cache(cache_dir, progress=progress)
         return ImageTask(cache, train_examples=self.train_examples, eval_examples=self.eval_examples,
                          eval_batch_size=self.eval_batch_size, crop_padding=self.augment.crop_padding,
-                         flip=self.augment.flip)
+                         flip=self.augment.flip, holdout=self.holdout)
 
 
 IMAGE_FAMILY = register_family(TaskFamily(kind="images", config=ImageTaskConfig, task=ImageTask,
