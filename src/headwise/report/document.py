@@ -95,6 +95,14 @@ def fixed_ticks(ax: Any, values: Iterable[float]) -> None:
 
 
 #: Where a point's label goes, one side per series, so that labels of nearby points do not collide.
+def dodge(xs: Iterable[float], k: int, n: int, span: float, share: float = 0.012) -> list[float]:
+    """``xs`` of series ``k`` of ``n`` moved sideways by a share of the axis ``span`` per series,
+    centred on the true values, so that error bars of series sharing an x value stand side by
+    side instead of on top of each other (the figures' CSVs keep the true values)."""
+    offset = (k - (n - 1) / 2) * share * span
+    return [x + offset for x in xs]
+
+
 LABEL_SIDES = [(6, 5, "left"), (6, -12, "left"), (-6, -12, "right"), (-6, 5, "right")]
 
 

@@ -29,7 +29,7 @@ from pydantic import Field
 from headwise.config import Config
 from headwise.report import stats
 from headwise.report.data import VariantRuns
-from headwise.report.document import LABEL_SIDES, Document, fixed_ticks, fmt, fmt_params, new_figure
+from headwise.report.document import LABEL_SIDES, Document, dodge, fixed_ticks, fmt, fmt_params, new_figure
 from headwise.report.registry import Layout, LayoutOptions, PaperReference, register_layout
 from headwise.report.sections import comparison_table, loss_cell
 
@@ -179,14 +179,18 @@ class DepthLayout(Layout):
         fig, axes = new_figure(8.0, 5.0)
         ax = axes[0, 0]
         rows: list[dict[str, Any]] = []
-        for i, depth in enumerate(sorted({v.n_layers for v in self.grid})):
+        depths = sorted({v.n_layers for v in self.grid})
+        heads = [v.heads[0] for v in self.grid]
+        span = (max(heads) - min(heads)) or 1 if heads else 1
+        for i, depth in enumerate(depths):
             vs = sorted((v for v in self.grid if v.n_layers == depth), key=lambda v: v.heads[0])
-            ax.errorbar([v.heads[0] for v in vs], [v.stats.mean for v in vs],
+            drawn = dodge([v.heads[0] for v in vs], i, len(depths), span)  # depths at one head count side by side
+            ax.errorbar(drawn, [v.stats.mean for v in vs],
                         yerr=[v.stats.std if v.stats.n > 1 else 0.0 for v in vs] if self.study.record.seeds > 1
                         else None, marker="o", color=f"C{i}", capsize=3, label=f"{depth} layers")
             dx, dy, ha = LABEL_SIDES[i % len(LABEL_SIDES)]
-            for v in vs:
-                ax.annotate(fmt_params(v.params), (v.heads[0], v.stats.mean), textcoords="offset points",
+            for v, x in zip(vs, drawn):
+                ax.annotate(fmt_params(v.params), (x, v.stats.mean), textcoords="offset points",
                             xytext=(dx, dy), ha=ha, fontsize=7, color=f"C{i}")
                 rows.append(self._point_row(v))
         markers = iter("*DPXv^<>")

@@ -25,7 +25,7 @@ from pydantic import Field
 from headwise.config import Config
 from headwise.report import stats
 from headwise.report.data import VariantRuns
-from headwise.report.document import LABEL_SIDES, Document, fmt, new_figure
+from headwise.report.document import LABEL_SIDES, Document, dodge, fmt, new_figure
 from headwise.report.registry import Layout, LayoutOptions, register_layout
 from headwise.report.sections import comparison_table
 
@@ -123,20 +123,23 @@ class HeadsLayout(Layout):
         fig, axes = new_figure(8.0, 5.0)
         ax = axes[0, 0]
         rows: list[dict[str, Any]] = []
+        totals = [v.total_heads for s in self.order for v in self.members(s)]
+        span = (max(totals) - min(totals)) or max(totals) if totals else 1.0
         for k, s in enumerate(self.order):
             vs = self.members(s)
             if not vs:
                 continue
             color = self.colors[s]
             xs = [v.total_heads for v in vs]
+            drawn = dodge(xs, k, len(self.order), span)  # series at one total side by side
             multi = any(v.stats.n > 1 for v in vs)
-            ax.errorbar(xs, [v.stats.mean for v in vs], yerr=[v.stats.std if v.stats.n > 1 else 0.0 for v in vs]
+            ax.errorbar(drawn, [v.stats.mean for v in vs], yerr=[v.stats.std if v.stats.n > 1 else 0.0 for v in vs]
                         if multi else None, fmt="o", color=color, capsize=3, label=s, zorder=3)
             dx, dy, ha = LABEL_SIDES[k % len(LABEL_SIDES)]
-            for v in vs:
+            for v, x in zip(vs, drawn):
                 if v.stats.n > 1:
-                    ax.scatter([v.total_heads] * v.stats.n, v.losses, color=color, s=8, alpha=0.35, zorder=2)
-                ax.annotate(",".join(map(str, v.heads)), (v.total_heads, v.stats.mean), textcoords="offset points",
+                    ax.scatter([x] * v.stats.n, v.losses, color=color, s=8, alpha=0.35, zorder=2)
+                ax.annotate(",".join(map(str, v.heads)), (x, v.stats.mean), textcoords="offset points",
                             xytext=(dx, dy), ha=ha, fontsize=7, color=color)
                 rows.append(dict(kind="point", series=s, variant=v.name, heads=" ".join(map(str, v.heads)),
                                  total_heads=v.total_heads, loss_mean=v.stats.mean,

@@ -31,7 +31,7 @@ from headwise.report.accuracy import acc_cell, draw_accuracy, noise_summary, noi
 from headwise.report.accuracy import accuracy_values as _metric
 from headwise.report.accuracy import statuses as _statuses
 from headwise.report.data import VariantRuns
-from headwise.report.document import Document, fixed_ticks, fmt, fmt_p, fmt_params, new_figure, plural
+from headwise.report.document import Document, dodge, fixed_ticks, fmt, fmt_p, fmt_params, new_figure, plural
 from headwise.report.registry import Layout, LayoutOptions, PaperReference, register_layout
 from headwise.report.sections import ALPHA
 
@@ -266,9 +266,13 @@ class VisionLayout(Layout):
             return
         fig, axes = new_figure(7.5, 4.6)
         ax, rows = axes[0, 0], []
+        ratios = [self.ratio[v.name] or 0 for v in self.mlp_grid]
+        span = (max(ratios) - min(ratios)) or 1
         for i, depth in enumerate(depths):
             vs = self._at(self.mlp_grid, depth, lambda v: self.ratio[v.name] or 0)
-            self._draw(ax, vs, [self.ratio[v.name] or 0 for v in vs], f"C{i}", f"{depth} layers", i, rows)
+            # depths at one ratio side by side
+            x = dodge([self.ratio[v.name] or 0 for v in vs], i, len(depths), span)
+            self._draw(ax, vs, x, f"C{i}", f"{depth} layers", i, rows)
         self._baseline_line(ax)
         fixed_ticks(ax, [r["mlp_ratio"] for r in rows])
         ax.set_xlabel("MLP ratio (hidden width / d_model)")

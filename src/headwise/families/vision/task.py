@@ -24,7 +24,6 @@ import torch
 from pydantic import Field
 
 from headwise.config import Config
-from headwise.errors import HeadwiseError
 from headwise.families.vision.augment import normalize, random_crop_flip
 from headwise.families.vision.cache import ImageCache, prepare_images
 from headwise.data.shuffled import ShuffledStream, evenly_spaced
