@@ -48,8 +48,10 @@ def _list() -> int:
         with resources.as_file(entry) as path:
             raw = read_toml(path)
         print(f"{name}: {' '.join(str(raw.get('description', '')).split())}")
-        for preset, body in raw.get("presets", {}).items():
-            print(f"  --preset {preset:<6} {body.get('summary', '')}")
+        presets = raw.get("presets", {})
+        width = max((len(p) for p in presets), default=0)
+        for preset, body in presets.items():
+            print(f"  --preset {preset:<{width}} {body.get('summary', '')}")
     return 0
 
 
