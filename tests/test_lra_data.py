@@ -322,6 +322,25 @@ def test_pathfinder_lra_layout(tmp_path):
     one_line_error(load_lra, "pathfinder", folder, match="sample_2.png.*does not exist")
 
 
+def test_pathfinder_skips_an_empty_image_of_the_release_with_a_count(tmp_path):
+    # the real release has a 0-byte curv_baseline/imgs/0/sample_172.png; here 1 of 150 images
+    folder, rows = write_pathfinder(tmp_path, per_file=(75, 75))
+    (folder / "curv_baseline" / "imgs" / "0" / "sample_3.png").write_bytes(b"")
+    said: list[str] = []
+    data = load_lra("pathfinder", folder, status=said.append)
+    kept = [r for i, r in enumerate(rows) if i != 3]
+    assert sum(len(data.splits[s]) for s in ("train", "val", "test")) == 149
+    labels = np.concatenate([data.splits[s].labels for s in ("train", "val", "test")])
+    assert labels.tolist() == [lab for _, lab in kept]
+    assert "1 empty or unreadable images skipped" in data.description
+    warnings = [line for line in said if line.startswith("warning:")]
+    assert len(warnings) == 1 and "imgs/0/sample_3.png" in warnings[0]
+    # more than 1% bad: refused in one line
+    for i in range(4, 6):
+        (folder / "curv_baseline" / "imgs" / "0" / f"sample_{i}.png").write_bytes(b"not a png")
+    one_line_error(load_lra, "pathfinder", folder, match="3 of 150 listed images are empty or unreadable")
+
+
 def test_fashion_mnist_stand_in(tmp_path, monkeypatch):
     arrays = write_fashion(tmp_path / "fashion-mnist")
     monkeypatch.setenv("HEADWISE_DATA", str(tmp_path))

@@ -37,6 +37,8 @@ from headwise.errors import HeadwiseError
 
 PATHFINDER_DIFFICULTY = "curv_baseline"
 PATHFINDER_FRACTIONS = (0.8, 0.1)  # train, val; the rest is test
+#: the share of a Pathfinder release's listed images that may be empty or unreadable (and skipped)
+MAX_BAD_SHARE = 0.01
 
 
 # --- images ------------------------------------------------------------------------------------
@@ -157,8 +159,8 @@ def _pathfinder_lra(folder: Path, max_length: int | None, say: Callable[[str], N
     if not rows:
         raise HeadwiseError(f"Pathfinder folder {folder}: metadata/ lists no images; check the source")
     shape = None
-    pixels = []
-    for i, (rel, _) in enumerate(rows):
+    pixels, labels, bad = [], [], []
+    for i, (rel, label) in enumerate(rows):
         if i % 5000 == 0:
             say(f"decoding Pathfinder images: {i:,} of {len(rows):,}")
         file = folder / rel
@@ -168,21 +170,30 @@ def _pathfinder_lra(folder: Path, max_length: int | None, say: Callable[[str], N
         except FileNotFoundError:
             raise HeadwiseError(f"Pathfinder image {file} (listed in metadata) does not exist") from None
         except (UnidentifiedImageError, OSError) as exc:
-            raise HeadwiseError(f"Pathfinder image {file} is not a readable image: {first_line(exc)}") from None
+            # the release has empty files (e.g. curv_baseline/imgs/0/sample_172.png, 0 bytes); LRA's
+            # own pipeline drops them, and so does this, up to a small share
+            bad.append(f"{rel} ({first_line(exc)})")
+            continue
         if shape is None:
             shape = a.shape
         elif a.shape != shape:
             raise HeadwiseError(f"Pathfinder image {file} is {a.shape[0]}x{a.shape[1]}, the first was {shape[0]}x{shape[1]}")
         pixels.append(a)
-    assert shape is not None
+        labels.append(label)
+    if len(bad) > MAX_BAD_SHARE * len(rows) or shape is None:
+        raise HeadwiseError(f"Pathfinder folder {folder}: {len(bad):,} of {len(rows):,} listed images are empty or "
+                            f"unreadable (more than {MAX_BAD_SHARE:.0%}), e.g. {bad[0]}; check the download")
+    notes = ["metadata rows split 80/10/10 in order"]
+    if bad:
+        say(f"warning: skipped {len(bad):,} empty or unreadable Pathfinder images of {len(rows):,}, e.g. {bad[0]}")
+        notes.append(f"{len(bad):,} empty or unreadable images skipped")
     limit = max_length if max_length is not None else shape[0] * shape[1]
     if shape[0] * shape[1] > limit:
         raise HeadwiseError(f"Pathfinder images in {folder} are {shape[0] * shape[1]:,} pixels, over max_length {limit:,}")
-    all_split = pixel_split(np.stack(pixels), np.array([label for _, label in rows], dtype=np.int64))
-    n = len(rows)
+    all_split = pixel_split(np.stack(pixels), np.array(labels, dtype=np.int64))
+    n = len(labels)
     a = int(n * PATHFINDER_FRACTIONS[0])
     b = a + int(n * PATHFINDER_FRACTIONS[1])
     splits = {"train": all_split.take(np.arange(a)), "val": all_split.take(np.arange(a, b)),
               "test": all_split.take(np.arange(b, n))}
-    return lra_data("pathfinder", splits, limit, f"Pathfinder {shape[0]}x{shape[1]} from {folder}",
-                 ["metadata rows split 80/10/10 in order"])
+    return lra_data("pathfinder", splits, limit, f"Pathfinder {shape[0]}x{shape[1]} from {folder}", notes)
