@@ -20,7 +20,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from headwise.bench.cases import model_spec
-from headwise.bench.config import BenchConfig
+from headwise.bench.settings import BenchConfig
 from headwise.bench.core import tune_cpu_allocator
 from headwise.bench.training import headwise_loss, hf_loss, make_optimizer, make_train_step
 from headwise.model import Transformer

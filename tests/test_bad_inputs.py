@@ -140,7 +140,7 @@ def write_lra_sources(root: Path) -> None:
     """The generated ListOps of `lra.toml` (its cache built) and damaged LRA files."""
     from test_lra_data import IMDB, write_imdb_parquet, write_listops
 
-    from headwise.tasks.config import parse_task_config
+    from headwise.tasks.union import parse_task_config
     from headwise.config import read_toml
 
     parse_task_config(read_toml(root / "lra.toml")["task"]).cache(cache_dir=root / "cache")
@@ -520,7 +520,7 @@ def test_whole_table_checks_name_no_made_up_location() -> None:
     """A check of a whole table (a model validator) reports its own words, without "(top level)"."""
     from headwise.errors import HeadwiseError
     from headwise.spec import ModelSpec
-    from headwise.study.spec import StudyConfig
+    from headwise.study.definition import StudyConfig
 
     for cls, data in ((ModelSpec, {"vocab_size": 10, "d_model": 8, "n_layers": 1, "heads": [2], "mlp_hidden": 0}),
                       (StudyConfig, {"name": "x", "base": {}})):

@@ -12,7 +12,7 @@ import torch
 
 from headwise.bench import core, suite
 from headwise.bench.cases import grid_plans, model_spec, plan_label, share_parameters
-from headwise.bench.config import BenchConfig
+from headwise.bench.settings import BenchConfig
 from headwise.bench.report import evaluate_targets, render_markdown, write_results
 from headwise.families.lm.bench import bench_tokenize
 from headwise.families.lm.bench import main as tokenize_main

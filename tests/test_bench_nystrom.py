@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from headwise.bench import core
-from headwise.bench.config import SECTIONS, BenchConfig
+from headwise.bench.settings import SECTIONS, BenchConfig
 from headwise.bench.nystrom import _layers, compare_nystrom, nystrom_spec
 from headwise.bench.report import evaluate_targets, render_markdown
 from helpers import one_thread, run_sections  # noqa: F401  (one_thread: autouse, one torch thread)

@@ -13,7 +13,7 @@ from headwise.families.lm.data_plan import DataConfig
 from headwise.errors import HeadwiseError
 from headwise.tasks.base import TaskShape
 from headwise.families.lm.task import LMTaskConfig
-from headwise.tasks.config import build_task
+from headwise.tasks.union import build_task
 from headwise.families.lm.task import LMTask
 from test_data_sources import data_env  # noqa: F401
 

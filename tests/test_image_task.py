@@ -16,7 +16,7 @@ import torch
 from headwise.errors import HeadwiseError
 from headwise.params import count_params, flops_per_token
 from headwise.run import read_metrics
-from headwise.tasks.config import parse_task_config
+from headwise.tasks.union import parse_task_config
 from headwise.data.shuffled import evenly_spaced
 from headwise.tasks.classify import topk_accuracy
 from headwise.families.vision.task import ImageTask

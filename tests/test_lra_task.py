@@ -14,7 +14,7 @@ from headwise.model import Transformer
 from headwise.params import count_params
 from headwise.run import read_metrics
 from headwise.spec import ModelSpec
-from headwise.tasks.config import parse_task_config
+from headwise.tasks.union import parse_task_config
 from headwise.train import RunConfig, run_training
 from headwise.train.config import resolve_spec
 from test_lra_data import write_aan

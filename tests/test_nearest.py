@@ -10,7 +10,7 @@ import torch
 
 from headwise.errors import HeadwiseError
 from headwise.families.nearest.task import NearestTaskConfig
-from headwise.tasks.config import build_task, parse_task_config
+from headwise.tasks.union import build_task, parse_task_config
 from headwise.tasks.base import Batch
 from headwise.families.nearest.task import NearestNeighbourTask, baseline_loss, expected_max_inner, pick
 

@@ -17,7 +17,7 @@ from headwise.run import RunStatus, RunSummary
 from headwise.report import write_report
 from headwise.study import load_study
 from headwise.study.layout import RESULTS_CSV, run_dir, save_study
-from headwise.study.spec import load_study_file
+from headwise.study.definition import load_study_file
 
 from helpers import read_csv, write_run_dir
 

@@ -14,7 +14,7 @@ from headwise.report.registry import Layout, LayoutOptions, get_layout, layout_k
 from headwise.run import RunStatus, RunSummary, write_summary
 from headwise.study import load_study
 from headwise.study.layout import run_dir, save_study
-from headwise.study.spec import load_study_file
+from headwise.study.definition import load_study_file
 
 
 def _study_with_report(tmp_path, report: dict) -> str:

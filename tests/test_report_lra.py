@@ -14,7 +14,7 @@ from headwise.cli import main
 from headwise.errors import HeadwiseError
 from headwise.plans import plan_heads
 from headwise.report import write_report
-from headwise.report.spec import ReportSpec
+from headwise.report.options import ReportSpec
 from headwise.run import RunStatus, RunSummary
 from headwise.study import load_study
 from headwise.study.layout import run_dir, save_study

@@ -6,7 +6,7 @@ from headwise.cli import main
 from headwise.errors import HeadwiseError
 from headwise.plans import Scheme
 from headwise.study import load_study
-from headwise.study.spec import builtin_studies, deep_merge, load_study_file, resolve_study
+from headwise.study.definition import builtin_studies, deep_merge, load_study_file, resolve_study
 
 NEAREST_BASE = {
     "model": {"preset": "amsel-nn", "d_model": 8, "heads": 1, "mlp_hidden": 16, "max_seq_len": 16},

@@ -12,7 +12,7 @@ from headwise.errors import HeadwiseError
 from headwise.model.inputs import FRONT_ENDS
 from headwise.model.outputs import OUTPUT_HEADS
 from headwise.report.registry import layout_kinds
-from headwise.tasks.config import parse_task_config
+from headwise.tasks.union import parse_task_config
 from headwise.tasks.family import FAMILIES, TaskConfigBase, TaskFamily, family_of, register_family
 from headwise.families.nearest.task import NearestNeighbourTask
 from headwise.train.config import RunConfig, resolve_spec

@@ -2,7 +2,7 @@
 
 A run directory (:class:`headwise.run.RunDir`) holds the resolved run config, its summary,
 ``checkpoints/step_XXXXXXXX/`` and the final ``model/``. The evaluation inputs are the first
-batches of the run's own task (``headwise.tasks.config.build_task`` on the config's ``[task]``),
+batches of the run's own task (``headwise.tasks.union.build_task`` on the config's ``[task]``),
 so every checkpoint of a run is measured on the same sequences.
 
 :func:`final_conditioning` measures a run's final model; ``headwise analyze STUDY_DIR``
@@ -29,7 +29,7 @@ from headwise.errors import HeadwiseError
 from headwise.model import WEIGHTS_FILE, load_pretrained
 from headwise.run import RunDir, RunStatus, read_summary
 from headwise.run.layout import CONFIG_FILE, SUMMARY_FILE
-from headwise.tasks.config import parse_task_config
+from headwise.tasks.union import parse_task_config
 
 CHECKPOINT_RE = re.compile(r"^step_(\d+)$")
 RUN_COLUMNS = ["step", "layer", "heads", "head_dim", "width", "attention", "cond_mean", "cond_median",

@@ -6,7 +6,7 @@ penalty, MFU, bf16, generation, tokenization), interleaved and reported as JSON 
     write_results(result, "benchmarks/results")
 
 The suite itself loads on first use of :func:`run_bench`: the ``headwise`` command imports every
-command module at start, and ``headwise bench``'s options need only :mod:`headwise.bench.config`,
+command module at start, and ``headwise bench``'s options need only :mod:`headwise.bench.settings`,
 not the models, the trainer and generation the suite imports.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from headwise.bench.config import SECTIONS, BenchConfig
+from headwise.bench.settings import SECTIONS, BenchConfig
 from headwise.bench.core import interleave, matmul_peak, tune_cpu_allocator
 from headwise.bench.report import evaluate_targets, render_markdown, write_results
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from headwise.bench.config import BenchConfig
+from headwise.bench.settings import BenchConfig
 from headwise.errors import HeadwiseError
 from headwise.plans import Plan, Scheme, plan_heads
 from headwise.presets import spec_from_preset

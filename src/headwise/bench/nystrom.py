@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from headwise.bench.cases import share_parameters
-from headwise.bench.config import BenchConfig
+from headwise.bench.settings import BenchConfig
 from headwise.bench.core import interleave, median, pick_quiet, quiet_mask, ratio_stats, synchronize
 from headwise.model.transformer import Attention
 from headwise.spec import ModelSpec

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from headwise.bench.cases import grid_plans, model_spec, plan_label, training_cases
-from headwise.bench.config import SECTIONS, BenchConfig
+from headwise.bench.settings import SECTIONS, BenchConfig
 from headwise.bench.core import (
     allocator_tuned,
     interleave,

@@ -28,7 +28,7 @@ from headwise.bench.cases import (
     plan_label,
     share_parameters,
 )
-from headwise.bench.config import BenchConfig
+from headwise.bench.settings import BenchConfig
 from headwise.bench.core import (
     Timings,
     cpu_stall_seconds,

@@ -7,7 +7,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from headwise.bench.config import SECTION_HELP, SECTIONS
+from headwise.bench.settings import SECTION_HELP, SECTIONS
 
 NAME = "bench"
 HELP = "measure training/generation speed against Hugging Face GPT-Neo (JSON + markdown table)"

@@ -23,7 +23,7 @@ from headwise.data.cache_files import META, CacheInvalid, default_cache_dir, lis
 from headwise.errors import HeadwiseError
 from headwise.families.lm.data_plan import DataConfig, plan_data
 from headwise.families.lm.token_cache import TokenCache, cache_name, prepare
-from headwise.tasks.config import parse_task_config
+from headwise.tasks.union import parse_task_config
 from headwise.tasks.family import families
 
 NAME = "data"

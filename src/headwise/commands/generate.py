@@ -53,7 +53,7 @@ def _check_sampling(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from headwise.errors import HeadwiseError
-    from headwise.tasks.config import build_task
+    from headwise.tasks.union import build_task
     from headwise.train.generate import generate_text, held_out_predictions, load_run_model, run_config
 
     given = [f"--{name.replace('_', '-')}" for name in DEFAULTS if getattr(args, name) is not None]

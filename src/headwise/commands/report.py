@@ -34,7 +34,7 @@ def _check_at_heads(study_dir: str, at_heads: float) -> None:
     from headwise.errors import HeadwiseError
     from headwise.report.registry import get_layout
     from headwise.study.layout import load_study_record
-    from headwise.tasks.config import parse_task_config
+    from headwise.tasks.union import parse_task_config
 
     record = load_study_record(study_dir)
     kind = record.report.kind

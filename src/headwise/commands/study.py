@@ -42,7 +42,7 @@ def _list() -> int:
     from importlib import resources
 
     from headwise.config import read_toml
-    from headwise.study.spec import builtin_studies
+    from headwise.study.definition import builtin_studies
 
     for name, entry in sorted(builtin_studies().items()):
         with resources.as_file(entry) as path:

@@ -11,7 +11,7 @@
 A family folder's ``__init__`` registers its :class:`~headwise.tasks.family.TaskFamily` (by
 importing its task module); its ``report*`` modules register its report layouts
 (:mod:`headwise.report.registry`) and its ``*.toml`` files are built-in studies
-(:func:`headwise.study.spec.builtin_studies`). What the families share (batches, cache files,
+(:func:`headwise.study.definition.builtin_studies`). What the families share (batches, cache files,
 shuffling, sources and hub access, classification) lives in :mod:`headwise.data` and
 :mod:`headwise.tasks`.
 

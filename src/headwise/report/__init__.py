@@ -11,9 +11,9 @@
 - :mod:`~headwise.report.registry`: one layout per study kind (``heads``, ``depth``, ``rank``,
   ``vision``, ``lra``: each in its family's ``report*.py``), chosen by the study's ``[report] kind``;
 - :mod:`~headwise.report.accuracy`: what the classification layouts share;
-- :mod:`~headwise.report.spec`: :class:`ReportSpec`, the ``[report]`` table.
+- :mod:`~headwise.report.options`: :class:`ReportSpec`, the ``[report]`` table.
 
-Importing the package is light (the study spec imports :class:`ReportSpec` from it); matplotlib
+Importing the package is light (the study definition imports :class:`ReportSpec` from it); matplotlib
 loads only when a figure is drawn.
 """
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from headwise.report.spec import ReportSpec
+from headwise.report.options import ReportSpec
 
 __all__ = ["ReportSpec", "write_report"]
 

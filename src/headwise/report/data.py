@@ -21,7 +21,7 @@ from headwise.report import stats
 from headwise.run import RunStatus, RunSummary, read_metrics
 from headwise.study.layout import StudyRecord
 from headwise.study.results import RunResult, collect_results
-from headwise.tasks.config import parse_task_config
+from headwise.tasks.union import parse_task_config
 from headwise.tasks.family import TaskConfigBase
 
 

@@ -113,7 +113,7 @@ class Probes:
     def pick_accuracy(self, run: RunRecord) -> float | None:
         """Share of held-out tokens whose output is closest to the right point (first eval
         batch); None when the model cannot be scored."""
-        from headwise.tasks.config import build_task
+        from headwise.tasks.union import build_task
         from headwise.train.generate import held_out_predictions, load_run_model
 
         cached = self.cache.get("pick", run, "eval batch 0")

@@ -20,7 +20,7 @@ from headwise.report.data import RunRecord, StudyRuns, VariantRuns
 from headwise.report.document import Document, fmt, fmt_p, fmt_params, heads_str, new_figure, plural, quote
 from headwise.report.probes import COND_SEQUENCES, Probes
 from headwise.report.registry import Layout
-from headwise.report.spec import ReportSpec
+from headwise.report.options import ReportSpec
 from headwise.study.layout import RESULTS_CSV
 
 #: Significance level of the Holm-corrected Welch tests.

@@ -21,9 +21,9 @@ __all__ = ["load_study", "run_study"]
 def load_study(name_or_path: str, preset: str | None = None, seeds: int | None = None,
                overrides: list[str] | None = None) -> Any:
     """A built-in study (by name) or a study file, with its preset merged and every variant's run
-    config checked (a :class:`headwise.study.spec.Study`); ``overrides`` (``key=value``) apply to
+    config checked (a :class:`headwise.study.definition.Study`); ``overrides`` (``key=value``) apply to
     the base run config."""
-    from headwise.study.spec import load_study_file, resolve_study
+    from headwise.study.definition import load_study_file, resolve_study
 
     raw, source = load_study_file(name_or_path)
     return resolve_study(raw, source, preset=preset, seeds=seeds, overrides=overrides)

@@ -14,7 +14,7 @@ from headwise.errors import HeadwiseError
 from headwise.run import RunStatus, read_summary
 from headwise.study.layout import StudyRecord
 from headwise.study.results import update_results
-from headwise.study.spec import RunSpec
+from headwise.study.definition import RunSpec
 from headwise.train.checkpoint import latest_checkpoint
 
 #: Statuses a rerun leaves alone.

@@ -21,7 +21,7 @@ from headwise.config import atomic_write_text, read_toml
 from headwise.errors import HeadwiseError
 from headwise.study.claims import Claim
 from headwise.study.nuisance import Nuisance
-from headwise.study.spec import ReportSpec, Study
+from headwise.study.definition import ReportSpec, Study
 
 STUDY_TOML = "study.toml"
 RESULTS_CSV = "results.csv"

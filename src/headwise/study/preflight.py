@@ -5,7 +5,7 @@ A study whose data cannot be had (``HEADWISE_DATA`` unset, a missing file, the h
 runs ask for ``train.device = "cuda"`` where there is none, or whose ``--out`` cannot be made is
 refused with one line (a :class:`~headwise.errors.HeadwiseError`, exit 2) and leaves no study
 directory behind. Each run's own spec is checked when the study is loaded
-(:func:`headwise.study.spec.resolve_run_model`).
+(:func:`headwise.study.definition.resolve_run_model`).
 
 Preparing the data (tokenizing it into the token cache, which lives outside the study directory)
 is the check: once it succeeds the runs only open the cache. Locally it runs in this process;
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from headwise.errors import HeadwiseError
-from headwise.study.spec import RunSpec
+from headwise.study.definition import RunSpec
 
 
 def check_out_dir(study_dir: Path) -> None:
@@ -63,7 +63,7 @@ def prepare_task_data(task: dict[str, Any], progress: bool = False) -> str | Non
 
     The body of the Ray preflight task, and of the local one (which shows progress: a bar when
     stderr is a terminal)."""
-    from headwise.tasks.config import parse_task_config
+    from headwise.tasks.union import parse_task_config
 
     try:
         parse_task_config(task).prepare(progress=progress)
@@ -78,7 +78,7 @@ def check_data(specs: list[RunSpec], echo: Callable[[str], None],
     building it); the first that cannot be had stops the study with its reason.
 
     ``prepare`` maps the task tables to their outcomes (default: :func:`prepare_task_data` here)."""
-    from headwise.tasks.config import parse_task_config
+    from headwise.tasks.union import parse_task_config
 
     todo = []
     for task, n in distinct_tasks(specs):

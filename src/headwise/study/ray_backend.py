@@ -22,7 +22,7 @@ from headwise.errors import HeadwiseError, RunFailure
 from headwise.study.preflight import check_data, check_devices, prepare_task_data
 from headwise.study.jobs import Progress, RunJob, open_log
 from headwise.study.runner import GRACE_S
-from headwise.study.spec import RunSpec
+from headwise.study.definition import RunSpec
 
 
 def ray_train(argv: list[str], log_path: str, threads: int | None) -> int:

@@ -43,7 +43,7 @@ from headwise.study.jobs import Progress, RunJob, open_log, plan_action
 from headwise.study.layout import load_study_record, save_study
 from headwise.study.preflight import check_data, check_devices, check_out_dir
 from headwise.study.results import RunResult, update_results
-from headwise.study.spec import RunSpec, Study, study_identity
+from headwise.study.definition import RunSpec, Study, study_identity
 from headwise.study.tuning import tune, tuning_specs
 from headwise.train import trackers
 from headwise.train.config import LogConfig

@@ -15,7 +15,7 @@ from headwise.study.layout import StudyRecord
 from headwise.study.nuisance import (
     Choice, Nuisance, Point, choose, grid, selection_value, tuning_config, tuning_paths, write_choices,
 )
-from headwise.study.spec import RunSpec, Study, Variant
+from headwise.study.definition import RunSpec, Study, Variant
 
 #: rounds of extension after the grid, at most (each axis grows at most ``extend`` times)
 MAX_ROUNDS = 16

@@ -22,7 +22,7 @@ from headwise.plans import Plan, Scheme, plan_heads
 from headwise.presets import preset_dict
 from headwise.spec import ModelSpec, front_ends
 from headwise.tasks.base import Task, TaskShape
-from headwise.tasks.config import TaskConfig
+from headwise.tasks.union import TaskConfig
 
 
 class PlanConfig(Config):

@@ -30,7 +30,7 @@ from headwise.model import Transformer, save_pretrained
 from headwise.params import count_params, flops_per_token
 from headwise.run import RunDir, RunStatus, RunSummary, write_summary
 from headwise.tasks.base import Task
-from headwise.tasks.config import build_task
+from headwise.tasks.union import build_task
 from headwise.train.allocator import tune_cpu_allocator
 from headwise.train.checkpoint import clean_uncommitted, latest_checkpoint, rng_state, save_checkpoint, set_rng_state
 from headwise.train.config import RunConfig, batch_layout, min_lr, resolve_spec, resolved_config, warmup_steps

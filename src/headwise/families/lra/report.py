@@ -433,7 +433,7 @@ class LRALayout(Layout):
 def _planned(definition: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Each variant's run config as the study plans it (its base with the variant's keys set), to place
     variants whose runs have not written theirs; empty where the definition no longer expands."""
-    from headwise.study.spec import StudyConfig, build_run_config, expand_variants  # the study imports reports
+    from headwise.study.definition import StudyConfig, build_run_config, expand_variants  # the study imports reports
 
     try:
         config = StudyConfig.parse(definition)

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from headwise.bench.cases import share_parameters
-from headwise.bench.config import BenchConfig
+from headwise.bench.settings import BenchConfig
 from headwise.bench.core import interleave, median, pick_quiet, quiet_mask, ratio_stats
 from headwise.bench.training import make_optimizer
 from headwise.model import Transformer

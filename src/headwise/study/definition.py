@@ -83,7 +83,7 @@ from headwise.errors import HeadwiseError
 from headwise.families import family_packages
 from headwise.plans import Plan
 from headwise.presets import preset_dict
-from headwise.report.spec import ReportSpec
+from headwise.report.options import ReportSpec
 from headwise.study.claims import Claim, unknown_variants
 from headwise.study.nuisance import Nuisance
 from headwise.spec import ModelSpec
