@@ -111,3 +111,25 @@ def test_claims_are_part_of_the_identity_and_none_keeps_the_old_one(tmp_path):
     without = load_study(str(study_file(tmp_path, [])))
     assert "claims" not in without.identity()["definition"]
     assert with_claims.fingerprint() != without.fingerprint()
+
+
+def test_an_accuracy_claim_reads_the_eval_metric_in_points_and_higher_is_a_gain(tmp_path):
+    from headwise.report.data import RunRecord
+    from headwise.report.paired import paired_gain
+    from headwise.report.verdicts import final_value
+    from headwise.study.claims import Claim
+    from headwise.study.results import RunResult
+
+    claim = Claim.parse({"name": "x", "metric": "accuracy", "better": "higher", "percent": True,
+                         "test": "as_good", "margin": 1.0, "pairs": [["a", "b"]]})
+    plan = Plan.from_dict({"scheme": "explicit", "heads": [1], "head_dims": [8]})
+
+    def run(acc, status=RunStatus.COMPLETED):
+        summary = RunSummary(status=status, final_eval_loss=1.0, eval_metrics={"accuracy": acc}, params=10, plan=plan)
+        return RunRecord(RunResult("a", 0, {}, status, "runs/a/seed0", summary, {}), tmp_path, None)
+
+    assert final_value(run(0.375), claim) == pytest.approx(37.5)
+    assert final_value(run(0.375, RunStatus.DIVERGED), claim) is None
+    assert final_value(run(float("nan")), claim) is None
+    gain = paired_gain({0: 37.5, 1: 40.0}, {0: 36.0, 1: 39.5}, claim.higher_is_better)
+    assert gain.gains == (1.5, 0.5) and claim.margin_for(38.0) == 1.0
