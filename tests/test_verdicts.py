@@ -133,3 +133,25 @@ def test_an_accuracy_claim_reads_the_eval_metric_in_points_and_higher_is_a_gain(
     assert final_value(run(float("nan")), claim) is None
     gain = paired_gain({0: 37.5, 1: 40.0}, {0: 36.0, 1: 39.5}, claim.higher_is_better)
     assert gain.gains == (1.5, 0.5) and claim.margin_for(38.0) == 1.0
+
+
+def test_results_csv_carries_each_family_s_metrics_and_unit(tmp_path):
+    from headwise.study.results import RunResult, results_csv
+    from headwise.study.layout import load_study_record
+
+    out = write_runs(tmp_path, [0, 1, 2, 3, 4])
+    record = load_study_record(out)
+    plan = Plan.from_dict({"scheme": "explicit", "heads": [4], "head_dims": [16]})
+    images = RunSummary(status=RunStatus.COMPLETED, final_eval_loss=0.5, eval_metrics={"accuracy": 0.8125, "top5": 0.99},
+                        params=10, plan=plan, unit="images", tokens_per_s=321.5, tokens=60000)
+    text = RunSummary(status=RunStatus.COMPLETED, final_eval_loss=2.5, params=10, plan=plan, tokens_per_s=4000.0)
+    rows = [RunResult("base", 0, {}, RunStatus.COMPLETED, "runs/base/seed0", images),
+            RunResult("wide", 0, {}, RunStatus.COMPLETED, "runs/wide/seed0", text)]
+    lines = results_csv(record, rows).splitlines()
+    header = lines[0].split(",")
+    # the metrics follow the loss; the throughput names its unit
+    assert header[header.index("final_eval_loss") + 1:header.index("final_eval_loss") + 3] == ["eval_accuracy", "eval_top5"]
+    first, second = (dict(zip(header, line.split(","))) for line in lines[1:])
+    assert (first["eval_accuracy"], first["eval_top5"], first["unit"], first["per_s"], first["seen"]) == \
+        ("0.8125", "0.99", "images", "321.5", "60000")
+    assert (second["eval_accuracy"], second["unit"], second["per_s"]) == ("", "tokens", "4000")

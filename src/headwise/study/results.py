@@ -21,10 +21,12 @@ from headwise.plans import Plan
 from headwise.run import RunDir, RunStatus, RunSummary, read_summary
 from headwise.study.layout import RESULTS_CSV, StudyRecord, lock_path, log_path, run_dir
 
-#: Columns after the variant, the seed and one column per axis.
+#: Columns after the variant, the seed and one column per axis; the task's eval metrics
+#: (``eval_accuracy``, ``eval_top5``, ...: whichever the study's runs report) follow
+#: ``final_eval_loss``. ``unit`` says what ``per_s`` and ``seen`` count (tokens; images; points).
 COLUMNS = [
     "scheme", "heads", "total_heads", "n_layers", "d_model", "head_dims", "params", "final_eval_loss",
-    "wall_time_s", "train_time_s", "tokens_per_s", "peak_memory_mb", "steps", "tokens", "status",
+    "wall_time_s", "train_time_s", "unit", "per_s", "peak_memory_mb", "steps", "seen", "status",
     "run_dir", "error",
 ]
 
@@ -148,15 +150,23 @@ class RunResult:
             final_eval_loss=self.final_eval_loss,
             wall_time_s=_finite(s.wall_time_s) if s else None,
             train_time_s=_finite(s.train_time_s) if s else None,
-            tokens_per_s=_finite(s.tokens_per_s) if s else None,
+            unit=s.unit if s else "",
+            per_s=_finite(s.tokens_per_s) if s else None,
             peak_memory_mb=None if peak is None else round(peak / 2**20, 1),
             steps=s.steps if s else "",
-            tokens=s.tokens if s else "",
+            seen=s.tokens if s else "",
             status=self.status.value,
             run_dir=self.run_dir,
             error=self.error,
         )
+        # the metrics of the last evaluation, as the summary has them (a completed run's are final)
+        row.update({f"eval_{k}": _finite(v) for k, v in (s.eval_metrics if s else {}).items()})
         return row
+
+    @property
+    def metric_names(self) -> list[str]:
+        """The task's eval metrics this run reports (``accuracy``, ``top5``, ...)."""
+        return list(self.summary.eval_metrics) if self.summary is not None else []
 
 
 def run_result(record: StudyRecord, variant: dict[str, Any], seed: int, in_flight: bool = False) -> RunResult:
@@ -187,8 +197,10 @@ def axis_column(axis: str) -> str:
 def results_csv(record: StudyRecord, results: list[RunResult]) -> str:
     """The text of ``results.csv`` for these results."""
     axes = axis_names(record)
+    metrics = [f"eval_{m}" for m in dict.fromkeys(m for r in results for m in r.metric_names)]
+    at = COLUMNS.index("final_eval_loss") + 1
     return rows_to_csv([r.csv_row(axes) for r in results],
-                       ["variant", "seed", *map(axis_column, axes), *COLUMNS])
+                       ["variant", "seed", *map(axis_column, axes), *COLUMNS[:at], *metrics, *COLUMNS[at:]])
 
 
 def write_results(record: StudyRecord, results: list[RunResult]) -> Path:
