@@ -58,10 +58,11 @@ def write_report(
     findings: list[str] = []
     if study.done:
         findings = layout.sections(doc)
-        if record.claims:
-            findings += verdict_section(doc, study, record.claims)
-        if record.nuisance is not None:
-            findings += tuning_section(doc, record.nuisance, read_choices(record.path))
+        claims, nuisance = record.claims, record.nuisance  # each parses study.toml's table
+        if claims:
+            findings += verdict_section(doc, study, claims)
+        if nuisance is not None:
+            findings += tuning_section(doc, nuisance, read_choices(record.path))
     else:
         doc.add("No run has completed yet: rerun the study to finish them, then `headwise report` again.")
     sections.results_table(doc, study)

@@ -9,9 +9,6 @@ from typing import Any
 from headwise.report.document import Document, fmt, new_figure
 from headwise.study.nuisance import Choice, Nuisance
 
-PALETTE = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray"]
-
-
 def tuning_section(doc: Document, nuisance: Nuisance, choices: list[Choice]) -> list[str]:
     """The choices table and one panel per tuned key; returns findings about grid edges."""
     keys = sorted(nuisance.values)
@@ -32,14 +29,14 @@ def tuning_section(doc: Document, nuisance: Nuisance, choices: list[Choice]) -> 
         for i, c in enumerate(choices):
             tried = sorted((p[key], v) for p, v in c.tried.values() if v is not None
                            and all(p[k] == (c.best or p)[k] for k in keys if k != key))
-            color = PALETTE[i % len(PALETTE)]
+            color = f"C{i % 10}"  # matplotlib's default cycle, as the layouts colour their series
             ax.plot([x for x, _ in tried], [y for _, y in tried], "o-", color=color, label=c.variant)
             if c.best is not None:
                 best = next((y for x, y in tried if x == c.best[key]), None)
                 ax.plot([c.best[key]], [best], "*", color=color, ms=12)
             points += [{"variant": c.variant, "key": key, "value": x, nuisance.metric: y,
                         "chosen": c.best is not None and x == c.best[key]} for x, y in tried]
-        if all(x > 0 for vals in nuisance.values.values() for x in vals):
+        if all(x > 0 for x in nuisance.values[key]):
             ax.set_xscale("log")
         ax.set_xlabel(key)
         ax.set_ylabel(f"selection {nuisance.metric}")

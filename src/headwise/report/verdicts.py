@@ -89,16 +89,18 @@ class Comparison:
 def compare_claim(study: StudyRuns, claim: Claim) -> list[Comparison]:
     """The claim's comparisons (those whose variants have run), judged together."""
     variants = {v.name: v for v in study.variants}
-    rows = []
+    rows, base_means = [], []
     for name, base_name in claim.pairs:
         v, b = variants.get(name), variants.get(base_name)
         if v is None or b is None:
             continue
-        rows.append((v, b, paired_gain(by_seed(v, claim), by_seed(b, claim), claim.higher_is_better)))
-    rows = [r for r in rows if r[2].n > 0]
+        base = by_seed(b, claim)
+        gain = paired_gain(by_seed(v, claim), base, claim.higher_is_better)
+        if gain.n > 0:
+            rows.append((v, b, gain))
+            base_means.append(sum(base[s] for s in gain.seeds) / gain.n)
     if not rows:
         return []
-    base_means = [sum(by_seed(b, claim)[s] for s in g.seeds) / g.n for _, b, g in rows]
     # one margin and one paper effect per claim, from its first comparison's baseline
     margin = claim.margin_for(base_means[0])
     judged = judge([g for _, _, g in rows], margin=margin, paper_gain=claim.paper_gain_for(base_means[0]))

@@ -30,6 +30,15 @@ def tuning_specs(study: Study) -> list[RunSpec]:
             for v in study.variants for p in grid(nuisance.values)]
 
 
+def _finished(study_dir: Path, variant: str, points: list[Point],
+              nuisance: Nuisance) -> tuple[set[Point], dict[Point, float]]:
+    """Of ``points``, those whose tuning runs have finished, and the selection values of those
+    that completed."""
+    dirs = {p: tuning_paths(study_dir, variant, p)["run_dir"] for p in points}
+    done = {p for p in points if plan_action(dirs[p]) is None}
+    return done, {p: x for p in done if (x := selection_value(dirs[p], nuisance)) is not None}
+
+
 def _job(study_dir: Path, v: Variant, nuisance: Nuisance, point: Point) -> RunJob:
     paths = tuning_paths(study_dir, v.name, point)
     spec = RunSpec(f"{v.name}@{paths['run_dir'].name}", 0, dict(v.labels), tuning_config(v.config, nuisance, point))
@@ -48,16 +57,14 @@ def tune(study: Study, study_dir: Path, record: StudyRecord, runner: Any, write_
     for _ in range(MAX_ROUNDS):
         choices, todo = [], []
         for v in study.variants:
-            points = grid(axes[v.name])
-            dirs = {p: tuning_paths(study_dir, v.name, p)["run_dir"] for p in points}
-            done = {p for p in points if plan_action(dirs[p]) is None}
-            values = {p: x for p in done if (x := selection_value(dirs[p], nuisance)) is not None}
+            done, values = _finished(study_dir, v.name, grid(axes[v.name]), nuisance)
             choice, pending = choose(v.name, axes[v.name], done, values, nuisance, extensions[v.name])
             # an extension adds points whose directories may already hold finished runs
-            while pending and all(plan_action(tuning_paths(study_dir, v.name, p)["run_dir"]) is None for p in pending):
-                done |= set(pending)
-                values |= {p: x for p in pending
-                           if (x := selection_value(tuning_paths(study_dir, v.name, p)["run_dir"], nuisance)) is not None}
+            while pending:
+                more, more_values = _finished(study_dir, v.name, pending, nuisance)
+                if len(more) < len(pending):
+                    break
+                done, values = done | more, values | more_values
                 choice, pending = choose(v.name, axes[v.name], done, values, nuisance, extensions[v.name])
             choices.append(choice)
             todo += [_job(study_dir, v, nuisance, p) for p in pending]
