@@ -227,9 +227,17 @@ def _glue_folder(root: Path) -> Path:
 
     for task, columns, split, n in (("cola", ("sentence",), "train", 40), ("cola", ("sentence",), "validation", 13),
                                     ("mrpc", ("sentence1", "sentence2"), "train", 40),
-                                    ("mrpc", ("sentence1", "sentence2"), "validation", 11)):
+                                    ("mrpc", ("sentence1", "sentence2"), "validation", 11),
+                                    ("stsb", ("sentence1", "sentence2"), "train", 40),
+                                    ("stsb", ("sentence1", "sentence2"), "validation", 19),
+                                    ("mnli", ("premise", "hypothesis"), "train", 40),
+                                    ("mnli", ("premise", "hypothesis"), "validation_matched", 14),
+                                    ("mnli", ("premise", "hypothesis"), "validation_mismatched", 9)):
         table = {c: [sentence() for _ in range(n)] for c in columns}
-        table["label"] = rng.integers(0, 2, size=n).astype(np.int64)
+        if task == "stsb":
+            table["label"] = rng.uniform(0, 5, size=n).astype(np.float32)
+        else:
+            table["label"] = rng.integers(0, 3 if task == "mnli" else 2, size=n).astype(np.int64)
         table["idx"] = np.arange(n, dtype=np.int32)
         (root / task).mkdir(parents=True, exist_ok=True)
         pq.write_table(pa.table(table), root / task / f"{split}-00000-of-00001.parquet")
@@ -259,3 +267,78 @@ def test_glue_folder_fine_tunes_end_to_end(task, mlm_run, tmp_path):
     for name, value in expected.items():
         assert math.isfinite(summary["eval_metrics"][name])
         assert summary["eval_metrics"][name] == pytest.approx(value, abs=1e-9), name
+
+
+def _saved_model_outputs(out: Path) -> tuple[list, list]:
+    """The fine-tuned model's outputs and the targets on every evaluation batch of its own task."""
+    saved = RunConfig.load(out / "config.toml")
+    task = GlueTaskConfig.parse(saved.task.to_dict()).build()
+    model = load_pretrained(out / "model").eval()
+    with torch.no_grad():
+        return [model(b.inputs) for b in task.eval_batches()], [b.targets for b in task.eval_batches()]
+
+
+def test_stsb_fine_tunes_a_regressor_scored_by_pearson_and_spearman(mlm_run, tmp_path):
+    glue = _glue_folder(tmp_path / "glue")
+    out = tmp_path / "ft"
+    extra = ["--set", "task.task=stsb", "--set", f"task.source={glue}", "--set", "task.eval_batch_size=4"]
+    assert main(glue_args(mlm_run, out, *extra)) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert load_pretrained(out / "model").spec.num_classes == 1  # one output: the score
+    outputs, targets = _saved_model_outputs(out)
+    scores = torch.cat([o[:, 0] for o in outputs]).double().numpy()
+    labels = torch.cat([t[:, 0] for t in targets]).double().numpy()
+    # the labels in file order: the task's row numbering keeps the split's order
+    assert labels == pytest.approx(pq.read_table(glue / "stsb" / "validation-00000-of-00001.parquet")
+                                   .column("label").to_numpy().astype(np.float64))
+    from scipy.stats import pearsonr, spearmanr
+
+    assert set(summary["eval_metrics"]) == {"pearson", "spearmanr"}
+    assert summary["eval_metrics"]["pearson"] == pytest.approx(pearsonr(scores, labels)[0], abs=1e-6)
+    assert summary["eval_metrics"]["spearmanr"] == pytest.approx(spearmanr(scores, labels)[0], abs=1e-6)
+    # trained with the squared error of the one output
+    assert summary["task"]["baseline_loss"] == pytest.approx(float(np.var(
+        pq.read_table(glue / "stsb" / "train-00000-of-00001.parquet").column("label").to_numpy())), rel=1e-5)
+
+
+def test_mnli_is_scored_on_matched_and_mismatched_at_once(mlm_run, tmp_path, capsys):
+    glue = _glue_folder(tmp_path / "glue")
+    out = tmp_path / "ft"
+    extra = ["--set", "task.task=mnli", "--set", f"task.source={glue}", "--set", "task.eval_batch_size=4"]
+    assert main(glue_args(mlm_run, out, *extra)) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    outputs, targets = _saved_model_outputs(out)
+    predicted = torch.cat([o.argmax(-1) for o in outputs]).numpy()
+    encoded = torch.cat(targets).numpy()
+    matched, mismatched = encoded < 3, encoded >= 3
+    assert matched.sum() == 14 and mismatched.sum() == 9
+    assert summary["eval_metrics"] == pytest.approx({
+        "accuracy": task_metrics("mnli", predicted[matched], encoded[matched])["accuracy"],
+        "accuracy_mismatched": task_metrics("mnli", predicted[mismatched], encoded[mismatched] - 3)["accuracy"]})
+    assert summary["task"]["eval_examples"] == {"": 14, "mismatched": 9}
+    # `headwise generate` scores a held-out batch by its accuracy, not by a cell of the confusion matrix
+    capsys.readouterr()
+    assert main(["generate", str(out)]) == 0
+    batch_accuracy = float((outputs[0].argmax(-1).numpy() == encoded[:4] % 3).mean())
+    assert f"held-out batch: accuracy {batch_accuracy:.3f}," in capsys.readouterr().out
+
+
+def test_refuses_a_classifier_for_a_regression(mlm_run, tmp_path, capsys):
+    glue = _glue_folder(tmp_path / "glue")
+    out = tmp_path / "ft"
+    _refused(glue_args(mlm_run, out, "--set", "task.task=stsb", "--set", f"task.source={glue}",
+                       "--set", "model.num_classes=2"), out, capsys, "num_classes = 2", "remove num_classes")
+
+
+def test_refuses_a_glue_task_that_does_not_exist(mlm_run, tmp_path, capsys):
+    out = tmp_path / "ft"
+    _refused(glue_args(mlm_run, out, "--set", "task.task=wnli"), out, capsys, "task.task", "standin_order")
+
+
+def test_refuses_a_split_without_its_label_column(mlm_run, tmp_path, capsys):
+    glue = _glue_folder(tmp_path / "glue")
+    path = glue / "cola" / "train-00000-of-00001.parquet"
+    pq.write_table(pq.read_table(path).drop(["label"]), path)
+    out = tmp_path / "ft"
+    _refused(glue_args(mlm_run, out, "--set", "task.task=cola", "--set", f"task.source={glue}"), out, capsys,
+             "lacks column(s) label")

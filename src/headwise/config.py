@@ -114,6 +114,17 @@ def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
     node[parts[-1]] = copy.deepcopy(value)  # the same value may be set into several configs
 
 
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` merged into a copy of ``base``: tables merge recursively, everything else replaces."""
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
 def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``: a nested config as dotted keys (the ``--set`` names)."""
     out: dict[str, Any] = {}

@@ -7,6 +7,8 @@
                         the vision layout, the vit study, the vision bench section
     families/lra/       Long Range Arena: task and its one task table, readers, ListOps, the
                         sequence cache, the lra layout and study
+    families/encoder/   Crammed BERT: masked-LM pretraining, GLUE fine-tuning and its offline
+                        stand-ins, the encoder layout (Table 1) and study
 
 A family folder's ``__init__`` registers its :class:`~headwise.tasks.family.TaskFamily` (by
 importing its task module); its ``report*`` modules register its report layouts

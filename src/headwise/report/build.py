@@ -18,6 +18,7 @@ from headwise.report.registry import get_layout
 from headwise.report.tuning import tuning_section
 from headwise.report.verdicts import verdict_section
 from headwise.study.nuisance import read_choices
+from headwise.study.stages import saved_stages, stage_record
 from headwise.study.layout import REPORT_DIR, load_study_record
 
 REPORT_FILE = "report.md"
@@ -60,7 +61,8 @@ def write_report(
         findings = layout.sections(doc)
         claims, nuisance = record.claims, record.nuisance  # each parses study.toml's table
         if claims:
-            findings += verdict_section(doc, study, claims)
+            stages = {s.name: load_study_runs(stage_record(record, s.name)) for s in saved_stages(record)}
+            findings += verdict_section(doc, study, claims, stages)
         if nuisance is not None:
             findings += tuning_section(doc, nuisance, read_choices(record.path))
     else:

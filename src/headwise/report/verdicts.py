@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,7 +109,7 @@ def compare_claim(study: StudyRuns, claim: Claim) -> list[Comparison]:
             for (v, b, g), m, j in zip(rows, base_means, judged)]
 
 
-def _scale(study: StudyRuns, c: Comparison) -> str:
+def _scale(c: Comparison) -> str:
     """The scale the comparison ran at: parameters, steps, data seen, and the data source."""
     run = c.baseline.info
     s = run.summary if run is not None else None
@@ -127,9 +128,12 @@ def _interval(c: Comparison) -> str:
     return f"{fmt(g.mean)} [{fmt(g.low)}, {fmt(g.high)}] ({pct:+.2f}%)"
 
 
-def verdict_section(doc: Document, study: StudyRuns, claims: list[Claim]) -> list[str]:
-    """The verdict table, its figure and the scale notes; returns one finding per comparison."""
-    comparisons = [c for claim in claims for c in compare_claim(study, claim)]
+def verdict_section(doc: Document, study: StudyRuns, claims: list[Claim],
+                    stages: Mapping[str, StudyRuns] | None = None) -> list[str]:
+    """The verdict table, its figure and the scale notes; returns one finding per comparison.
+    A claim on a stage (``claim.stage``) compares that stage's runs, from ``stages``."""
+    stages = stages or {}
+    comparisons = [c for claim in claims for c in compare_claim(stages[claim.stage] if claim.stage else study, claim)]
     doc.add("## Verdicts on the papers' claims",
             "Each comparison pairs the variant's and the baseline's runs seed by seed (seed s fixes the data "
             "order of both). *Gain* is the mean paired difference oriented so that a positive value favours the "
@@ -166,7 +170,7 @@ def verdict_section(doc: Document, study: StudyRuns, claims: list[Claim]) -> lis
     for claim in claims:
         mine = next((c for c in comparisons if c.claim is claim), None)
         if mine is not None:
-            scales.append(f"- {claim.name}: here {_scale(study, mine)}; the paper: {claim.paper_scale or 'not stated'}.")
+            scales.append(f"- {claim.name}: here {_scale(mine)}; the paper: {claim.paper_scale or 'not stated'}.")
     doc.add("Scale of each claim, here and in the paper:", *scales)
     _figure(doc, comparisons)
     return findings

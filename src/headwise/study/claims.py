@@ -8,6 +8,7 @@
     pairs = [["descending-h90", "constant-h90"]]   # (variant, baseline) per comparison
     paper_gain_percent = 0.3                       # the paper's effect, in % of the baseline
     paper_scale = "d_model 768, 4 layers, 250k stories, one epoch"
+    # stage = "sst2"                               # compare a stage's runs (headwise.study.stages)
 
     [[claims]]
     name = "1 x 4 heads is as good as 2 x 2 with fewer parameters"
@@ -57,6 +58,8 @@ class Claim(Config):
     paper_gain_percent: float | None = None
     #: the paper's scale (model size, data, steps), quoted beside the study's
     paper_scale: str = ""
+    #: the ``[[stages]]`` entry whose runs are compared (e.g. a fine-tuning); none: the study's runs
+    stage: str | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> "Claim":

@@ -48,6 +48,12 @@ A study file is TOML::
     name = "descending beats constant"  #   runs (headwise.study.claims): the report's verdicts
     pairs = [["descending-h90", "constant-h90"]]
 
+    [[stages]]                        # runs that start from each run (e.g. fine-tuning a
+    name = "sst2"                     #   pretrained model; headwise.study.stages)
+    config = { task = { kind = "glue", task = "sst2" }, ... }
+    [stage_defaults]                  # merged under every stage's config
+    optim = { lr = 4e-5 }
+
     [nuisance]                        # settings tuned per variant before its seeds run
     selection = { "task.validation" = "fraction:0.1" }   # (headwise.study.nuisance)
     values = { "optim.lr" = [1e-3, 3e-3, 1e-2] }
@@ -78,7 +84,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from headwise.config import Config, parse_value, read_toml, set_dotted
+from headwise.config import Config, deep_merge, parse_value, read_toml, set_dotted
 from headwise.errors import HeadwiseError
 from headwise.families import family_packages
 from headwise.plans import Plan
@@ -86,6 +92,7 @@ from headwise.presets import preset_dict
 from headwise.report.options import ReportSpec
 from headwise.study.claims import Claim, unknown_variants
 from headwise.study.nuisance import Nuisance
+from headwise.study.stages import Stage, apply_stage_defaults, check_stage_config
 from headwise.spec import ModelSpec
 from headwise.train.config import RunConfig, resolve_spec
 
@@ -195,11 +202,19 @@ class StudyConfig(Config):
     runner: RunnerDefaults = Field(default_factory=RunnerDefaults)
     claims: list[Claim] = Field(default_factory=list)
     nuisance: Nuisance | None = None
+    stages: list[Stage] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _some_variants(self) -> "StudyConfig":
         if not (self.axes or self.grids or self.variants):
             raise ValueError("a study needs `axes`, `grids` or `variants`")
+        names = [_check_name(s.name, "stage name") for s in self.stages]
+        if len(set(names)) != len(names):
+            raise ValueError(f"stage names repeat ({', '.join(names)}): give each stage its own name")
+        unknown = [c.stage for c in self.claims if c.stage and c.stage not in names]
+        if unknown:
+            raise ValueError(f"a claim compares stage {unknown[0]!r}, which the study does not have "
+                             f"(stages: {', '.join(names) or 'none'})")
         return self
 
     def all_grids(self) -> list[Grid]:
@@ -289,6 +304,8 @@ def study_identity(name: str, preset: str | None, definition: dict[str, Any]) ->
     # studies saved before claims existed keep their identity
     if not what_runs.get("claims"):
         what_runs.pop("claims", None)
+    if not what_runs.get("stages"):  # nor do those saved before stages
+        what_runs.pop("stages", None)
     # where the runs are logged ([base.log]: the trackers) does not change what they compute
     if "log" in what_runs.get("base", {}):
         what_runs["base"] = {k: v for k, v in what_runs["base"].items() if k != "log"}
@@ -304,17 +321,6 @@ def _check_name(v: str, what: str) -> str:
 def _sanitize(text: str) -> str:
     text = re.sub(r"[^A-Za-z0-9._+=-]+", "_", text).strip("_")
     return text or "value"
-
-
-def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """``over`` merged into a copy of ``base``: tables merge recursively, everything else replaces."""
-    out = copy.deepcopy(base)
-    for k, v in over.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = deep_merge(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
-    return out
 
 
 def builtin_studies() -> dict[str, Any]:
@@ -378,6 +384,7 @@ def resolve_study(
     else:
         summary = ""
     raw.setdefault("base", {})
+    apply_stage_defaults(raw, source)
     for item in overrides or []:
         key, eq, value = item.partition("=")
         if not eq:
@@ -393,6 +400,8 @@ def resolve_study(
         raise HeadwiseError(f"{source}: {problems[0]} (variants: {', '.join(v.name for v in variants)})")
     for v in variants:
         v.config, v.plan = build_run_config(config.base, v)
+        for stage in config.stages:
+            check_stage_config(stage, v.name, v.config)
     return Study(config=config, source=source, preset=preset, seeds=n_seeds, variants=variants,
                  preset_summary=summary)
 

@@ -31,10 +31,17 @@ class RunJob:
     lock_path: Path
     #: "start", "resume" or "restart"
     action: str
+    #: the ``[[stages]]`` entry this run belongs to ("": a run of the study itself)
+    stage: str = ""
 
     @property
     def key(self) -> str:
         return self.spec.key
+
+    @property
+    def title(self) -> str:
+        """How progress lines and trackers name the run: its key, after its stage's name."""
+        return f"{self.stage}/{self.key}" if self.stage else self.key
 
     def argv(self) -> list[str]:
         """Arguments after ``python``: the worker, its lock, then the ``headwise train`` command."""
@@ -78,7 +85,7 @@ class Progress:
             self.in_flight.add(job.key)
             update_results(self.record, self.in_flight)
             verb = {"start": "started", "resume": "resuming", "restart": "restarting"}[job.action]
-            self.echo(f"  {verb} {job.key}")
+            self.echo(f"  {verb} {job.title}")
 
     def done(self, job: RunJob, returncode: int | None, seconds: float) -> None:
         with self.lock:
@@ -89,13 +96,13 @@ class Progress:
             if status is RunStatus.RUNNING or (status is RunStatus.COMPLETED and returncode != 0):
                 status = RunStatus.FAILED  # the process died without saying why
             if status not in FINAL:
-                self.failed.append(job.key)
+                self.failed.append(job.title)
             loss = summary.final_eval_loss if summary is not None else None
             detail = f", eval loss {loss:.4f}" if loss is not None and status is RunStatus.COMPLETED else ""
             if status not in FINAL:
                 detail = f" (exit {returncode}; log {job.log_path})"
             update_results(self.record, self.in_flight)
-            self.echo(f"[{self.finished}/{self.total}] {job.key}: {status}{detail} in {seconds:.0f} s")
+            self.echo(f"[{self.finished}/{self.total}] {job.title}: {status}{detail} in {seconds:.0f} s")
 
 
 def open_log(job: RunJob) -> Any:

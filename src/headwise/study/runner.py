@@ -37,13 +37,14 @@ import tomli_w
 
 from headwise.config import atomic_write_text
 from headwise.errors import HeadwiseError, RunFailure
-from headwise.run import RunStatus
+from headwise.run import RunStatus, read_summary
 from headwise.study import layout
 from headwise.study.jobs import Progress, RunJob, open_log, plan_action
-from headwise.study.layout import load_study_record, save_study
+from headwise.study.layout import StudyRecord, load_study_record, save_study
 from headwise.study.preflight import check_data, check_devices, check_out_dir
 from headwise.study.results import RunResult, update_results
 from headwise.study.definition import RunSpec, Study, study_identity
+from headwise.study.stages import Stage, stage_config, stage_record, stage_root
 from headwise.study.tuning import tune, tuning_specs
 from headwise.train import trackers
 from headwise.train.config import LogConfig
@@ -136,6 +137,52 @@ def plan_jobs(study: Study, study_dir: Path) -> tuple[list[RunJob], list[str]]:
     return jobs, done
 
 
+def plan_stage_jobs(study: Study, study_dir: Path, stage: Stage) -> tuple[list[RunJob], list[str], list[str]]:
+    """Jobs for the stage's runs that are not finished and whose source runs have completed, the
+    keys of its finished runs, and the keys of those still waiting for their source."""
+    root = stage_root(study_dir, stage.name)
+    jobs, done, waiting = [], [], []
+    for spec in study.runs():
+        rd = layout.run_dir(root, spec.variant, spec.seed)
+        action = plan_action(rd)
+        source = layout.run_dir(study_dir, spec.variant, spec.seed)
+        summary = read_summary(source)
+        if action is None:
+            done.append(spec.key)
+        elif summary is None or summary.status is not RunStatus.COMPLETED:
+            waiting.append(spec.key)
+        else:
+            config = stage_config(stage, spec.config, source, spec.seed)
+            jobs.append(RunJob(
+                spec=RunSpec(spec.variant, spec.seed, dict(spec.labels), config), run_dir=rd, action=action,
+                config_path=layout.config_path(root, spec.variant, spec.seed),
+                log_path=layout.log_path(root, spec.variant, spec.seed),
+                lock_path=layout.lock_path(root, spec.variant, spec.seed), stage=stage.name,
+            ))
+    return jobs, done, waiting
+
+
+def run_stages(study: Study, record: StudyRecord, runner: Any, log: LogConfig,
+               echo: Callable[[str], None]) -> list[str]:
+    """Run every stage's unfinished runs whose sources have completed, stage by stage; returns the
+    titles of the stage runs that failed (a run waiting for its source is counted with the source)."""
+    failed: list[str] = []
+    for stage in study.config.stages:
+        jobs, done, waits = plan_stage_jobs(study, record.path, stage)
+        sub = stage_record(record, stage.name)
+        echo(f"stage {stage.name}: {len(done)} runs finished, {len(jobs)} to run"
+             + (f", {len(waits)} waiting for a source run that did not complete" if waits else ""))
+        join_group(jobs, log, record.path)
+        _write_inputs(jobs)
+        update_results(sub)
+        if jobs:
+            progress = Progress(sub, len(jobs), echo)
+            runner.run(jobs, progress)
+            failed += progress.failed
+        update_results(sub)
+    return failed
+
+
 def study_log(study: Study) -> LogConfig:
     """The ``[log]`` table of the study's base run config."""
     return LogConfig.parse(study.config.base.get("log", {}), source=f"study {study.name} [base.log]")
@@ -149,7 +196,7 @@ def join_group(jobs: list[RunJob], log: LogConfig, study_dir: Path) -> str:
     keys = trackers.open_group(log, study_dir, group) if jobs else {}
     for job in jobs:
         if keys:
-            job.spec.config.setdefault("log", {}).update(keys, name=job.key)
+            job.spec.config.setdefault("log", {}).update(keys, name=job.title)
     return group
 
 
@@ -225,6 +272,7 @@ def run_study(
                 runner.run(todo, progress)
                 failed = progress.failed
             results = update_results(record)
+            failed += run_stages(study, record, runner, log, echo)
     finally:
         runner.close()
     outcome = StudyOutcome(study_dir, results, [j.key for j in todo], done, failed)
@@ -237,7 +285,8 @@ def run_study(
         echo(f"warning: {line}")
     if failed:
         stopped = [f"{r.variant}/seed{r.seed}" for r in results if r.status is RunStatus.INTERRUPTED]
-        what = f"{len(failed)} of {len(study.runs())} runs did not complete"
+        total = len(study.runs()) * (1 + len(study.config.stages))
+        what = f"{len(failed)} of {total} runs did not complete"
         if stopped:
             what += f" ({len(stopped)} interrupted: they resume from their checkpoints)"
         raise RunFailure(
@@ -349,6 +398,10 @@ def describe_plan(study: Study) -> str:
             heads = f"heads {','.join(map(str, v.plan.heads))} (total {v.plan.total}, {v.plan.scheme})"
         lines.append(f"  {v.name:<{width}}  {heads:<40} {sets}")
         lines += [f"  {'':<{width}}  note: {note}" for note in (v.plan.notes if v.plan else ())]
+    for stage in study.config.stages:
+        task = stage.config.get("task", {})
+        what = f"{task.get('kind', '?')} {task.get('task', '')}".strip()
+        lines.append(f"then stage {stage.name} from each run ({what}; {', '.join(stage.source_keys)} = the run's folder)")
     nuisance = study.config.nuisance
     if nuisance is not None:
         grid = "; ".join(f"{k} in {', '.join(f'{x:g}' for x in vals)}" for k, vals in nuisance.values.items())

@@ -107,6 +107,12 @@ class Task(ABC):
         them here."""
         return means
 
+    def batch_score(self, outputs: Tensor, batch: Batch) -> tuple[str, float]:
+        """The headline metric over one batch and its name (what ``headwise generate`` shows for a
+        non-text model): by default the first of :meth:`metrics`."""
+        name = self.metric_names[0]
+        return name, float(self.metrics(outputs, batch)[name])
+
     def predictions(self, outputs: Tensor, batch: Batch) -> tuple[str, list, list]:
         """What ``headwise generate`` shows of a non-text model's outputs on a held-out batch: a
         few words on what the lists are, the model's answers and the right ones. By default the

@@ -204,8 +204,8 @@ def generate_text(run_dir: str | Path, prompt: str, max_new_tokens: int = 200, *
 def held_out_predictions(model: Transformer, task: Task, batch: Batch) -> dict[str, Any]:
     """What a model that does not write text "generates": its answers on a held-out batch (see
     :meth:`headwise.tasks.base.Task.predictions`), with the task's loss and headline metric over the
-    batch (the first of its metrics, e.g. ``accuracy`` or ``pick_accuracy``), as training
-    evaluates them."""
+    batch (:meth:`~headwise.tasks.base.Task.batch_score`, e.g. ``accuracy`` or ``pick_accuracy``),
+    as training evaluates them."""
     model.eval()
     try:
         with torch.no_grad():
@@ -213,10 +213,10 @@ def held_out_predictions(model: Transformer, task: Task, batch: Batch) -> dict[s
     except SequenceTooLong as exc:  # e.g. --checkpoint of a model with a shorter context
         raise HeadwiseError(f"this model cannot read the task's samples: {exc}") from None
     what, predicted, target = task.predictions(outputs, batch)
-    metric = task.metric_names[0]
+    metric, value = task.batch_score(outputs, batch)
     return {
         "metric": metric,
-        "accuracy": task.metrics(outputs, batch)[metric].item(),
+        "accuracy": value,
         "loss": task.loss(outputs, batch.targets).item(),
         "shown": what,
         "predicted": predicted,

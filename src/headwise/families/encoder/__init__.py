@@ -5,7 +5,11 @@
 - :mod:`~headwise.families.encoder.masking`: the vocabulary with ``[PAD] [CLS] [SEP] [MASK]``,
   packed ``[CLS] ... [SEP]`` rows, cramming's 80/10/10 masking and the resumable stream;
 - :mod:`~headwise.families.encoder.finetune`: ``[task] kind = "glue"`` (registers the family) and
-  the ``cls_pooler`` output head; :mod:`~headwise.families.encoder.standin`, its offline task.
+  the ``cls_pooler`` output head; :mod:`~headwise.families.encoder.glue_task`, the fine-tuning
+  tasks (classification, STS-B's regression) scored over whole splits;
+  :mod:`~headwise.families.encoder.standin`, the offline stand-ins;
+- :mod:`~headwise.families.encoder.report`: the ``encoder`` layout (Table 1);
+- ``encoder.toml``: the built-in study (pretraining, then a fine-tuning stage per task).
 """
 
 from headwise.families.encoder import finetune as finetune  # registers the glue family

@@ -1,0 +1,107 @@
+"""``[[stages]]``: runs that start from each run of a study, such as fine-tuning a pretrained model.
+
+    [[stages]]
+    name = "sst2"                                      # its runs live under STUDY_DIR/stages/sst2/
+    source_keys = ["train.init_from", "task.tokenizer_from"]   # set to the source run's folder
+    [stages.config]                                    # the stage's run config (over the
+                                                       #   study's [stage_defaults], if any)
+    model = { dropout = 0.1, classifier_hidden = 1024 }  # over the variant's [model]
+    task = { kind = "glue", task = "sst2", source = "nyu-mll/glue" }
+    optim = { lr = 4e-5 }
+    train = { epochs = 5, micro_batch = 16 }
+
+For every run of the study (each variant and seed) a stage runs once, after that run has
+completed, from a config made of the stage's own tables, with ``[model]`` the variant's model
+with the stage's model keys over it (so each variant fine-tunes its own encoder), ``[log]`` the
+variant's unless the stage has one, ``train.seed`` the run's seed (so seed s of two variants
+fine-tunes on the same batch order: the comparison stays paired) and each of ``source_keys`` the
+source run's directory. A stage whose source run did not complete does not run.
+
+A stage's folder is laid out as the study's own (``configs/``, ``runs/VARIANT/seedK/``,
+``logs/``, ``locks/``, ``results.csv``; :mod:`headwise.study.layout`), so its runs resume,
+report their status and fill a results table as the main runs do. Stages are part of the study's
+identity. A stage's config is checked table by table when the study is resolved; what depends on
+the source run (its vocabulary, its encoder's shape) is checked by ``headwise train`` when the
+stage's run starts.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
+
+from headwise.config import Config, deep_merge, set_dotted
+from headwise.errors import HeadwiseError
+from headwise.train.config import RunConfig
+
+if TYPE_CHECKING:
+    from headwise.study.layout import StudyRecord
+
+STAGES_DIR = "stages"
+#: a stage's run config tables that come from the variant's config unless the stage gives them
+INHERITED = ("log",)
+
+
+class Stage(Config):
+    """Runs that start from each run of the study (see the module docstring)."""
+
+    name: str
+    #: the dotted run-config keys set to the source run's directory
+    source_keys: list[str] = Field(default_factory=lambda: ["train.init_from"], min_length=1)
+    #: the stage's run config; its ``[model]`` keys go over the variant's model
+    config: dict[str, Any]
+
+
+def stage_config(stage: Stage, variant_config: dict[str, Any], source: Path | str, seed: int) -> dict[str, Any]:
+    """The run config of ``stage`` for the run of ``variant_config`` (seed ``seed``) in ``source``."""
+    cfg = copy.deepcopy(stage.config)
+    cfg["model"] = deep_merge(variant_config.get("model", {}), stage.config.get("model", {}))
+    for table in INHERITED:
+        if table in variant_config and table not in cfg:
+            cfg[table] = copy.deepcopy(variant_config[table])
+    set_dotted(cfg, "train.seed", seed)
+    for key in stage.source_keys:
+        set_dotted(cfg, key, str(source))
+    return cfg
+
+
+def apply_stage_defaults(raw: dict[str, Any], source: str) -> None:
+    """Merge a raw study's ``[stage_defaults]`` (what every stage's config shares) under each
+    ``[[stages]]`` entry's ``config``; the merged stages are what the study records."""
+    defaults = raw.pop("stage_defaults", {}) or {}
+    if not isinstance(defaults, dict):
+        raise HeadwiseError(f"{source}: `stage_defaults` must be a table of run-config tables")
+    for stage in raw.get("stages", []) or []:
+        if isinstance(stage, dict):
+            stage["config"] = deep_merge(defaults, stage.get("config", {}) or {})
+
+
+def check_stage_config(stage: Stage, variant: str, variant_config: dict[str, Any]) -> None:
+    """Check a stage's run config for a variant table by table, as far as it can be judged before
+    its source run exists (the source's vocabulary and encoder are checked when the stage runs)."""
+    cfg = stage_config(stage, variant_config, f"runs/{variant}/seed0", 0)
+    try:
+        RunConfig.parse(cfg, source=f"stage {stage.name!r}")
+    except HeadwiseError as exc:
+        raise HeadwiseError(f"variant {variant!r}: {exc}") from None
+
+
+def stage_root(study_dir: Path | str, stage: str) -> Path:
+    """The folder of a stage's configs, runs, logs and results: ``STUDY_DIR/stages/NAME``."""
+    return Path(study_dir) / STAGES_DIR / stage
+
+
+def stage_record(record: StudyRecord, stage: str) -> StudyRecord:
+    """The study record of one stage: the same variants and seeds, rooted at its folder, so that
+    the study's results and report functions read and write its runs."""
+    return replace(record, path=stage_root(record.path, stage))
+
+
+def saved_stages(record: StudyRecord) -> list[Stage]:
+    """The stages a saved study declared (none for studies without ``[[stages]]``)."""
+    where = str(record.path)
+    return [Stage.parse(s, source=where) for s in record.definition.get("stages", [])]
