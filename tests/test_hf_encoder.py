@@ -188,3 +188,54 @@ def test_what_the_export_cannot_express_is_refused_in_one_line(mlm_run, tmp_path
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "outputs = 'mlm'" in err and "--gpt-neo" in err
     assert not target.exists()
+
+
+FRESH_CLASSIFIER = textwrap.dedent("""
+    import json, sys
+    sys.modules["headwise"] = None  # headwise must not be importable here
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    path, pairs = sys.argv[1], json.loads(sys.argv[2])
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=True)
+    model = AutoModelForSequenceClassification.from_pretrained(path, trust_remote_code=True).eval()
+    batch = tokenizer([a for a, _ in pairs], [b for _, b in pairs], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**batch).logits
+    print(json.dumps({"class": type(model).__name__, "input_ids": batch.input_ids.tolist(), "logits": logits.tolist()}))
+""")
+
+
+def test_an_exported_glue_run_loads_as_a_sequence_classifier_with_its_pretraining_vocabulary(mlm_run, tmp_path,
+                                                                                             capsys):
+    from headwise.families.encoder.glue_task import encode_pair
+
+    ft = tmp_path / "ft"
+    with pytest.MonkeyPatch.context() as mp:
+        from tests.conftest import shared_data_dir
+
+        mp.setenv("HEADWISE_DATA", str(shared_data_dir()))
+        mp.setenv("HEADWISE_CACHE", str(mlm_run.parent / "cache"))  # the pretraining run's token cache
+        assert main(["train", str(CONFIGS / "glue-tiny.toml"), "--out", str(ft), "--set", f"train.init_from={mlm_run}",
+                     "--set", f"task.tokenizer_from={mlm_run}", "--set", "train.steps=2", "--set", "eval.every=0",
+                     "--set", "checkpoint.every=0", "--set", "model.n_layers=2", "--set", "model.heads=[4,2]",
+                     "--set", "task.max_length=32"]) == 0
+        out = tmp_path / "export"
+        assert main(["export", str(ft), "--hf", str(out)]) == 0
+    assert "HeadwiseForSequenceClassification" in capsys.readouterr().out
+    config = json.loads((out / "config.json").read_text())
+    assert config["auto_map"]["AutoModelForSequenceClassification"] == "modeling_headwise.HeadwiseForSequenceClassification"
+    assert (out / "tokenizer.json").is_file() and config["spec"]["num_classes"] == 2
+
+    pairs = [["Tom had a ball.", "He liked to play with it every day."], ["Lily saw a dog.", "It was big."]]
+    got = _fresh_process(FRESH_CLASSIFIER, tmp_path, str(out), json.dumps(pairs))
+    assert got["class"] == "HeadwiseForSequenceClassification"
+    # the tokenizer frames a pair as fine-tuning does: [CLS] a [SEP] b [SEP]
+    vocab = MaskedVocab(mlm_run_tokenizer(mlm_run, run_config(mlm_run)))
+    rows = [encode_pair(vocab, a, b, 32) for a, b in pairs]
+    width = max(map(len, rows))
+    ids = torch.tensor([row + [PAD_ID] * (width - len(row)) for row in rows])
+    assert got["input_ids"] == ids.tolist()
+    model, _ = load_run_model(ft)
+    with torch.no_grad():
+        expected = model.eval()(ids)  # fine-tuned with dropout: compared without
+    torch.testing.assert_close(torch.tensor(got["logits"]), expected, rtol=0, atol=1e-6)

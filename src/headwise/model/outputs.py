@@ -171,9 +171,41 @@ class PairClassifierHead(OutputHead):
         return ClassifierHead.positions_read(spec)
 
 
+class ClsPoolerHead(OutputHead):
+    """cramming's GLUE pooler (``config/eval/GLUE_sane.yaml`` ``pooler: zero_index``,
+    ``crammed_bert.py`` PoolingComponent): the final state of position 0 (an encoder's ``[CLS]``),
+    ``Linear(d_model, classifier_hidden)`` with bias, tanh, dropout (the spec's),
+    ``Linear(classifier_hidden, num_classes)``: logits ``[B, num_classes]`` (one score for a
+    regression). ``classifier_hidden`` is the pooler width (cramming: 1024). The ``classes`` head
+    with ``pooling = "cls"`` would instead prepend a learned class token a pretrained encoder never
+    saw (shifting every position by one) and use a ReLU hidden layer."""
+
+    @staticmethod
+    def build(spec: ModelSpec, model: nn.Module) -> dict[str, nn.Module | None]:
+        if spec.num_classes is None:
+            raise ValueError("outputs = 'cls_pooler' needs num_classes (let the task's data set it)")
+        h = spec.classifier_hidden or spec.d_model
+        pooler = nn.Sequential(nn.Linear(spec.d_model, h), nn.Tanh(), nn.Dropout(spec.dropout))
+        return {"pooler": pooler, "classifier": nn.Linear(h, spec.num_classes)}
+
+    @staticmethod
+    def param_counts(spec: ModelSpec) -> dict[str, int]:
+        h = spec.classifier_hidden or spec.d_model
+        return {"pooler": (spec.d_model + 1) * h, "classifier": (h + 1) * (spec.num_classes or 0)}
+
+    @staticmethod
+    def forward(model: nn.Module, x: Tensor, pad_vocab: bool, key_mask: Tensor | None = None) -> Tensor:
+        return model.classifier(model.pooler(x[:, 0]))
+
+    @staticmethod
+    def positions_read(spec: ModelSpec) -> int | None:
+        return 1
+
+
 #: ``ModelSpec.output_head`` -> its output head (a family adds its own with :func:`register_output_head`).
 OUTPUT_HEADS: dict[str, type[OutputHead]] = {"lm": LMHead, "vectors": VectorOutputs, "classes": ClassifierHead,
-                                             "pair_classes": PairClassifierHead, "mlm": MaskedLMHead}
+                                             "pair_classes": PairClassifierHead, "mlm": MaskedLMHead,
+                                             "cls_pooler": ClsPoolerHead}
 
 
 def register_output_head(name: str, head: type[OutputHead]) -> type[OutputHead]:

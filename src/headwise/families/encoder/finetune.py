@@ -4,13 +4,8 @@ masked-LM run's vocabulary, with cramming's first-token pooler as its output hea
 The tasks themselves (inputs, targets, metrics over whole splits) are in
 :mod:`headwise.families.encoder.glue_task`; this module holds the ``[task]`` table and the head.
 
-The output head ``outputs = "cls_pooler"`` is cramming's GLUE pooler (``config/eval/GLUE_sane.yaml``
-``pooler: zero_index``, ``crammed_bert.py`` PoolingComponent): the final state of position 0 (the
-``[CLS]`` token of the input), ``Linear(d_model, classifier_hidden)`` with bias, tanh, dropout
-(the spec's), ``Linear(classifier_hidden, num_classes)`` (one output for STS-B's regression).
-headwise's ``classes`` head with ``pooling = "cls"`` would instead prepend a learned class token
-the pretrained encoder never saw (shifting every position by one) and use a ReLU hidden layer, so
-it is not used here.
+The tasks' output head is ``outputs = "cls_pooler"``, cramming's GLUE pooler
+(:class:`headwise.model.outputs.ClsPoolerHead`; one output for STS-B's regression).
 
 Each task is scored on its validation split; MNLI on ``validation_matched`` (``accuracy``) and
 ``validation_mismatched`` (``accuracy_mismatched``) at once, as cramming scores it.
@@ -22,7 +17,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
-from torch import Tensor, nn
 
 from headwise.config import read_toml
 from headwise.errors import HeadwiseError
@@ -30,44 +24,13 @@ from headwise.families.encoder.glue import TASKS, read_glue
 from headwise.families.encoder.glue_task import Examples, GlueFinetuneTask, GlueRegressionTask
 from headwise.families.encoder.masking import PAD_ID
 from headwise.families.encoder.standin import STANDIN_METRICS, order_splits, standin_splits
-from headwise.model.outputs import OutputHead, register_output_head
 from headwise.run.layout import RunDir
-from headwise.spec import ModelSpec
 from headwise.tasks.family import Dims, TaskConfigBase, TaskFamily, register_family
 
 #: the offline stand-ins (headwise.families.encoder.standin) by task name
 STANDINS = {"standin": standin_splits, "standin_order": order_splits}
 #: the splits each GLUE task is scored on, by metric suffix (the first is named plainly)
 EVAL_SPLITS = {"mnli": {"": "validation_matched", "mismatched": "validation_mismatched"}}
-
-
-class ClsPoolerHead(OutputHead):
-    """cramming's sequence-classification pooler on the first position (see the module docstring):
-    logits ``[B, num_classes]``; ``classifier_hidden`` is the pooler width (cramming: 1024)."""
-
-    @staticmethod
-    def build(spec: ModelSpec, model: nn.Module) -> dict[str, nn.Module | None]:
-        if spec.num_classes is None:
-            raise HeadwiseError("outputs = 'cls_pooler' needs num_classes (let the task's data set it)")
-        h = spec.classifier_hidden or spec.d_model
-        pooler = nn.Sequential(nn.Linear(spec.d_model, h), nn.Tanh(), nn.Dropout(spec.dropout))
-        return {"pooler": pooler, "classifier": nn.Linear(h, spec.num_classes)}
-
-    @staticmethod
-    def param_counts(spec: ModelSpec) -> dict[str, int]:
-        h = spec.classifier_hidden or spec.d_model
-        return {"pooler": (spec.d_model + 1) * h, "classifier": (h + 1) * (spec.num_classes or 0)}
-
-    @staticmethod
-    def forward(model: nn.Module, x: Tensor, pad_vocab: bool, key_mask: Tensor | None = None) -> Tensor:
-        return model.classifier(model.pooler(x[:, 0]))
-
-    @staticmethod
-    def positions_read(spec: ModelSpec) -> int | None:
-        return 1
-
-
-register_output_head("cls_pooler", ClsPoolerHead)
 
 
 def pretraining_task(run: str | Path):

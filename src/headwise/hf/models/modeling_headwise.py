@@ -3,7 +3,8 @@
 local or Nyström layers, unit-norm blocks) loads with an Auto class and returns ``.logits``:
 ``HeadwiseForCausalLM`` (``AutoModelForCausalLM``; ``generate()`` with a KV cache),
 ``HeadwiseForMaskedLM`` (``AutoModelForMaskedLM``: encoders with ``outputs = "mlm"``),
-``HeadwiseForSequenceClassification`` and ``HeadwiseForImageClassification`` (ViTs).
+``HeadwiseForSequenceClassification`` (also GLUE fine-tuning's first-token pooler) and
+``HeadwiseForImageClassification`` (ViTs).
 
 This module is copied into folders that ``headwise export --hf`` writes, together with the model
 modules it imports; there, every ``headwise`` import reads from a sibling file (see
@@ -66,14 +67,14 @@ class HeadwisePreTrainedModel(PreTrainedModel):
     _no_split_modules = ["Block"]
 
     #: the (inputs, outputs) of the specs a class takes
-    takes: tuple[str, str] = ("", "")
+    takes: tuple[tuple[str, str], ...] = ()
 
     def __init__(self, config: HeadwiseConfig) -> None:
         super().__init__(config)
         spec = config.model_spec()
-        if (spec.inputs, spec.output_head) != self.takes:
-            raise ValueError(f"{type(self).__name__} takes inputs = {self.takes[0]!r}, outputs = {self.takes[1]!r}; "
-                             f"this spec has {spec.inputs!r}, {spec.output_head!r}")
+        if (spec.inputs, spec.output_head) not in self.takes:
+            takes = " or ".join(f"inputs = {i!r}, outputs = {o!r}" for i, o in self.takes)
+            raise ValueError(f"{type(self).__name__} takes {takes}; this spec has {spec.inputs!r}, {spec.output_head!r}")
         self.model = Transformer(spec)
         self.post_init()
 
@@ -118,7 +119,7 @@ class HeadwiseForCausalLM(TokenLMPreTrainedModel, GenerationMixin):
     would be shifted. Give unpadded batches (for example batch size 1 for generation).
     """
 
-    takes = ("tokens", "lm")
+    takes = (("tokens", "lm"),)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, cache: Cache | None = None,
                 use_cache: bool | None = None, labels: Tensor | None = None,
@@ -167,7 +168,7 @@ class HeadwiseForMaskedLM(TokenLMPreTrainedModel):
     ``tie_embeddings = false``. Padding is the spec's ``pad_id`` (masked out of attention); an
     ``attention_mask`` must agree with it, and a model without ``pad_id`` takes unpadded batches."""
 
-    takes = ("tokens", "mlm")
+    takes = (("tokens", "mlm"),)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
                 **kwargs: Any) -> MaskedLMOutput:
@@ -182,18 +183,24 @@ class HeadwiseForMaskedLM(TokenLMPreTrainedModel):
 
 
 class HeadwiseForSequenceClassification(HeadwisePreTrainedModel):
-    """A headwise sequence classifier (token inputs, ``outputs = "classes"``): class logits
-    [B, num_classes]. Padding is the spec's ``pad_id`` (masked out of attention and pooling);
-    an ``attention_mask`` must agree with it."""
+    """A headwise sequence classifier (token inputs, ``outputs = "classes"``, or a fine-tuned
+    encoder's ``"cls_pooler"``): class logits [B, num_classes] ([B, 1] scores for a regression).
+    Padding is the spec's ``pad_id`` (masked out of attention and pooling); an ``attention_mask``
+    must agree with it."""
 
-    takes = ("tokens", "classes")
+    takes = (("tokens", "classes"), ("tokens", "cls_pooler"))
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
                 **kwargs: Any) -> SequenceClassifierOutput:
-        """Class logits for ``input_ids`` [B, T]; with ``labels`` [B], the cross-entropy."""
+        """Class logits for ``input_ids`` [B, T]; with ``labels`` [B], the cross-entropy (the squared
+        error for one output)."""
         check_padding_mask(self.model, input_ids, attention_mask)
         logits = self.model(input_ids)
-        loss = None if labels is None else F.cross_entropy(logits.float(), labels)
+        loss = None
+        if labels is not None and logits.shape[-1] == 1:  # one output: a regression, as transformers treats it
+            loss = F.mse_loss(logits[:, 0].float(), labels.float())
+        elif labels is not None:
+            loss = F.cross_entropy(logits.float(), labels)
         return SequenceClassifierOutput(loss=loss, logits=logits)
 
 
@@ -201,7 +208,7 @@ class HeadwiseForImageClassification(HeadwisePreTrainedModel):
     """A headwise ViT (image inputs, ``outputs = "classes"``): class logits [B, num_classes] for
     ``pixel_values`` [B, channels, image_size, image_size], normalised as in training."""
 
-    takes = ("images", "classes")
+    takes = (("images", "classes"),)
     main_input_name = "pixel_values"
 
     def forward(self, pixel_values: Tensor, labels: Tensor | None = None, **kwargs: Any) -> ImageClassifierOutput:
@@ -213,10 +220,10 @@ class HeadwiseForImageClassification(HeadwisePreTrainedModel):
 
 #: (inputs, outputs) of a spec -> the Auto class that loads it and its class here
 HF_CLASSES: dict[tuple[str, str], tuple[str, type[HeadwisePreTrainedModel]]] = {
-    cls.takes: (auto, cls) for auto, cls in (
+    pair: (auto, cls) for auto, cls in (
         ("AutoModelForCausalLM", HeadwiseForCausalLM),
         ("AutoModelForMaskedLM", HeadwiseForMaskedLM),
         ("AutoModelForSequenceClassification", HeadwiseForSequenceClassification),
         ("AutoModelForImageClassification", HeadwiseForImageClassification),
-    )
+    ) for pair in cls.takes
 }
