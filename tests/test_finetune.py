@@ -23,7 +23,7 @@ from headwise.data.shuffled import ShuffledStream
 from headwise.errors import HeadwiseError
 from headwise.families.encoder.finetune import GlueTaskConfig
 from headwise.families.encoder.metrics import task_metrics
-from headwise.families.encoder.standin import GUARD, standin_splits
+from headwise.families.encoder.standin import GUARD, order_splits, standin_splits
 from headwise.model.pretrained import load_pretrained
 from headwise.model.transformer import Transformer
 from headwise.presets import spec_from_preset
@@ -342,3 +342,32 @@ def test_refuses_a_split_without_its_label_column(mlm_run, tmp_path, capsys):
     out = tmp_path / "ft"
     _refused(glue_args(mlm_run, out, "--set", "task.task=cola", "--set", f"task.source={glue}"), out, capsys,
              "lacks column(s) label")
+
+
+def test_word_order_standin_keeps_the_words_and_splits_by_passage(tmp_path):
+    """Each example holds a sentence's own words: as written (label 1) or with its inner words in
+    another order (label 0), first and last in place; balanced; no passage in both splits."""
+    paras = [" ".join(f"Story {p} has a line number {s} here." for s in range(4)) for p in range(60)]
+    source = tmp_path / "stream.txt"
+    source.write_text("\n\n".join(paras) + "\n")
+    (train_texts,), train_labels = order_splits(str(source), seed=2)[0]
+    (eval_texts,), eval_labels = order_splits(str(source), seed=2)[1]
+    originals = {f"Story {p} has a line number {s} here." for p in range(60) for s in range(4)}
+
+    for texts, labels in ((train_texts, train_labels), (eval_texts, eval_labels)):
+        assert abs(int(labels.sum()) * 2 - len(labels)) <= 1  # balanced within one sentence
+        for text, label in zip(texts, labels):
+            words = text.split()
+            assert words[0] == "Story" and words[-1] == "here."
+            if label == 1:
+                assert text in originals
+            else:
+                assert text not in originals
+                assert any(sorted(words) == sorted(o.split()) for o in originals if o.split()[1] in words)
+    train_stories = {int(t.split()[1]) for t, y in zip(train_texts, train_labels) if y == 1}
+    eval_stories = {int(t.split()[1]) for t, y in zip(eval_texts, eval_labels) if y == 1}
+    assert train_stories and eval_stories and not train_stories & eval_stories
+    assert max(train_stories) + GUARD < min(eval_stories)
+    # the same seed gives the same examples; another seed others
+    assert order_splits(str(source), seed=2)[1][0][0] == eval_texts
+    assert order_splits(str(source), seed=3)[1][0][0] != eval_texts
