@@ -13,7 +13,8 @@ import tomli_w
 from headwise.cli import main
 from headwise.config import read_toml
 from headwise.errors import HeadwiseError
-from headwise.study.definition import load_study_file, resolve_study
+from headwise.params import count_params
+from headwise.study.definition import load_study_file, resolve_run_model, resolve_study
 from headwise.study.stages import Stage, stage_config
 from tests.conftest import shared_data_dir
 
@@ -99,6 +100,9 @@ def test_the_builtin_encoder_study_resolves(preset):
         # cramming's GLUE recipe in every stage
         assert all(s.config["optim"] == {"lr": 4e-5, "betas": [0.9, 0.98], "eps": 1e-6, "weight_decay": 0.0}
                    for s in study.config.stages)
+        # the paper's two models at cramming's counts (the paper: 119M and 84M), with a BPE of 32,768 ids
+        counts = {v.name: count_params(resolve_run_model(v.config)[0]) for v in study.variants}
+        assert counts["l16-h12"] == 119_589_889 and counts["l10-h24"] == 84_182_017
 
 
 @pytest.fixture(scope="module")
