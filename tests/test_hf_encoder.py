@@ -225,6 +225,10 @@ def test_an_exported_glue_run_loads_as_a_sequence_classifier_with_its_pretrainin
     config = json.loads((out / "config.json").read_text())
     assert config["auto_map"]["AutoModelForSequenceClassification"] == "modeling_headwise.HeadwiseForSequenceClassification"
     assert (out / "tokenizer.json").is_file() and config["spec"]["num_classes"] == 2
+    card = (out / "README.md").read_text()
+    assert "tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=True)" in card
+    assert "a first-token tanh pooler of width 1024 and 2 classes" in card and "`[CLS] a [SEP] b [SEP]`" in card
+    assert json.loads((out / "tokenizer_config.json").read_text())["model_max_length"] == 32
 
     pairs = [["Tom had a ball.", "He liked to play with it every day."], ["Lily saw a dog.", "It was big."]]
     got = _fresh_process(FRESH_CLASSIFIER, tmp_path, str(out), json.dumps(pairs))

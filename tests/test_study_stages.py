@@ -79,6 +79,8 @@ def test_stage_defaults_merge_under_every_stage():
     ({"stages": [{**GLUE_STAGE, "config": {"task": {"kind": "glue", "task": "wnli"}}}]}, "variant 'l2-h2'"),
     ({"stages": [{"name": "bad name!", "config": {}}]}, "stage name 'bad name!'"),
     ({"stage_defaults": 3}, "`stage_defaults` must be a table"),
+    ({"stages": [{**GLUE_STAGE, "config": 5}]}, "stage 'order': `config` must be a table of run-config tables"),
+    ({"stages": [{**GLUE_STAGE, "config": {"model": 5}}]}, "config.model"),
 ])
 def test_bad_stages_are_refused_when_the_study_is_resolved(change, says):
     with pytest.raises(HeadwiseError) as err:
@@ -159,11 +161,31 @@ def test_a_rerun_finds_every_run_and_stage_run_finished(ran, capsys):
     assert "4 already finished, 0 to run" in printed and "stage order: 4 runs finished, 0 to run" in printed
 
 
-def test_a_stage_waits_for_a_source_run_that_did_not_complete(tmp_path):
+def test_a_stage_waits_for_a_source_run_that_did_not_complete_and_skips_a_diverged_one(tmp_path):
+    from headwise.plans import Plan
+    from headwise.run import RunStatus, RunSummary, write_summary
     from headwise.study.runner import plan_stage_jobs
 
     study = resolve_study(_study(), "test")
-    (tmp_path / "runs" / "l2-h2" / "seed0").mkdir(parents=True)
-    jobs, done, waiting = plan_stage_jobs(study, Path(tmp_path), study.config.stages[0])
+    (tmp_path / "runs" / "l2-h2" / "seed0").mkdir(parents=True)  # started, no summary: failed or killed
+    write_summary(tmp_path / "runs" / "l1-h4" / "seed1", RunSummary(
+        status=RunStatus.DIVERGED, params=1, plan=Plan.explicit([4], [8])))
+    jobs, done, waiting, diverged = plan_stage_jobs(study, Path(tmp_path), study.config.stages[0])
     assert jobs == [] and done == []
-    assert waiting == ["l2-h2/seed0", "l2-h2/seed1", "l1-h4/seed0", "l1-h4/seed1"]
+    assert waiting == ["l2-h2/seed0", "l2-h2/seed1", "l1-h4/seed0"] and diverged == ["l1-h4/seed1"]
+
+
+def test_a_stage_whose_data_cannot_be_had_is_refused_before_any_run(tmp_path, monkeypatch, capsys):
+    """The stage's data is read before anything is written, although its runs start only after
+    the pretraining: a missing GLUE folder costs no pretraining."""
+    monkeypatch.setenv("HEADWISE_DATA", str(shared_data_dir()))
+    monkeypatch.setenv("HEADWISE_CACHE", str(tmp_path / "cache"))
+    missing = tmp_path / "no-glue"
+    stage = {**GLUE_STAGE, "config": {"task": {"kind": "glue", "task": "rte", "source": str(missing)}}}
+    path = tmp_path / "study.toml"
+    path.write_text(tomli_w.dumps(_study(stages=[stage], claims=[])))
+    out = tmp_path / "out"
+    assert main(["study", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "rte from" in err and "no run was started" in err, err
+    assert not out.exists()

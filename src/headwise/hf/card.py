@@ -25,8 +25,11 @@ _USE = {
     "AutoModelForImageClassification": [
         "logits = model(pixel_values).logits  # [batch, channels, size, size], normalised as in training"],
 }
-#: The Auto classes whose folder holds a tokenizer
+#: The Auto classes whose folder holds a tokenizer (and a fine-tuned encoder's: its pretraining run's)
 _TOKENIZED = ("AutoModelForCausalLM", "AutoModelForMaskedLM")
+#: How a fine-tuned encoder (a task with a pretraining run's vocabulary) is used
+_USE_PAIRS = ['batch = tokenizer(["A first sentence."], ["A second one."], padding=True, return_tensors="pt")',
+              "logits = model(**batch).logits  # [batch, classes] (one score for a regression)"]
 _PIPELINE = {"AutoModelForCausalLM": "text-generation", "AutoModelForMaskedLM": "fill-mask",
              "AutoModelForSequenceClassification": "text-classification",
              "AutoModelForImageClassification": "image-classification"}
@@ -50,6 +53,9 @@ def _plan(spec: ModelSpec) -> list[str]:
     elif spec.output_head == "mlm":
         tied = "tied to" if spec.tie_embeddings else "apart from"
         outputs = f", a masked-LM decoder without bias ({tied} the embedding)"
+    elif spec.output_head == "cls_pooler":
+        what = "one score (a regression)" if spec.num_classes == 1 else f"{spec.num_classes} classes"
+        outputs = f", a first-token tanh pooler of width {spec.classifier_hidden or spec.d_model} and {what}"
     else:
         outputs = f", {spec.num_classes} classes ({spec.pooling} pooling)"
     embedding_norm = ", LayerNorm on the embeddings" if spec.embedding_norm else ""
@@ -72,6 +78,8 @@ def model_card(run_dir: Path, cfg, spec: ModelSpec, weights: str, arch: str, aut
     where the exported weights came from; ``arch``/``auto``: its class and the Auto class that
     loads it; ``remote_code``: whether loading needs ``trust_remote_code``)."""
     summary = read_summary(run_dir)
+    fine_tuned = cfg.task.vocabulary_run() is not None
+    tokenized = auto in _TOKENIZED or fine_tuned
     rows = read_metrics(run_dir)
     train_losses = [r["train_loss"] for r in rows if isinstance(r.get("train_loss"), (int, float))]
     eval_losses = [(r["step"], r["eval_loss"]) for r in rows if isinstance(r.get("eval_loss"), (int, float))]
@@ -124,18 +132,21 @@ def model_card(run_dir: Path, cfg, spec: ModelSpec, weights: str, arch: str, aut
         "## Use",
         "",
         "```python",
-        f"from transformers import {auto}" + (", AutoTokenizer" if auto in _TOKENIZED else ""),
+        f"from transformers import {auto}" + (", AutoTokenizer" if tokenized else ""),
         "",
         'path = "path/to/this/folder"',
-        *([f"tokenizer = AutoTokenizer.from_pretrained(path{trust})"] if auto in _TOKENIZED else []),
+        *([f"tokenizer = AutoTokenizer.from_pretrained(path{trust})"] if tokenized else []),
         f"model = {auto}.from_pretrained(path{trust})",
-        *_USE[auto],
+        *(_USE_PAIRS if fine_tuned else _USE[auto]),
         "```",
         "",
     ]
     if remote_code and auto == "AutoModelForCausalLM":
         lines += ["Batches must not be padded: the model has learned positions counted from each sequence's "
                   "start and no padding mask (generate one prompt at a time, or prompts of equal length).", ""]
+    if fine_tuned:
+        lines += ["The tokenizer is the pretraining run's: it frames a pair as `[CLS] a [SEP] b [SEP]` (a single "
+                  "text as `[CLS] a [SEP]`), as fine-tuning did, and pads with `[PAD]`, which the model masks out.", ""]
     if auto == "AutoModelForMaskedLM":
         lines += ["The tokenizer frames each text as `[CLS] text [SEP]` (ids 1 and 2) and reads a literal `[MASK]` "
                   "(id 3, with the space before it) as the mask; " + (

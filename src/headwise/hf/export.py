@@ -158,8 +158,8 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path |
         elif model.spec.output_head == "mlm":
             save_masked_hf_tokenizer(run_dir, cfg, tmp, model.spec.max_seq_len)
         elif (vocabulary_run := cfg.task.vocabulary_run()) is not None:
-            # a fine-tuned encoder reads its pretraining run's vocabulary
-            save_masked_hf_tokenizer(vocabulary_run, run_config(Path(vocabulary_run)), tmp, model.spec.max_seq_len)
+            # a fine-tuned encoder reads its pretraining run's vocabulary, truncated as fine-tuning truncates
+            save_masked_hf_tokenizer(vocabulary_run, run_config(Path(vocabulary_run)), tmp, cfg.task.dims()[1])
         shutil.copyfile(RunDir(run_dir).config, tmp / "headwise_config.toml")
         arch = type(hf).__name__
         (tmp / "README.md").write_text(model_card(run_dir, cfg, model.spec, source, arch, auto, not gpt_neo),

@@ -7,6 +7,8 @@
       runs/VARIANT/seedK/          each run's directory (written by ``headwise train``)
       logs/VARIANT-seedK.log       each run's output
       report/report.md             the report, its figures (PNG) and their data (CSV)
+      tuning/                      the [nuisance] tuning runs (headwise.study.nuisance)
+      stages/NAME/                 each [[stages]] entry's runs, laid out as above (headwise.study.stages)
 """
 
 from __future__ import annotations

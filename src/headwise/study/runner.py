@@ -44,7 +44,7 @@ from headwise.study.layout import StudyRecord, load_study_record, save_study
 from headwise.study.preflight import check_data, check_devices, check_out_dir
 from headwise.study.results import RunResult, update_results
 from headwise.study.definition import RunSpec, Study, study_identity
-from headwise.study.stages import Stage, stage_config, stage_record, stage_root
+from headwise.study.stages import Stage, preflight_config, stage_config, stage_record, stage_root
 from headwise.study.tuning import tune, tuning_specs
 from headwise.train import trackers
 from headwise.train.config import LogConfig
@@ -137,11 +137,20 @@ def plan_jobs(study: Study, study_dir: Path) -> tuple[list[RunJob], list[str]]:
     return jobs, done
 
 
-def plan_stage_jobs(study: Study, study_dir: Path, stage: Stage) -> tuple[list[RunJob], list[str], list[str]]:
-    """Jobs for the stage's runs that are not finished and whose source runs have completed, the
-    keys of its finished runs, and the keys of those still waiting for their source."""
+def stage_specs(study: Study) -> list[RunSpec]:
+    """One run per stage and variant, for the checks before anything runs (see
+    :func:`~headwise.study.stages.preflight_config`)."""
+    return [RunSpec(v.name, 0, dict(v.labels), preflight_config(stage, v.config))
+            for stage in study.config.stages for v in study.variants]
+
+
+def plan_stage_jobs(study: Study, study_dir: Path, stage: Stage) -> tuple[list[RunJob], list[str], list[str], list[str]]:
+    """Jobs for the stage's runs that are not finished and whose source runs have completed, and
+    the keys of its finished runs, of those waiting for a source run that has not completed yet
+    (it failed or was interrupted: a rerun retries it) and of those whose source diverged (they
+    never run)."""
     root = stage_root(study_dir, stage.name)
-    jobs, done, waiting = [], [], []
+    jobs, done, waiting, diverged = [], [], [], []
     for spec in study.runs():
         rd = layout.run_dir(root, spec.variant, spec.seed)
         action = plan_action(rd)
@@ -149,6 +158,8 @@ def plan_stage_jobs(study: Study, study_dir: Path, stage: Stage) -> tuple[list[R
         summary = read_summary(source)
         if action is None:
             done.append(spec.key)
+        elif summary is not None and summary.status is RunStatus.DIVERGED:
+            diverged.append(spec.key)
         elif summary is None or summary.status is not RunStatus.COMPLETED:
             waiting.append(spec.key)
         else:
@@ -159,7 +170,7 @@ def plan_stage_jobs(study: Study, study_dir: Path, stage: Stage) -> tuple[list[R
                 log_path=layout.log_path(root, spec.variant, spec.seed),
                 lock_path=layout.lock_path(root, spec.variant, spec.seed), stage=stage.name,
             ))
-    return jobs, done, waiting
+    return jobs, done, waiting, diverged
 
 
 def run_stages(study: Study, record: StudyRecord, runner: Any, log: LogConfig,
@@ -168,10 +179,11 @@ def run_stages(study: Study, record: StudyRecord, runner: Any, log: LogConfig,
     titles of the stage runs that failed (a run waiting for its source is counted with the source)."""
     failed: list[str] = []
     for stage in study.config.stages:
-        jobs, done, waits = plan_stage_jobs(study, record.path, stage)
+        jobs, done, waits, diverged = plan_stage_jobs(study, record.path, stage)
         sub = stage_record(record, stage.name)
         echo(f"stage {stage.name}: {len(done)} runs finished, {len(jobs)} to run"
-             + (f", {len(waits)} waiting for a source run that did not complete" if waits else ""))
+             + (f", {len(waits)} waiting for a source run that did not complete" if waits else "")
+             + (f", {len(diverged)} not run (their source diverged)" if diverged else ""))
         join_group(jobs, log, record.path)
         _write_inputs(jobs)
         update_results(sub)
@@ -255,7 +267,7 @@ def run_study(
         runner = RayBackend(jobs, address, threads)
     try:
         # Nothing is written into the study directory before every run's shared needs are met.
-        runner.preflight([j.spec for j in todo] + tuning_specs(study), echo)
+        runner.preflight([j.spec for j in todo] + tuning_specs(study) + stage_specs(study), echo)
         study_dir.mkdir(parents=True, exist_ok=True)
         with _DirLock(study_dir):
             save_study(study, study_dir, recorded_seeds)
@@ -290,8 +302,9 @@ def run_study(
         if stopped:
             what += f" ({len(stopped)} interrupted: they resume from their checkpoints)"
         raise RunFailure(
-            f"{what}: {', '.join(failed[:5])}{', ...' if len(failed) > 5 else ''}; see {study_dir / 'logs'}; "
-            "rerun the same command to finish them"
+            f"{what}: {', '.join(failed[:5])}{', ...' if len(failed) > 5 else ''}; see {study_dir / 'logs'}"
+            + (f" (a stage's runs: {study_dir / 'stages' / 'NAME' / 'logs'})" if study.config.stages else "")
+            + "; rerun the same command to finish them"
         )
     return outcome
 

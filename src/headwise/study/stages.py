@@ -52,8 +52,8 @@ class Stage(Config):
     name: str
     #: the dotted run-config keys set to the source run's directory
     source_keys: list[str] = Field(default_factory=lambda: ["train.init_from"], min_length=1)
-    #: the stage's run config; its ``[model]`` keys go over the variant's model
-    config: dict[str, Any]
+    #: the stage's run config, table by table; its ``[model]`` keys go over the variant's model
+    config: dict[str, dict[str, Any]]
 
 
 def stage_config(stage: Stage, variant_config: dict[str, Any], source: Path | str, seed: int) -> dict[str, Any]:
@@ -76,8 +76,13 @@ def apply_stage_defaults(raw: dict[str, Any], source: str) -> None:
     if not isinstance(defaults, dict):
         raise HeadwiseError(f"{source}: `stage_defaults` must be a table of run-config tables")
     for stage in raw.get("stages", []) or []:
-        if isinstance(stage, dict):
-            stage["config"] = deep_merge(defaults, stage.get("config", {}) or {})
+        if not isinstance(stage, dict):
+            continue  # the study's validation names what a stage must be
+        config = stage.get("config", {})
+        if not isinstance(config, dict):
+            raise HeadwiseError(f"{source}: stage {stage.get('name')!r}: `config` must be a table of run-config "
+                                f"tables (e.g. config = {{ task = {{ kind = \"glue\" }} }}), not {config!r}")
+        stage["config"] = deep_merge(defaults, config)
 
 
 def check_stage_config(stage: Stage, variant: str, variant_config: dict[str, Any]) -> None:
@@ -88,6 +93,14 @@ def check_stage_config(stage: Stage, variant: str, variant_config: dict[str, Any
         RunConfig.parse(cfg, source=f"stage {stage.name!r}")
     except HeadwiseError as exc:
         raise HeadwiseError(f"variant {variant!r}: {exc}") from None
+
+
+def preflight_config(stage: Stage, variant_config: dict[str, Any]) -> dict[str, Any]:
+    """A stage's run config for the study's checks before anything runs (its device, its data):
+    the source keys name no run yet, so the configs of every seed and variant of a task are one."""
+    cfg = stage_config(stage, variant_config, "", 0)
+    cfg["model"] = {}  # the data does not depend on the encoder
+    return cfg
 
 
 def stage_root(study_dir: Path | str, stage: str) -> Path:

@@ -4,8 +4,8 @@
   family), on the lm family's text sources and token caches;
 - :mod:`~headwise.families.encoder.masking`: the vocabulary with ``[PAD] [CLS] [SEP] [MASK]``,
   packed ``[CLS] ... [SEP]`` rows, cramming's 80/10/10 masking and the resumable stream;
-- :mod:`~headwise.families.encoder.finetune`: ``[task] kind = "glue"`` (registers the family) and
-  the ``cls_pooler`` output head; :mod:`~headwise.families.encoder.glue_task`, the fine-tuning
+- :mod:`~headwise.families.encoder.finetune`: ``[task] kind = "glue"`` (registers the family; its
+  output head ``cls_pooler`` is in :mod:`headwise.model.outputs`); :mod:`~headwise.families.encoder.glue_task`, the fine-tuning
   tasks (classification, STS-B's regression) scored over whole splits;
   :mod:`~headwise.families.encoder.standin`, the offline stand-ins;
 - :mod:`~headwise.families.encoder.report`: the ``encoder`` layout (Table 1);

@@ -2,9 +2,8 @@
 masked-LM run's vocabulary, with cramming's first-token pooler as its output head.
 
 The tasks themselves (inputs, targets, metrics over whole splits) are in
-:mod:`headwise.families.encoder.glue_task`; this module holds the ``[task]`` table and the head.
-
-The tasks' output head is ``outputs = "cls_pooler"``, cramming's GLUE pooler
+:mod:`headwise.families.encoder.glue_task`; this module holds the ``[task]`` table. The tasks'
+output head is ``outputs = "cls_pooler"``, cramming's GLUE pooler
 (:class:`headwise.model.outputs.ClsPoolerHead`; one output for STS-B's regression).
 
 Each task is scored on its validation split; MNLI on ``validation_matched`` (``accuracy``) and
@@ -79,24 +78,34 @@ class GlueTaskConfig(TaskConfigBase):
     def data_description(self) -> str:
         return f"{self.task} from {self.source}"
 
-    def build(self, cache_dir: str | Path | None = None, progress: bool = False) -> GlueFinetuneTask:
-        """Read the splits and encode them in the pretraining run's vocabulary."""
-        mlm = pretraining_task(self.tokenizer_from).build(cache_dir=cache_dir, progress=progress)
+    def prepare(self, progress: bool = False) -> None:
+        """Read the task's splits (from the hub, its cache or a folder; the stand-in built), so that a
+        study finds a missing or broken source before any run; the encoding needs the pretraining run."""
+        self.splits()
+
+    def splits(self) -> tuple[Examples, dict[str, Examples], str]:
+        """The training examples, the evaluation splits by metric suffix, and where they came from."""
         if self.task in STANDINS:
             train, evaluation = STANDINS[self.task](self.source, self.standin_seed, self.standin_eval_frac)
-            return GlueFinetuneTask(self.task, mlm.vocab, Examples(*train), {"": Examples(*evaluation)}, 2,
-                                    STANDIN_METRICS, self.max_length, self.eval_batch_size,
-                                    origin=f"stand-in from {self.source}")
-        spec = TASKS[self.task]
+            return Examples(*train), {"": Examples(*evaluation)}, f"stand-in from {self.source}"
         train = read_glue(self.task, self.source, "train")
         splits = {suffix: read_glue(self.task, self.source, split)
                   for suffix, split in EVAL_SPLITS.get(self.task, {"": "validation"}).items()}
+        return (Examples(train.texts, train.labels), {k: Examples(v.texts, v.labels) for k, v in splits.items()},
+                "; ".join([train.origin, *(v.origin for v in splits.values())]))
+
+    def build(self, cache_dir: str | Path | None = None, progress: bool = False) -> GlueFinetuneTask:
+        """Read the splits and encode them in the pretraining run's vocabulary."""
+        mlm = pretraining_task(self.tokenizer_from).build(cache_dir=cache_dir, progress=progress)
+        train, evaluation, origin = self.splits()
+        if self.task in STANDINS:
+            return GlueFinetuneTask(self.task, mlm.vocab, train, evaluation, 2, STANDIN_METRICS, self.max_length,
+                                    self.eval_batch_size, origin=origin)
+        spec = TASKS[self.task]
         task = GlueRegressionTask if spec.regression else GlueFinetuneTask
-        return task(self.task, mlm.vocab, Examples(train.texts, train.labels),
-                    {k: Examples(v.texts, v.labels) for k, v in splits.items()}, spec.num_labels, spec.metrics,
-                    self.max_length, self.eval_batch_size,
-                    origin="; ".join([train.origin, *(v.origin for v in splits.values())]))
+        return task(self.task, mlm.vocab, train, evaluation, spec.num_labels, spec.metrics, self.max_length,
+                    self.eval_batch_size, origin=origin)
 
 
 GLUE_FAMILY = register_family(TaskFamily(kind="glue", config=GlueTaskConfig, task=GlueFinetuneTask,
-                                         report_layout="encoder"))
+                                         report_layout="heads"))

@@ -175,4 +175,4 @@ class MLMTaskConfig(TextTaskConfig):
                        eval_batches=self.eval_batches, eval_batch_size=self.eval_batch_size)
 
 
-MLM_FAMILY = register_family(TaskFamily(kind="mlm", config=MLMTaskConfig, task=MLMTask, report_layout="encoder"))
+MLM_FAMILY = register_family(TaskFamily(kind="mlm", config=MLMTaskConfig, task=MLMTask, report_layout="heads"))
