@@ -160,10 +160,10 @@ class EncoderLayout(Layout):
                 "Leaner Transformers' Table 1 layout: each variant is pretrained as a masked LM, then fine-tuned "
                 "once per task from its own pretraining run of the same seed. Scores are in points on each task's "
                 "evaluation split (mean ± sd over seeds; " + ", ".join(
-                    f"{stage_column(s)[0]}: {stage_column(s)[1]}" for s in self.stages) + f"); *{self.mean_label}* "
-                + ("is the mean over the tasks, per seed " if self.mean_column else "")
-                + "(in parentheses its difference from the baseline"
-                + (f" `{opts.baseline}`" if opts.baseline else "") + "); parameters and peak memory are the "
+                    f"{stage_column(s)[0]}: {stage_column(s)[1]}" for s in self.stages) + ")"
+                + (f"; *{self.mean_label}* is the mean over the tasks, per seed" if self.mean_column else "")
+                + f"; in parentheses the difference of *{self.mean_label}* from the baseline"
+                + (f" `{opts.baseline}`" if opts.baseline else "") + "; parameters and peak memory are the "
                 "pretraining runs' (the encoder with its tied decoder, as the paper counts them).")
         if opts.baseline is not None and self.base is None:
             doc.add(f"**The baseline `{opts.baseline}` named in the study's `[report]` is not one of its "
