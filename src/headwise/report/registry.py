@@ -47,6 +47,11 @@ class PaperReference(Config):
     #: what the publication leaves open, after the numbers
     caveat: str = ""
 
+    @property
+    def citation(self) -> str:
+        """Who reported it and where, to open a sentence: ``The paper's Table 4``."""
+        return f"{self.source[:1].upper()}{self.source[1:]}'s {self.table}"
+
 
 class Layout:
     """How one kind of study is reported. Subclasses set :attr:`kind` and :attr:`Options` and

@@ -37,6 +37,21 @@ def loss_cell(v: VariantRuns) -> str:
     return f"{s.mean:.4f} ± {s.std:.4f} (n={s.n})"
 
 
+def missing_baseline_note(doc: Document, baseline: str | None, base: VariantRuns | None) -> None:
+    """Say so when the ``[report]`` names a baseline (``baseline``) that is not among the variants
+    (``base`` None)."""
+    if baseline is not None and base is None:
+        doc.add(f"**The baseline `{baseline}` named in the study's `[report]` is not one of its variants**, "
+                "so nothing is compared against it.")
+
+
+def cpu_memory_note(doc: Document, run: RunRecord | None) -> None:
+    """The caveat on peak memory when the reference ``run`` trained on the CPU."""
+    if run is not None and run.summary is not None and run.summary.device.startswith("cpu"):
+        doc.add("On CPU, peak memory is the resident memory of the whole training process, most of it the Python "
+                "and PyTorch runtime, so its differences understate those of the models themselves.")
+
+
 def header(doc: Document, study: StudyRuns) -> None:
     """Title, description, preset, run counts and the setup of the first completed run."""
     record = study.record

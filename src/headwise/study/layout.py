@@ -46,6 +46,13 @@ def lock_path(study_dir: Path, variant: str, seed: int) -> Path:
     return Path(study_dir) / "locks" / f"{variant}-seed{seed}.lock"
 
 
+def run_paths(study_dir: Path, variant: str, seed: int) -> dict[str, Path]:
+    """Everything of one run: its directory, input config, log and lock (a
+    :class:`~headwise.study.jobs.RunJob`'s paths, by its field names)."""
+    return {"run_dir": run_dir(study_dir, variant, seed), "config_path": config_path(study_dir, variant, seed),
+            "log_path": log_path(study_dir, variant, seed), "lock_path": lock_path(study_dir, variant, seed)}
+
+
 @dataclass
 class StudyRecord:
     """A study as saved in its directory: enough to list its runs and lay out its report."""

@@ -123,17 +123,12 @@ def plan_jobs(study: Study, study_dir: Path) -> tuple[list[RunJob], list[str]]:
     """Jobs for every run that is not finished, and the keys of the finished ones."""
     jobs, done = [], []
     for spec in study.runs():
-        rd = layout.run_dir(study_dir, spec.variant, spec.seed)
-        action = plan_action(rd)
+        paths = layout.run_paths(study_dir, spec.variant, spec.seed)
+        action = plan_action(paths["run_dir"])
         if action is None:
             done.append(spec.key)
             continue
-        jobs.append(RunJob(
-            spec=spec, run_dir=rd, action=action,
-            config_path=layout.config_path(study_dir, spec.variant, spec.seed),
-            log_path=layout.log_path(study_dir, spec.variant, spec.seed),
-            lock_path=layout.lock_path(study_dir, spec.variant, spec.seed),
-        ))
+        jobs.append(RunJob(spec=spec, action=action, **paths))
     return jobs, done
 
 
@@ -152,24 +147,21 @@ def plan_stage_jobs(study: Study, study_dir: Path, stage: Stage) -> tuple[list[R
     root = stage_root(study_dir, stage.name)
     jobs, done, waiting, diverged = [], [], [], []
     for spec in study.runs():
-        rd = layout.run_dir(root, spec.variant, spec.seed)
-        action = plan_action(rd)
-        source = layout.run_dir(study_dir, spec.variant, spec.seed)
-        summary = read_summary(source)
+        paths = layout.run_paths(root, spec.variant, spec.seed)
+        action = plan_action(paths["run_dir"])
         if action is None:
             done.append(spec.key)
-        elif summary is not None and summary.status is RunStatus.DIVERGED:
+            continue
+        source = layout.run_dir(study_dir, spec.variant, spec.seed)
+        summary = read_summary(source)
+        if summary is not None and summary.status is RunStatus.DIVERGED:
             diverged.append(spec.key)
         elif summary is None or summary.status is not RunStatus.COMPLETED:
             waiting.append(spec.key)
         else:
             config = stage_config(stage, spec.config, source, spec.seed)
-            jobs.append(RunJob(
-                spec=RunSpec(spec.variant, spec.seed, dict(spec.labels), config), run_dir=rd, action=action,
-                config_path=layout.config_path(root, spec.variant, spec.seed),
-                log_path=layout.log_path(root, spec.variant, spec.seed),
-                lock_path=layout.lock_path(root, spec.variant, spec.seed), stage=stage.name,
-            ))
+            jobs.append(RunJob(spec=RunSpec(spec.variant, spec.seed, dict(spec.labels), config), action=action,
+                               stage=stage.name, **paths))
     return jobs, done, waiting, diverged
 
 

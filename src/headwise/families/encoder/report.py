@@ -28,9 +28,10 @@ from headwise.families.encoder.metrics import TABLE1_COLUMNS
 from headwise.report import stats
 from headwise.report.accuracy import acc_cell, draw_accuracy
 from headwise.report.accuracy import statuses as _statuses
-from headwise.report.data import StudyRuns, VariantRuns, load_study_runs
+from headwise.report.data import VariantRuns, load_study_runs
 from headwise.report.document import Document, fixed_ticks, fmt, fmt_params, new_figure
 from headwise.report.registry import Layout, LayoutOptions, PaperReference, register_layout
+from headwise.report.sections import cpu_memory_note, missing_baseline_note
 from headwise.run import RunStatus
 from headwise.study.stages import Stage, saved_stages, stage_record
 
@@ -96,18 +97,24 @@ class EncoderLayout(Layout):
         self.by_name = {v.name: v for v in self.study.variants}
         self.base = self.by_name.get(self.options.baseline or "")
         self.stages = saved_stages(self.study.record)
-        runs: dict[str, StudyRuns] = {s.name: load_study_runs(stage_record(self.study.record, s.name))
-                                      for s in self.stages}
+        # stage -> variant -> its runs of that stage
+        runs: dict[str, dict[str, VariantRuns]] = {
+            s.name: {x.name: x for x in load_study_runs(stage_record(self.study.record, s.name)).variants}
+            for s in self.stages}
         # variant -> stage -> seed -> score (points)
         self.scores: dict[str, dict[str, dict[int, float]]] = {
-            v.name: {s.name: seed_scores(next(x for x in runs[s.name].variants if x.name == v.name),
-                                         stage_column(s)[1]) for s in self.stages}
+            v.name: {s.name: seed_scores(runs[s.name][v.name], stage_column(s)[1]) for s in self.stages}
             for v in self.study.variants}
-        self.stage_status = {v.name: {s.name: _statuses(next(x for x in runs[s.name].variants if x.name == v.name))
-                                      for s in self.stages} for v in self.study.variants}
+        self.task_stats = {v: {s: stats.seed_stats(list(by_seed.values())) for s, by_seed in per.items()}
+                           for v, per in self.scores.items()}
+        self.stage_status = {v.name: {s.name: _statuses(runs[s.name][v.name]) for s in self.stages}
+                             for v in self.study.variants}
+        self.mean = {v: self._mean_over_tasks(per) for v, per in self.scores.items()}
         columns = [stage_column(s)[0] for s in self.stages]
-        self.glue = sorted(columns) == sorted(c for c, _, _ in TABLE1_COLUMNS)
-        self.mean_label = "GLUE" if self.glue else ("mean" if len(self.stages) > 1 else columns[0] if columns else "mean")
+        if sorted(columns) == sorted(c for c, _, _ in TABLE1_COLUMNS):
+            self.mean_label = "GLUE"
+        else:
+            self.mean_label = columns[0] if len(columns) == 1 else "mean"
         # one task: its column is the mean already
         self.mean_column = len(self.stages) > 1
 
@@ -117,11 +124,10 @@ class EncoderLayout(Layout):
     def conditioning_x(self, v: VariantRuns) -> float:
         return float(v.heads[0]) if v.heads else 0.0
 
-    def means(self, v: VariantRuns) -> stats.SeedStats:
-        """The variant's mean over tasks, per seed that completed every task."""
-        per = self.scores[v.name]
-        seeds = set.intersection(*(set(per[s.name]) for s in self.stages)) if self.stages else set()
-        return stats.seed_stats([float(np.mean([per[s.name][k] for s in self.stages])) for k in sorted(seeds)])
+    def _mean_over_tasks(self, per: dict[str, dict[int, float]]) -> stats.SeedStats:
+        """A variant's mean over tasks, per seed that completed every task."""
+        seeds = set.intersection(*(set(by_seed) for by_seed in per.values())) if per else set()
+        return stats.seed_stats([float(np.mean([by_seed[k] for by_seed in per.values()])) for k in sorted(seeds)])
 
     def sections(self, doc: Document) -> list[str]:
         findings = self._table(doc)
@@ -130,12 +136,12 @@ class EncoderLayout(Layout):
         return findings
 
     def _row(self, v: VariantRuns) -> list[str]:
-        cells = [acc_cell(stats.seed_stats(list(self.scores[v.name][s.name].values()))) for s in self.stages]
+        cells = [acc_cell(self.task_stats[v.name][s.name]) for s in self.stages]
         b = self.base if self.base is not None and self.base is not v else None
-        mean = self.means(v)
+        mean = self.mean[v.name]
         mean_cell = acc_cell(mean)
-        if b is not None and mean.n and self.means(b).n:
-            mean_cell += f" ({mean.mean - self.means(b).mean:+.2f})"
+        if b is not None and mean.n and self.mean[b.name].n:
+            mean_cell += f" ({mean.mean - self.mean[b.name].mean:+.2f})"
         params = fmt_params(v.params)
         if b is not None and v.params and b.params:
             params += f" ({stats.percent_difference(v.params, b.params):+.0f}%)"
@@ -165,22 +171,17 @@ class EncoderLayout(Layout):
                 + f"; in parentheses the difference of *{self.mean_label}* from the baseline"
                 + (f" `{opts.baseline}`" if opts.baseline else "") + "; parameters and peak memory are the "
                 "pretraining runs' (the encoder with its tied decoder, as the paper counts them).")
-        if opts.baseline is not None and self.base is None:
-            doc.add(f"**The baseline `{opts.baseline}` named in the study's `[report]` is not one of its "
-                    "variants**, so nothing is compared against it.")
+        missing_baseline_note(doc, opts.baseline, self.base)
         names = [n for n in (opts.table or []) if n in self.by_name]
         if names:
             doc.table(headers, [self._row(self.by_name[n]) for n in names])
         doc.add("Every variant:")
         doc.table(headers, [self._row(v) for v in self.study.variants])
-        info = self.base.info if self.base is not None else None
-        if info is not None and info.summary is not None and info.summary.device.startswith("cpu"):
-            doc.add("On CPU, peak memory is the resident memory of the whole training process, most of it the "
-                    "Python and PyTorch runtime, so its differences understate those of the models themselves.")
+        cpu_memory_note(doc, self.base.info if self.base is not None else None)
         findings = []
         if len(names) >= 2:
             a, b = self.by_name[names[0]], self.by_name[names[-1]]
-            ma, mb = self.means(a), self.means(b)
+            ma, mb = self.mean[a.name], self.mean[b.name]
             if ma.n and mb.n:
                 text = (f"Here `{b.name}` scores {mb.mean:.2f} ({self.mean_label}) against {ma.mean:.2f} for "
                         f"`{a.name}` ({mb.mean - ma.mean:+.2f} points, seeds {mb.n} and {ma.n})")
@@ -194,7 +195,7 @@ class EncoderLayout(Layout):
         if p is None:
             return []
         columns = list(dict.fromkeys(c for r in p.rows for c in r.scores))
-        doc.add(f"{p.source[:1].upper()}{p.source[1:]}'s {p.table} (GLUE validation sets after pretraining on "
+        doc.add(f"{p.citation} (GLUE validation sets after pretraining on "
                 f"{p.pretraining}), quoted as published" + (f"; {p.caveat}" if p.caveat else "") + ":")
         doc.table(["model", *columns, "GLUE", "parameters", "memory"],
                   [[r.shape, *[f"{r.scores[c]:g}" if c in r.scores else "–" for c in columns], f"{r.glue:g}",
@@ -204,7 +205,7 @@ class EncoderLayout(Layout):
             findings.append(f"The paper's claim: \"{p.claim}\".")
         if len(p.rows) >= 2:
             r0, r1 = p.rows[0], p.rows[-1]
-            findings.append(f"{p.source[:1].upper()}{p.source[1:]}'s {p.table}: {r1.shape} at GLUE {r1.glue:g} against "
+            findings.append(f"{p.citation}: {r1.shape} at GLUE {r1.glue:g} against "
                             f"{r0.glue:g} for {r0.shape} ({r1.glue - r0.glue:+.1f}) with "
                             f"{stats.percent_difference(r1.params, r0.params):+.0f}% parameters.")
         return findings
@@ -212,7 +213,7 @@ class EncoderLayout(Layout):
     def _figure(self, doc: Document) -> None:
         """The mean score against heads per layer, one line per depth, each point labelled with its
         parameters (Leaner Transformers' Fig. 3 for the encoders)."""
-        means = {v.name: self.means(v) for v in self.study.variants}
+        means = self.mean
         done = [v for v in self.study.variants if means[v.name].n and v.uniform]
         if not done:
             return
@@ -224,8 +225,7 @@ class EncoderLayout(Layout):
                           lambda v: {"variant": v.name, "n_layers": v.n_layers, "heads_per_layer": v.heads[0],
                                      "params": v.params, "mean": means[v.name].mean, "sd": means[v.name].std,
                                      "seeds": means[v.name].n,
-                                     **{s.name: stats.seed_stats(list(self.scores[v.name][s.name].values())).mean
-                                        for s in self.stages}})
+                                     **{s.name: self.task_stats[v.name][s.name].mean for s in self.stages}})
         fixed_ticks(ax, [v.heads[0] for v in done])
         ax.set_xlabel("heads per layer")
         ax.set_ylabel(f"{self.mean_label} (points)")

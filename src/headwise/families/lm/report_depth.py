@@ -31,7 +31,7 @@ from headwise.report import stats
 from headwise.report.data import VariantRuns
 from headwise.report.document import LABEL_SIDES, Document, dodge, fixed_ticks, fmt, fmt_params, new_figure
 from headwise.report.registry import Layout, LayoutOptions, PaperReference, register_layout
-from headwise.report.sections import comparison_table, loss_cell
+from headwise.report.sections import comparison_table, cpu_memory_note, loss_cell, missing_baseline_note
 
 
 class PaperModel(Config):
@@ -131,9 +131,7 @@ class DepthLayout(Layout):
         doc.add("## Table 2: depth for heads",
                 "Leaner Transformers' Table 2 layout: validation loss, parameters and peak training memory, each "
                 f"against the baseline `{opts.baseline}`." + (f" {opts.paper.reports()}" if opts.paper else ""))
-        if opts.baseline is not None and self.base is None:
-            doc.add(f"**The baseline `{opts.baseline}` named in the study's `[report]` is not one of its variants**, "
-                    "so nothing is compared against it.")
+        missing_baseline_note(doc, opts.baseline, self.base)
         by_name = {v.name: v for v in self.study.variants}
         rows, findings = [], []
         for name in opts.table or list(by_name):
@@ -144,10 +142,7 @@ class DepthLayout(Layout):
         if findings and opts.paper is not None:
             findings.append(opts.paper.finding())
         doc.table(["model", "shape", "val. loss", "parameters", "peak memory"], rows)
-        info = self.base.info if self.base is not None else None
-        if info is not None and info.summary is not None and info.summary.device.startswith("cpu"):
-            doc.add("On CPU, peak memory is the resident memory of the whole training process, most of it the Python "
-                    "and PyTorch runtime, so its differences understate those of the models themselves.")
+        cpu_memory_note(doc, self.base.info if self.base is not None else None)
         return findings
 
     def _versus_base(self, v: VariantRuns) -> tuple[list[str], str | None]:

@@ -31,7 +31,7 @@ from headwise.report.accuracy import (acc_cell, accuracy_values, draw_accuracy, 
 from headwise.report.data import VariantRuns
 from headwise.report.document import Document, fixed_ticks, fmt, fmt_params, new_figure, plural
 from headwise.report.registry import Layout, LayoutOptions, PaperReference, register_layout
-from headwise.report.sections import ALPHA
+from headwise.report.sections import ALPHA, cpu_memory_note
 
 _SHAPE = re.compile(r"^l(\d+)-h(\d+)$")
 _PAPER_SHAPE = re.compile(r"^\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
@@ -340,10 +340,7 @@ class LRALayout(Layout):
             if skipped:
                 doc.add(f"Tasks of {source} this study did not run: {', '.join(skipped)}.")
         doc.add(PARAMS_NOTE)
-        info = next((v.info for t in self.tasks for v in t.done if v.info is not None), None)
-        if info is not None and info.summary is not None and info.summary.device.startswith("cpu"):
-            doc.add("On CPU, peak memory is the resident memory of the whole training process, most of it the "
-                    "Python and PyTorch runtime, so its differences understate those of the models themselves.")
+        cpu_memory_note(doc, next((v.info for t in self.tasks for v in t.done if v.info is not None), None))
 
     @staticmethod
     def _listops_variant(t: TaskRuns) -> str | None:

@@ -33,7 +33,7 @@ from headwise.report.accuracy import statuses as _statuses
 from headwise.report.data import VariantRuns
 from headwise.report.document import Document, dodge, fixed_ticks, fmt, fmt_p, fmt_params, new_figure, plural
 from headwise.report.registry import Layout, LayoutOptions, PaperReference, register_layout
-from headwise.report.sections import ALPHA
+from headwise.report.sections import ALPHA, cpu_memory_note, missing_baseline_note
 
 
 class PaperRow(Config):
@@ -167,18 +167,13 @@ class VisionLayout(Layout):
                 "over seeds; in parentheses the difference from the baseline in points), parameters, peak training "
                 f"memory and training images per second, against the baseline `{opts.baseline}`. Top-5 is "
                 "measured only above 10 classes (\"–\" otherwise).")
-        if opts.baseline is not None and self.base is None:
-            doc.add(f"**The baseline `{opts.baseline}` named in the study's `[report]` is not one of its "
-                    "variants**, so nothing is compared against it.")
+        missing_baseline_note(doc, opts.baseline, self.base)
         names = [n for n in (opts.table or []) if n in self.by_name]
         if names:
             doc.table(headers, [self._row(self.by_name[n]) for n in names])
         doc.add("Every variant:")
         doc.table(headers, [self._row(v) for v in self.study.variants])
-        info = self.base.info if self.base is not None else None
-        if info is not None and info.summary is not None and info.summary.device.startswith("cpu"):
-            doc.add("On CPU, peak memory is the resident memory of the whole training process, most of it the "
-                    "Python and PyTorch runtime, so its differences understate those of the models themselves.")
+        cpu_memory_note(doc, self.base.info if self.base is not None else None)
         missing = [v for v in self.study.variants if not self.top1[v.name].n]
         if missing:
             doc.add("Without a completed, scored run (left out of the figures and findings): " + "; ".join(
@@ -186,7 +181,7 @@ class VisionLayout(Layout):
         p = opts.paper
         if p is None:
             return []
-        doc.add(f"{p.source[:1].upper()}{p.source[1:]}'s {p.table} ({p.dataset}), quoted as published"
+        doc.add(f"{p.citation} ({p.dataset}), quoted as published"
                 + (f"; {p.caveat}" if p.caveat else "") + ":")
         doc.table(["model (depth, heads)", "top-1 %", "top-5 %", "parameters", "training memory"],
                   [[r.shape, f"{r.top1:g}", "–" if r.top5 is None else f"{r.top5:g}", fmt_params(r.params),
@@ -194,7 +189,7 @@ class VisionLayout(Layout):
         findings = []
         if len(p.rows) >= 2:
             r0, r1 = p.rows[0], p.rows[-1]
-            text = (f"{p.source[:1].upper()}{p.source[1:]}'s {p.table}: {r1.shape} at {r1.top1:g}% top-1 against "
+            text = (f"{p.citation}: {r1.shape} at {r1.top1:g}% top-1 against "
                     f"{r0.top1:g}% for {r0.shape} ({r1.top1 - r0.top1:+.1f} points) with "
                     f"{stats.percent_difference(r1.params, r0.params):+.0f}% parameters")
             if len(names) >= 2 and all(self.top1[n].n for n in (names[0], names[-1])):
