@@ -17,7 +17,7 @@ import numpy as np
 from headwise.errors import HeadwiseError
 from headwise.report import stats
 from headwise.report.data import RunRecord, StudyRuns, VariantRuns
-from headwise.report.document import Document, fmt, fmt_p, fmt_params, heads_str, new_figure, plural, quote
+from headwise.report.document import Document, fixed_ticks, fmt, fmt_p, fmt_params, heads_str, new_figure, plural, quote
 from headwise.report.probes import COND_SEQUENCES, Probes
 from headwise.report.registry import Layout
 from headwise.report.options import ReportSpec
@@ -256,9 +256,16 @@ def conditioning_section(doc: Document, study: StudyRuns, layout: Layout, probes
     fig, axes = new_figure(8.0, 4.8)
     ax = axes[0, 0]
     for i, (k, pts) in enumerate(groups.items()):
-        pts.sort()
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=f"C{i % 10}", label=k)
+        # each run a dot, the line through the mean over seeds at each x (not through every seed's dot)
+        by_x: dict[float, list[float]] = defaultdict(list)
+        for x, y in pts:
+            by_x[x].append(y)
+        xs = sorted(by_x)
+        ax.plot(xs, [float(np.mean(by_x[x])) for x in xs], marker="o", color=f"C{i % 10}", label=k)
+        if any(len(ys) > 1 for ys in by_x.values()):
+            ax.scatter([x for x, _ in pts], [y for _, y in pts], s=12, color=f"C{i % 10}", alpha=0.45)
     ax.set_yscale("log")
+    fixed_ticks(ax, [x for pts in groups.values() for x, _ in pts])  # ticks at the heads measured
     ax.set_xlabel(layout.conditioning_label)
     ax.set_ylabel("condition number of A (mean over layers)")
     ax.set_title("Attention-output conditioning of the final models")
@@ -270,7 +277,8 @@ def conditioning_section(doc: Document, study: StudyRuns, layout: Layout, probes
             "quantity), measured in float64 on the final weights with `headwise.analysis.conditioning.analyze_model`. "
             f"`headwise analyze {path}` gives the same over all checkpoints and more sequences.")
     doc.figure("conditioning_vs_heads", fig, rows, "Mean condition number of the attention output against "
-               + layout.conditioning_caption + ".")
+               + layout.conditioning_caption + " (with several seeds: the line joins the means over seeds, the "
+               "small dots are the runs).")
     if infinite:
         doc.add(f"Not drawn: {', '.join(infinite)}, where some layer's A is rank deficient on these sequences "
                 "(condition number reported as infinite by the analysis).")
