@@ -8,7 +8,9 @@ import json
 import pytest
 import tomli_w
 
+from headwise.config import read_toml
 from headwise.errors import HeadwiseError
+from headwise.run import read_summary
 from headwise.study import load_study
 from headwise.study.nuisance import Nuisance, beyond, choose, grid, label
 
@@ -69,6 +71,8 @@ def test_grid_and_labels():
 @pytest.mark.parametrize("table, message", [
     ({"values": {LR: [0.1, 0.2]}, "selection": {"task.eval_seed": 9}}, "at least three values"),
     ({"values": {LR: [0.1, 0.2, 0.1]}, "selection": {"task.eval_seed": 9}}, "values repeat"),
+    ({"values": {LR: [0.1, 0.2, 0.3]}, "selection": {"task.eval_seed": 9}, "seeds": [1000]}, "at least 2 items"),
+    ({"values": {LR: [0.1, 0.2, 0.3]}, "selection": {"task.eval_seed": 9}, "seeds": [7, 7]}, "distinct seeds"),
     ({"values": {LR: [0.1, 0.2, 0.3]}}, "selection"),
 ])
 def test_a_bad_nuisance_table_is_one_line(table, message):
@@ -94,23 +98,44 @@ def test_a_study_tunes_each_variant_then_runs_its_seeds_at_the_choice(tmp_path):
     choices = {c["variant"]: c for c in json.loads((out / "tuning" / "tuning.json").read_text())}
     assert set(choices) == {"one", "two"}
     for name, c in choices.items():
-        assert c["best"] is not None and len(c["tried"]) in (3, 4)
+        assert c["best"] is not None and len(c["tried"]) in (3, 4) and c["seeds"] == [1000, 1001]
         tried = {v[0][LR]: v[1] for v in c["tried"].values()}
         assert c["best"][LR] == min(tried, key=lambda lr: tried[lr])     # the lowest selection loss wins
+        for label_, (p, mean) in c["tried"].items():                     # the mean over both tuning seeds
+            per_seed = [read_summary(out / "tuning" / name / f"{label_}-seed{s}").final_eval_loss for s in (1000, 1001)]
+            assert mean == pytest.approx(sum(per_seed) / 2, rel=1e-12) and per_seed[0] != per_seed[1]
         for seed in (0, 1):
             final = (out / "runs" / name / f"seed{seed}" / "config.toml").read_text()
             assert f"lr = {c['best'][LR]}" in final and "eval_seed = 1234" in final   # reported split
-        tuning_cfg = next((out / "tuning" / "configs").glob(f"{name}-lr*.toml")).read_text()
-        assert "eval_seed = 99" in tuning_cfg                            # the selection split
+        tuning_cfgs = sorted((out / "tuning" / "configs").glob(f"{name}-lr*.toml"))
+        assert all("eval_seed = 99" in f.read_text() for f in tuning_cfgs)  # the selection split
+        # no tuning run shares a seed with the runs the report compares
+        assert {read_toml(f)["train"]["seed"] for f in tuning_cfgs} == {1000, 1001}
     from headwise.report import write_report
 
     text = write_report(out, samples=False, conditioning=False, echo=lambda _: None).read_text()
     assert "## Tuning" in text and "selected on `task.eval_seed = 99`" in text
+    assert "tuning seeds 1000, 1001 (seeds the verdicts do not use)" in text
     figure = [r for r in read_csv(out / "report" / "tuning.csv") if r["chosen"] == "True"]
     assert {r["variant"]: float(r["value"]) for r in figure} == {k: c["best"][LR] for k, c in choices.items()}
     # a rerun finds everything done and chooses the same
     again: list[str] = []
     run_study(load_study(str(study_file)), out, jobs=2, threads=1, echo=again.append)
-    assert not any("tuning" in line and "runs on seed 0" in line for line in again)
+    assert not any(line.startswith("tuning") for line in again)
     assert {c["variant"]: c["best"] for c in json.loads((out / "tuning" / "tuning.json").read_text())} == \
         {k: c["best"] for k, c in choices.items()}
+
+
+def test_tuning_seeds_that_a_verdict_would_compare_are_refused_in_one_line(tmp_path):
+    study_file = tmp_path / "tuned.toml"
+    study_file.write_text(tomli_w.dumps({
+        "name": "tuned", "seeds": 3, "base": tiny_nearest_config(6, 3, 3),
+        "variants": [{"name": "one", "set": {"model.heads": [1]}}],
+        "nuisance": {"values": {LR: [0.001, 0.01, 0.1]}, "selection": {"task.eval_seed": 99}, "seeds": [2, 9]},
+    }))
+    with pytest.raises(HeadwiseError, match=r"tuning seed 2 would also be a seed the study reports \(0..2\)") as err:
+        load_study(str(study_file))
+    assert "\n" not in str(err.value)
+    assert load_study(str(study_file), seeds=2).seeds == 2                # seeds 0, 1: apart from 2 and 9
+    with pytest.raises(HeadwiseError, match="tuning seeds 2, 9 would also be seeds"):
+        load_study(str(study_file), seeds=10)

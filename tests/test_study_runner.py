@@ -114,6 +114,28 @@ def test_output_dir_of_another_study_is_refused(tmp_path, capsys):
     assert sorted(p.name for p in other.iterdir()) == ["notes.txt"]
 
 
+def test_a_study_keeps_the_thread_count_its_runs_used(tmp_path, capsys, monkeypatch):
+    src = write_study(tmp_path / "a.toml", [{"name": "x", "set": {}}], name="a")
+    out = tmp_path / "study"
+    run_study(load_study(str(src)), out, threads=1, echo=quiet)
+    env = load_study_record(out).environment
+    assert env["threads"] == 1 and env["torch"] == __import__("torch").__version__
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    # the numbers of a run depend on its thread count: a rerun asking for another is refused
+    assert main(["study", str(src), "--out", str(out), "--threads", "2", "--seeds", "2", "--no-report"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ran its runs with 1 torch thread(s) each" in err and "--threads 1" in err
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == before
+    # without --threads a rerun takes the recorded count, even where the default would differ
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    more = run_study(load_study(str(src), seeds=2), out, echo=quiet)
+    assert more.ran == ["x/seed1"] and load_study_record(out).environment["threads"] == 1
+    # another torch version would mix two versions' numbers in one study
+    monkeypatch.setattr("headwise.study.runner.installed_version", lambda name: "0.0.1")
+    with pytest.raises(HeadwiseError, match="ran under torch .*, this is torch 0.0.1"):
+        run_study(load_study(str(src), seeds=3), out, echo=quiet)
+
+
 def test_cli_bad_input_is_one_line_before_any_run(tmp_path, capsys):
     src = write_study(tmp_path / "bad.toml", [{"name": "fine", "set": {}}, {"name": "zero", "set": {"model.heads": 0}}])
     out = tmp_path / "study"

@@ -13,8 +13,13 @@ def tuning_section(doc: Document, nuisance: Nuisance, choices: list[Choice]) -> 
     """The choices table and one panel per tuned key; returns findings about grid edges."""
     keys = sorted(nuisance.values)
     sel = ", ".join(f"`{k} = {v}`" for k, v in nuisance.selection.items())
-    doc.add("## Tuning", f"Each variant ran once (seed 0) at every tried value, selected on {sel} (not the split "
-            f"reported), by {nuisance.metric} ({nuisance.better} is better); its seeds then ran at its own best "
+    seeds = sorted({s for c in choices for s in c.seeds}) or list(nuisance.seeds)
+    apart = ("seeds the verdicts do not use" if min(seeds) > 0 else
+             "seed 0, which is also one of the compared seeds (a study tuned before tuning seeds were kept apart: "
+             "that run is the grid's winner, an optimistic draw)")
+    doc.add("## Tuning", f"Each variant ran at every tried value on tuning seed{'s' if len(seeds) > 1 else ''} "
+            f"{', '.join(map(str, seeds))} ({apart}), selected on {sel} (not the split reported), by the mean "
+            f"{nuisance.metric} over those seeds ({nuisance.better} is better); its seeds then ran at its own best "
             "value. A choice at the edge of what was tried is flagged: the grid should be extended.")
     rows = []
     for c in choices:

@@ -91,7 +91,7 @@ from headwise.plans import Plan
 from headwise.presets import preset_dict
 from headwise.report.options import ReportSpec
 from headwise.study.claims import Claim, unknown_variants
-from headwise.study.nuisance import Nuisance
+from headwise.study.nuisance import Nuisance, overlapping_seeds
 from headwise.study.stages import Stage, apply_stage_defaults, check_stage_config
 from headwise.spec import ModelSpec
 from headwise.train.config import RunConfig, resolve_spec
@@ -182,7 +182,9 @@ class ExplicitVariant(Config):
 
 class RunnerDefaults(Config):
     """How many runs at a time and torch threads per run, unless ``--jobs`` / ``--threads`` say
-    otherwise (not part of the study's identity: they change how fast, not what is run)."""
+    otherwise. Not part of the study's definition; the thread count a study's runs used is
+    recorded beside it instead (``study.toml``'s ``[environment]``): it changes a run's numbers
+    (the order of floating-point sums), so a study keeps it for all its runs."""
 
     jobs: int | None = Field(default=None, ge=1)
     threads: int | None = Field(default=None, ge=1)
@@ -394,6 +396,11 @@ def resolve_study(
     n_seeds = seeds if seeds is not None else config.seeds
     if n_seeds < 1:
         raise HeadwiseError(f"--seeds {n_seeds}: a study needs at least one seed")
+    overlap = overlapping_seeds(config.nuisance, n_seeds)
+    if overlap:
+        raise HeadwiseError(f"{source}: tuning seed{'s' if len(overlap) > 1 else ''} {', '.join(map(str, overlap))} "
+                            f"would also be {'' if len(overlap) > 1 else 'a '}seed{'s' if len(overlap) > 1 else ''} "
+                            f"the study reports (0..{n_seeds - 1}): give [nuisance] seeds >= {n_seeds}, or fewer seeds")
     variants = expand_variants(config)
     problems = unknown_variants(config.claims, {v.name for v in variants})
     if problems:

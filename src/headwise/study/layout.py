@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,9 @@ class StudyRecord:
     fingerprint: str
     definition: dict[str, Any]
     variants: list[dict[str, Any]]
+    #: what the runs' numbers depend on beyond their configs: torch threads per run, torch's
+    #: version (empty for studies saved before it was kept)
+    environment: dict[str, Any] = field(default_factory=dict)
 
     @property
     def report(self) -> ReportSpec:
@@ -92,10 +95,13 @@ class StudyRecord:
         return [(v, s) for v in self.variants for s in range(self.seeds)]
 
 
-def save_study(study: Study, study_dir: Path, seeds: int) -> None:
-    """Write ``study.toml`` (atomically) recording ``seeds`` seeds per variant."""
+def save_study(study: Study, study_dir: Path, seeds: int, environment: dict[str, Any] | None = None) -> None:
+    """Write ``study.toml`` (atomically) recording ``seeds`` seeds per variant and the
+    ``environment`` its runs ran in (see :func:`headwise.study.runner.resolve_environment`)."""
     data = study.to_dict()
     data["seeds"] = seeds
+    if environment:
+        data["environment"] = environment
     atomic_write_text(Path(study_dir) / STUDY_TOML, tomli_w.dumps(data))
 
 
@@ -116,6 +122,7 @@ def load_study_record(study_dir: str | Path) -> StudyRecord:
             fingerprint=str(data["fingerprint"]),
             definition=dict(data["definition"]),
             variants=list(data["variants"]),
+            environment=dict(data.get("environment", {})),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise HeadwiseError(f"{path / STUDY_TOML} is damaged ({exc!r} missing or wrong); rerun the study") from None

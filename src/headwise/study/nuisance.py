@@ -5,11 +5,16 @@ compared at a learning rate that suits another.
     selection = { "task.validation" = "fraction:0.1" }   # how a tuning run's selection split
                                                          #   differs from the split reported
     extend = 2                                           # grid extensions allowed at an edge
+    seeds = [1000, 1001]                                 # the tuning runs' seeds (the default)
     [nuisance.values]
     "optim.lr" = [1e-3, 3e-3, 1e-2]                      # optionally warm-up, weight decay, ...
 
-Each variant runs once (seed 0) at every point of the grid, with ``selection`` applied, so the
-value is chosen on held-out data that is not the split the report compares on. When the best
+Each variant runs at every point of the grid once per tuning seed, with ``selection`` applied, so
+the value is chosen on held-out data that is not the split the report compares on. A point's
+selection value is the mean over the tuning seeds (a point that diverged on any seed counts as
+diverged): one seed's noise, or the thread count's effect on one seed, can flip a choice between
+two grid points. The tuning seeds are never the study's own (``0 .. seeds-1``), so no run a
+verdict compares is a grid's winner: a winner is optimistic on its own seed. When the best
 value sits at the edge of an axis the axis is extended one step beyond it (geometrically for
 positive values), up to ``extend`` times; the report says when the choice is still at an edge.
 Then every seed of the variant runs at its own best value. Cost per variant: the grid (plus any
@@ -24,7 +29,7 @@ from __future__ import annotations
 import copy
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from itertools import product
 from pathlib import Path
 from typing import Any, Literal
@@ -36,6 +41,8 @@ from headwise.run import RunStatus, read_summary
 
 TUNING_DIR = "tuning"
 TUNING_JSON = "tuning.json"
+#: far above any study's seed count, so that adding seeds to a study never reaches them
+DEFAULT_SEEDS = (1000, 1001)
 
 
 class Nuisance(Config):
@@ -50,6 +57,15 @@ class Nuisance(Config):
     better: Literal["lower", "higher"] = "lower"
     #: how many times an axis may be extended past an edge
     extend: int = Field(default=2, ge=0)
+    #: the tuning runs' seeds, at least two, none of them a seed the study reports (0 .. seeds-1)
+    seeds: list[int] = Field(default_factory=lambda: list(DEFAULT_SEEDS), min_length=2)
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, v: list[int]) -> list[int]:
+        if len(set(v)) != len(v) or min(v) < 0:
+            raise ValueError(f"nuisance seeds {v}: give distinct seeds >= 0")
+        return sorted(v)
 
     @field_validator("values")
     @classmethod
@@ -84,14 +100,19 @@ def beyond(values: list[float], low_edge: bool) -> float:
     return float(f"{(b * b / a if values[0] > 0 else b + (b - a)):.12g}")
 
 
-def tuning_config(config: dict[str, Any], nuisance: Nuisance, point: Point) -> dict[str, Any]:
-    """A variant's run config for one tuning run: the point's values and the selection keys, seed 0."""
+def overlapping_seeds(nuisance: Nuisance | None, study_seeds: int) -> list[int]:
+    """The tuning seeds that are also seeds the study reports (``0 .. study_seeds-1``)."""
+    return [] if nuisance is None else [s for s in nuisance.seeds if s < study_seeds]
+
+
+def tuning_config(config: dict[str, Any], nuisance: Nuisance, point: Point, seed: int) -> dict[str, Any]:
+    """A variant's run config for one tuning run: the point's values, the selection keys and the seed."""
     cfg = copy.deepcopy(config)
     for key, value in point:
         set_dotted(cfg, key, value)
     for key, value in nuisance.selection.items():
         set_dotted(cfg, key, value)
-    cfg.setdefault("train", {})["seed"] = 0
+    cfg.setdefault("train", {})["seed"] = seed
     return cfg
 
 
@@ -104,34 +125,46 @@ def selection_value(run_dir: Path, nuisance: Nuisance) -> float | None:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
+def mean_selection_value(values: list[float | None]) -> float | None:
+    """A grid point's selection value: the mean over its tuning seeds, None when any of them
+    diverged (an unstable setting loses, however well its other seeds did)."""
+    if not values or any(v is None for v in values):
+        return None
+    return float(sum(values) / len(values))  # type: ignore[arg-type]
+
+
 @dataclass
 class Choice:
     """What tuning chose for one variant."""
 
     variant: str
-    #: label -> (the point as {key: value}, its selection value; None for a run that diverged)
+    #: label -> (the point as {key: value}, its mean selection value over the tuning seeds; None
+    #: for a point that diverged on some seed)
     tried: dict[str, tuple[dict[str, float], float | None]]
     #: the chosen point; None while tuning is unfinished, or when no tuning run completed
     best: dict[str, float] | None
     #: the keys whose chosen value is still at the edge of what was tried
     at_edge: list[str]
     extensions: dict[str, int]
+    #: the tuning runs' seeds ([0] in studies tuned before tuning seeds were kept apart)
+    seeds: list[int] = field(default_factory=lambda: [0])
 
 
 def choose(variant: str, axes: dict[str, list[float]], done: set[Point], values: dict[Point, float],
            nuisance: Nuisance, extensions: dict[str, int]) -> tuple[Choice, list[Point]]:
     """What tuning knows so far, and the points still to run.
 
-    ``done`` are the grid points whose runs have finished (completed or diverged), ``values`` the
-    selection values of those that completed. While points of the grid are unfinished they are
+    ``done`` are the grid points whose runs have finished on every tuning seed (completed or
+    diverged), ``values`` the mean selection values of those that completed on every seed. While points of the grid are unfinished they are
     what is left to run; once all have finished, an axis whose best value sits at its edge grows
     one step past it (while ``extensions`` allow; ``axes`` and ``extensions`` change in place)
     and the new points are left to run; otherwise the best point is the choice."""
     tried = {label(p): (dict(p), values.get(p)) for p in grid(axes) if p in done}
     pending = [p for p in grid(axes) if p not in done]
     sign = 1.0 if nuisance.better == "lower" else -1.0
+    seeds = list(nuisance.seeds)
     if pending or not values:
-        return Choice(variant, tried, None, [], dict(extensions)), pending
+        return Choice(variant, tried, None, [], dict(extensions), seeds), pending
     best = min(values, key=lambda p: sign * values[p])
     chosen, at_edge, grew = dict(best), [], False
     for key, axis in axes.items():
@@ -144,13 +177,13 @@ def choose(variant: str, axes: dict[str, list[float]], done: set[Point], values:
         extensions[key] = extensions.get(key, 0) + 1
         grew = True
     if grew:
-        return Choice(variant, tried, None, [], dict(extensions)), [p for p in grid(axes) if p not in done]
-    return Choice(variant, tried, chosen, at_edge, dict(extensions)), []
+        return Choice(variant, tried, None, [], dict(extensions), seeds), [p for p in grid(axes) if p not in done]
+    return Choice(variant, tried, chosen, at_edge, dict(extensions), seeds), []
 
 
-def tuning_paths(study_dir: Path, variant: str, point: Point) -> dict[str, Path]:
+def tuning_paths(study_dir: Path, variant: str, point: Point, seed: int) -> dict[str, Path]:
     """Where a tuning run keeps its directory, input config, log and lock."""
-    root, name = Path(study_dir) / TUNING_DIR, label(point)
+    root, name = Path(study_dir) / TUNING_DIR, f"{label(point)}-seed{seed}"
     return {"run_dir": root / variant / name, "config_path": root / "configs" / f"{variant}-{name}.toml",
             "log_path": root / "logs" / f"{variant}-{name}.log", "lock_path": root / "locks" / f"{variant}-{name}.lock"}
 

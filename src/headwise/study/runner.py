@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from importlib.metadata import version as installed_version
+
 import tomli_w
 
 from headwise.config import atomic_write_text
@@ -117,6 +119,33 @@ def prepare_study_dir(study: Study, study_dir: Path, seeds_given: bool) -> int:
     if not seeds_given:
         study.seeds = record.seeds
     return max(record.seeds, study.seeds)
+
+
+def default_threads(jobs: int) -> int:
+    """Torch threads per run when neither the command nor the study says: ``OMP_NUM_THREADS``
+    when the user set it, else the cores shared among the runs that run at once."""
+    try:
+        return max(1, int(os.environ["OMP_NUM_THREADS"]))
+    except (KeyError, ValueError):
+        return max(1, (os.cpu_count() or 1) // jobs)
+
+
+def resolve_environment(study_dir: Path, threads: int | None, fallback: int) -> dict[str, Any]:
+    """What a study's runs' numbers depend on beyond their configs: torch threads per run and
+    torch's version. A study directory keeps the ones it first ran with; a rerun that would mix
+    in others is refused (``threads``: the one asked for, or None to take the recorded one, else
+    ``fallback``)."""
+    recorded: dict[str, Any] = {}
+    if (study_dir / layout.STUDY_TOML).is_file():
+        recorded = load_study_record(study_dir).environment
+    torch_version = installed_version("torch")
+    if recorded.get("threads") and threads and threads != recorded["threads"]:
+        raise HeadwiseError(f"--out {study_dir} ran its runs with {recorded['threads']} torch thread(s) each, and a "
+                            f"run's numbers depend on it: rerun with --threads {recorded['threads']}, or choose another --out")
+    if recorded.get("torch") and recorded["torch"] != torch_version:
+        raise HeadwiseError(f"--out {study_dir} ran under torch {recorded['torch']}, this is torch {torch_version}: "
+                            "its runs' numbers would mix two versions; use that torch, or choose another --out")
+    return {"threads": threads or recorded.get("threads") or fallback, "torch": torch_version}
 
 
 def plan_jobs(study: Study, study_dir: Path) -> tuple[list[RunJob], list[str]]:
@@ -240,9 +269,12 @@ def run_study(
     if address and backend != "ray":
         raise HeadwiseError("--address joins a Ray cluster: use it with --backend ray")
     jobs = jobs or study.config.runner.jobs
-    threads = threads or study.config.runner.threads
     study_dir = Path(out_dir) if out_dir is not None else default_out_dir(study)
     recorded_seeds = prepare_study_dir(study, study_dir, seeds_given)
+    # a Ray task holds one CPU per thread; locally the runs share this machine's cores
+    fallback = default_threads(jobs or 1) if backend == "local" else 1
+    environment = resolve_environment(study_dir, threads or study.config.runner.threads, fallback)
+    threads = environment["threads"]
     check_out_dir(study_dir)
     study_dir = study_dir.resolve()
     log = study_log(study)
@@ -262,7 +294,7 @@ def run_study(
         runner.preflight([j.spec for j in todo] + tuning_specs(study) + stage_specs(study), echo)
         study_dir.mkdir(parents=True, exist_ok=True)
         with _DirLock(study_dir):
-            save_study(study, study_dir, recorded_seeds)
+            save_study(study, study_dir, recorded_seeds, environment)
             record = load_study_record(study_dir)
             if study.config.nuisance is not None:
                 tune(study, study_dir, record, runner, _write_inputs, echo)  # sets each variant's best values
@@ -301,11 +333,10 @@ def run_study(
     return outcome
 
 
-def _child_env(threads: int | None) -> dict[str, str]:
+def _child_env(threads: int) -> dict[str, str]:
     env = dict(os.environ)
     env["HEADWISE_PARENT_PID"] = str(os.getpid())
-    if threads:
-        env["OMP_NUM_THREADS"] = str(threads)  # torch's intra-op threads
+    env["OMP_NUM_THREADS"] = str(threads)  # torch's intra-op threads
     return env
 
 
@@ -321,12 +352,9 @@ def _stop(procs: list[subprocess.Popen], sig: int) -> None:
 class _LocalBackend:
     """Up to ``jobs`` runs at a time as subprocesses of this machine."""
 
-    def __init__(self, jobs: int, threads: int | None) -> None:
+    def __init__(self, jobs: int, threads: int) -> None:
         self.jobs = jobs
-        # N runs share the cores rather than each starting a thread per core (an OMP_NUM_THREADS
-        # already set by the user is left as it is)
-        default = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 and "OMP_NUM_THREADS" not in os.environ else None
-        self.threads = threads or default
+        self.threads = threads
         self.procs: list[subprocess.Popen] = []
         self.lock = threading.Lock()
         self.stopping = False
@@ -411,6 +439,7 @@ def describe_plan(study: Study) -> str:
     if nuisance is not None:
         grid = "; ".join(f"{k} in {', '.join(f'{x:g}' for x in vals)}" for k, vals in nuisance.values.items())
         chosen = ", ".join(f"{k}={x}" for k, x in nuisance.selection.items())
-        lines.append(f"tuned per variant on seed 0 before its seeds run: {grid} (selected on {chosen}, "
+        seeds = ", ".join(map(str, nuisance.seeds))
+        lines.append(f"tuned per variant on seeds {seeds} (their mean) before its seeds run: {grid} (selected on {chosen}, "
                      f"{nuisance.metric}, {nuisance.better} is better; up to {nuisance.extend} extensions at an edge)")
     return "\n".join(lines)

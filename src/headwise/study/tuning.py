@@ -1,6 +1,6 @@
 """Tuning a study's nuisance settings per variant (see :mod:`headwise.study.nuisance`), on the
-runner's own backend, in rounds: the grid, then any extension past an edge, until every variant
-has its choice. The chosen values are then set in each variant's run config."""
+runner's own backend, in rounds: the grid on every tuning seed, then any extension past an edge,
+until every variant has its choice. The chosen values are then set in each variant's run config."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from headwise.errors import RunFailure
 from headwise.study.jobs import Progress, RunJob, plan_action
 from headwise.study.layout import StudyRecord
 from headwise.study.nuisance import (
-    Choice, Nuisance, Point, choose, grid, selection_value, tuning_config, tuning_paths, write_choices,
+    Choice, Nuisance, Point, choose, grid, mean_selection_value, selection_value, tuning_config, tuning_paths,
+    write_choices,
 )
 from headwise.study.definition import RunSpec, Study, Variant
 
@@ -26,23 +27,31 @@ def tuning_specs(study: Study) -> list[RunSpec]:
     nuisance = study.config.nuisance
     if nuisance is None:
         return []
-    return [RunSpec(v.name, 0, dict(v.labels), tuning_config(v.config, nuisance, p))
-            for v in study.variants for p in grid(nuisance.values)]
+    return [RunSpec(v.name, seed, dict(v.labels), tuning_config(v.config, nuisance, p, seed))
+            for v in study.variants for p in grid(nuisance.values) for seed in nuisance.seeds]
 
 
 def _finished(study_dir: Path, variant: str, points: list[Point],
               nuisance: Nuisance) -> tuple[set[Point], dict[Point, float]]:
-    """Of ``points``, those whose tuning runs have finished, and the selection values of those
-    that completed."""
-    dirs = {p: tuning_paths(study_dir, variant, p)["run_dir"] for p in points}
-    done = {p for p in points if plan_action(dirs[p]) is None}
-    return done, {p: x for p in done if (x := selection_value(dirs[p], nuisance)) is not None}
+    """Of ``points``, those whose tuning runs have finished on every tuning seed, and the mean
+    selection values of those that completed on every seed."""
+    dirs = {p: [tuning_paths(study_dir, variant, p, s)["run_dir"] for s in nuisance.seeds] for p in points}
+    done = {p for p in points if all(plan_action(d) is None for d in dirs[p])}
+    means = {p: mean_selection_value([selection_value(d, nuisance) for d in dirs[p]]) for p in done}
+    return done, {p: x for p, x in means.items() if x is not None}
 
 
-def _job(study_dir: Path, v: Variant, nuisance: Nuisance, point: Point) -> RunJob:
-    paths = tuning_paths(study_dir, v.name, point)
-    spec = RunSpec(f"{v.name}@{paths['run_dir'].name}", 0, dict(v.labels), tuning_config(v.config, nuisance, point))
-    return RunJob(spec=spec, action=plan_action(paths["run_dir"]) or "start", **paths)
+def _jobs(study_dir: Path, v: Variant, nuisance: Nuisance, point: Point) -> list[RunJob]:
+    """The point's tuning runs that have not finished, one per tuning seed."""
+    jobs = []
+    for seed in nuisance.seeds:
+        paths = tuning_paths(study_dir, v.name, point, seed)
+        action = plan_action(paths["run_dir"])
+        if action is not None:
+            spec = RunSpec(f"{v.name}@{paths['run_dir'].name}", seed, dict(v.labels),
+                           tuning_config(v.config, nuisance, point, seed))
+            jobs.append(RunJob(spec=spec, action=action, **paths))
+    return jobs
 
 
 def tune(study: Study, study_dir: Path, record: StudyRecord, runner: Any, write_inputs: Callable[[list[RunJob]], None],
@@ -67,10 +76,11 @@ def tune(study: Study, study_dir: Path, record: StudyRecord, runner: Any, write_
                 done, values = done | more, values | more_values
                 choice, pending = choose(v.name, axes[v.name], done, values, nuisance, extensions[v.name])
             choices.append(choice)
-            todo += [_job(study_dir, v, nuisance, p) for p in pending]
+            todo += [job for p in pending for job in _jobs(study_dir, v, nuisance, p)]
         if not todo:
             break
-        echo(f"tuning {', '.join(nuisance.values)}: {len(todo)} runs on seed 0")
+        echo(f"tuning {', '.join(nuisance.values)}: {len(todo)} runs on seeds "
+             f"{', '.join(map(str, nuisance.seeds))}")
         write_inputs(todo)
         progress = Progress(record, len(todo), echo)
         runner.run(todo, progress)
