@@ -1,10 +1,14 @@
 """The report's verdicts: each ``[[claims]]`` entry of the study tested on paired seeds.
 
-For every comparison of a claim: the seeds both runs completed, the mean gain with its 95% t
-interval, Cohen's d_z, the smallest gain those seeds detect, the one-sided p-value with Holm's
-correction over the claim's comparisons, the verdict (:class:`~headwise.report.paired.Verdict`)
-and the scale it was measured at beside the paper's. Whether the ranking had settled is read
-from the eval curves: the sign of the mean paired gain over the last fifth of training.
+For every comparison of a claim: the seeds both runs completed, the mean gain with its two-sided
+t interval at the claim's Bonferroni level (``1 - 5% / m`` for a claim of ``m`` comparisons; the
+unadjusted 95% interval goes to ``verdicts.csv``), Cohen's d_z, the smallest distance from the
+bound those seeds detect with 80% power, the Bonferroni-adjusted one-sided p-value, the verdict
+(:class:`~headwise.report.paired.Verdict`, named after the claim's test) and the scale it was
+measured at beside the paper's. An inconclusive comparison gets the seeds its test needs for 80%
+power (:func:`~headwise.report.paired.seeds_for_power`). Whether the verdict holds late in
+training is read from the eval curves: the same decision is recomputed at every evaluation of
+the last quarter of training (:func:`late_check`).
 """
 
 from __future__ import annotations
@@ -17,12 +21,17 @@ from typing import Any
 
 from headwise.report.data import RunRecord, StudyRuns, VariantRuns
 from headwise.report.document import Document, fmt, fmt_p, fmt_params, new_figure
-from headwise.report.paired import ALPHA, INTERVAL_METHOD, Judged, Verdict, judge, paired_gain, seeds_for
+from headwise.report.paired import (
+    AGAINST, ALPHA, INTERVAL_METHOD, POWER, SUPPORTS, Judged, Verdict, judge, paired_gain, seeds_for_power,
+    verdict_of,
+)
 from headwise.run import RunStatus
 from headwise.study.claims import Claim
 
-#: the share of training, at its end, over which the ranking must hold
-SETTLED_FRACTION = 0.2
+#: the late-training check looks at evaluations at steps >= this share of the last one ...
+LATE_FROM = 0.75
+#: ... and needs at least this many of them to say anything
+LATE_MIN_EVALS = 3
 
 
 def final_value(run: RunRecord, claim: Claim) -> float | None:
@@ -54,9 +63,15 @@ def curve(run: RunRecord, claim: Claim) -> dict[int, float]:
             if isinstance(row.get(key), (int, float)) and "step" in row}
 
 
-def settled(variant: VariantRuns, baseline: VariantRuns, claim: Claim, seeds: tuple[int, ...]) -> str:
-    """Whether the sign of the mean paired gain held over the last fifth of training: "yes", or
-    the step at which it last changed."""
+def late_check(variant: VariantRuns, baseline: VariantRuns, claim: Claim, judged: Judged) -> str:
+    """Whether the claim's decision holds late in training: the same test, bound (margin),
+    Bonferroni level and seed pairing as ``judged``, recomputed from the eval curves at every
+    evaluation that all the paired seeds share at a step >= 3/4 of the last shared one.
+
+    "stable" when there are at least 3 such evaluations and each gives the reported verdict;
+    "changed at step S of L (there: V)" with S the latest whose verdict V differs; "unchecked: only
+    K evaluations in the last quarter" with fewer than 3."""
+    seeds = judged.gain.seeds
     sign = 1.0 if claim.higher_is_better else -1.0
     gains: dict[int, list[float]] = defaultdict(list)
     runs_v = {r.seed: r for r in variant.runs}
@@ -66,13 +81,15 @@ def settled(variant: VariantRuns, baseline: VariantRuns, claim: Claim, seeds: tu
         for step in cv.keys() & cb.keys():
             gains[step].append(sign * (cv[step] - cb[step]))
     steps = sorted(s for s, g in gains.items() if len(g) == len(seeds))
-    if len(steps) < 2:
-        return "unknown (too few evaluations)"
-    last = steps[-1]
-    window = [s for s in steps if s >= (1 - SETTLED_FRACTION) * last]
-    final_sign = math.copysign(1.0, sum(gains[last]))
-    changed = [s for s in window if math.copysign(1.0, sum(gains[s])) != final_sign]
-    return "yes" if not changed else f"no: the ranking was reversed at step {max(changed)} of {last}"
+    window = [s for s in steps if s >= LATE_FROM * steps[-1]] if steps else []
+    if len(window) < LATE_MIN_EVALS:
+        return f"unchecked: only {len(window)} evaluation{'s' if len(window) != 1 else ''} in the last quarter"
+    changed = {s: v for s in window
+               if (v := verdict_of(gains[s], judged.test, judged.margin, judged.m)) is not judged.verdict}
+    if not changed:
+        return "stable"
+    step = max(changed)
+    return f"changed at step {step} of {steps[-1]} (there: {changed[step]})"
 
 
 @dataclass(frozen=True)
@@ -84,13 +101,15 @@ class Comparison:
     baseline: VariantRuns
     baseline_mean: float
     judged: Judged
-    settled: str
+    #: :func:`late_check`'s answer
+    late: str
 
 
 def compare_claim(study: StudyRuns, claim: Claim) -> list[Comparison]:
-    """The claim's comparisons (those whose variants have run), judged together."""
+    """The claim's comparisons (those whose variants have run), judged together: Bonferroni over
+    the claim's declared pairs, each with the margin and paper effect of its own baseline."""
     variants = {v.name: v for v in study.variants}
-    rows, base_means = [], []
+    rows = []
     for name, base_name in claim.pairs:
         v, b = variants.get(name), variants.get(base_name)
         if v is None or b is None:
@@ -98,15 +117,16 @@ def compare_claim(study: StudyRuns, claim: Claim) -> list[Comparison]:
         base = by_seed(b, claim)
         gain = paired_gain(by_seed(v, claim), base, claim.higher_is_better)
         if gain.n > 0:
-            rows.append((v, b, gain))
-            base_means.append(sum(base[s] for s in gain.seeds) / gain.n)
+            rows.append((v, b, gain, sum(base[s] for s in gain.seeds) / gain.n))  # this pair's baseline mean
     if not rows:
         return []
-    # one margin and one paper effect per claim, from its first comparison's baseline
-    margin = claim.margin_for(base_means[0])
-    judged = judge([g for _, _, g in rows], margin=margin, paper_gain=claim.paper_gain_for(base_means[0]))
-    return [Comparison(claim, v, b, m, j, settled(v, b, claim, g.seeds))
-            for (v, b, g), m, j in zip(rows, base_means, judged)]
+    # m is the declared number of pairs, so an interval's level does not move as runs complete
+    # each comparison's margin and paper effect from its own baseline: a margin_percent of one
+    # baseline is not the same distance on another
+    judged = judge([g for _, _, g, _ in rows], claim.test, margins=[claim.margin_for(mean) for *_, mean in rows],
+                   paper_gains=[claim.paper_gain_for(mean) for *_, mean in rows], m=len(claim.pairs))
+    return [Comparison(claim, v, b, mean, j, late_check(v, b, claim, j))
+            for (v, b, _, mean), j in zip(rows, judged)]
 
 
 def _scale(c: Comparison) -> str:
@@ -121,51 +141,97 @@ def _scale(c: Comparison) -> str:
 
 
 def _interval(c: Comparison) -> str:
-    g = c.judged.gain
+    """The mean gain, its interval at the claim's Bonferroni level and the mean as a share of the baseline."""
+    j, g = c.judged, c.judged.gain
     if g.n < 2:
         return f"{fmt(g.mean)} (one seed)"
     pct = 100 * g.mean / abs(c.baseline_mean) if c.baseline_mean else math.nan
-    return f"{fmt(g.mean)} [{fmt(g.low)}, {fmt(g.high)}] ({pct:+.2f}%)"
+    return f"{fmt(g.mean)} [{fmt(j.low)}, {fmt(j.high)}] ({pct:+.2f}%)"
+
+
+def _level(j: Judged) -> str:
+    """The interval's confidence and the m it was corrected over: ``97.5% (m = 2)``."""
+    return f"{100 * j.confidence:.4g}% (m = {j.m})"
+
+
+def _test(j: Judged) -> str:
+    """The claim's test as the table names it."""
+    if j.test == "better":
+        return "better (superiority, bound 0)"
+    if j.test == "as_good":
+        return f"as good (non-inferiority, margin {fmt(j.margin)})"
+    return f"equivalent (TOST, margin ±{fmt(j.margin)})"
+
+
+def _power_finding(c: Comparison) -> str | None:
+    """For an inconclusive comparison: the fewest seeds whose test would have 80% power at the
+    claim's level and the observed sd, with the true gain it assumes (0 for "as_good" and
+    "equivalent", the paper's effect for "better"; none without one)."""
+    j, g = c.judged, c.judged.gain
+    if j.verdict is not Verdict.NOT_SHOWN or g.n < 2 or not (math.isfinite(g.sd) and g.sd > 0):
+        return None
+    if j.test == "better":
+        if j.paper_gain is None or j.paper_gain <= 0:
+            return None
+        true, what = j.paper_gain, f"superiority if the true gain is the paper's {fmt(j.paper_gain)}"
+    elif j.test == "as_good":
+        true, what = 0.0, "non-inferiority if the true gain is 0"
+    else:
+        true, what = 0.0, "equivalence (both one-sided tests of TOST, exact power) if the true gain is 0"
+    need = seeds_for_power(g.sd, j.test, true_gain=true, margin=j.margin, alpha=ALPHA / j.m)
+    count = f"about {need} seeds" if need is not None else "more than 1000 seeds"
+    return (f"`{c.variant.name}` vs `{c.baseline.name}` ({g.n} seeds ran): {count} for {POWER:.0%} power to show "
+            f"{what} (sd {g.sd:.3g} observed, one-sided level {ALPHA / j.m:.3g}).")
 
 
 def verdict_section(doc: Document, study: StudyRuns, claims: list[Claim],
                     stages: Mapping[str, StudyRuns] | None = None) -> list[str]:
-    """The verdict table, its figure and the scale notes; returns one finding per comparison.
+    """The verdict table, its figure and the scale notes; returns the findings: one per
+    comparison, plus the seeds an inconclusive one needs and any late-training warning.
     A claim on a stage (``claim.stage``) compares that stage's runs, from ``stages``."""
     stages = stages or {}
     comparisons = [c for claim in claims for c in compare_claim(stages[claim.stage] if claim.stage else study, claim)]
     doc.add("## Verdicts on the papers' claims",
             "Each comparison pairs the variant's and the baseline's runs seed by seed (seed s fixes the data "
             "order of both). *Gain* is the mean paired difference oriented so that a positive value favours the "
-            f"variant, with its {INTERVAL_METHOD}; the test is one-sided at {ALPHA:.1%} (the level at which that "
-            "interval excludes its bound) with Holm's correction over the comparisons of one claim. *as good* "
-            "claims are non-inferiority tests: the interval must stay above minus the margin, which the study "
-            "file declared before the runs. *detectable* is the smallest gain these seeds find with 80% power; "
-            "*settled* says whether the ranking held over the last fifth of training.")
+            f"variant, with its {INTERVAL_METHOD}. Each claim is tested at one-sided {ALPHA:.1%} in all: with m "
+            f"comparisons each is one-sided at {ALPHA:.1%}/m, which is exactly when its interval excludes the "
+            "bound, and *p* is the one-sided p-value times m (at most 1). The claim's test names the verdict. "
+            "*better* (superiority): *superior* when the interval lies above 0, *inferior* when below. *as good* "
+            "(non-inferiority, margin declared in the study file before the runs): *non-inferior within the "
+            "margin* when the interval lies above minus the margin (also superior when it excludes 0, also "
+            "equivalent when it lies within plus or minus the margin), *inferior* when it lies wholly below "
+            "minus the margin. *equivalent* (two one-sided tests, TOST; p is the larger of the two): "
+            "*equivalent* when the interval lies within plus or minus the margin, *not equivalent* when it lies "
+            "wholly beyond one of them. Otherwise *not shown at this scale*. *detectable* is the smallest "
+            "distance from the bound these seeds find with 80% power at the claim's level. *same verdict late in "
+            f"training* recomputes the decision (same test, bound, level and seeds) at every evaluation from "
+            f"{LATE_FROM:.0%} of the last step on: *stable* needs at least {LATE_MIN_EVALS} of them, all agreeing. "
+            "The unadjusted 95% intervals are in the figure's data.")
     if not comparisons:
         doc.add("No claim's variants have completed runs yet.")
         return []
     rows, findings = [], []
     for c in comparisons:
         claim, j, g = c.claim, c.judged, c.judged.gain
-        margin = claim.margin_for(c.baseline_mean)
-        test = "better" if margin is None else f"as good (margin {fmt(margin)})"
         verdict = str(j.verdict) + (f" ({j.note})" if j.note else "")
-        rows.append([claim.name, f"`{c.variant.name}` vs `{c.baseline.name}`", claim.source or "–", test,
-                     claim.label, g.n, _interval(c), fmt(g.effect_size, 2), fmt(g.detectable), fmt_p(j.p_holm),
-                     verdict, c.settled])
+        rows.append([claim.name, f"`{c.variant.name}` vs `{c.baseline.name}`", claim.source or "–", _test(j),
+                     claim.label, g.n, _interval(c), _level(j), fmt(g.effect_size, 2), fmt(j.detectable),
+                     fmt_p(j.p_adjusted), verdict, c.late])
         findings.append(f"{claim.name} (`{c.variant.name}` vs `{c.baseline.name}`, {g.n} paired seeds): gain "
-                        f"{_interval(c)} in {claim.label}: **{j.verdict}**.")
-        if margin is not None and g.n > 1 and g.half_width >= margin:
-            need = seeds_for(margin, g.sd)
-            findings.append(f"The interval of `{c.variant.name}` is wider than its margin ({fmt(g.half_width)} >= "
-                            f"{fmt(margin)}): about {need or 'more than 1000'} seeds would narrow it below the margin "
-                            "at this spread.")
-        if c.settled.startswith("no"):
-            findings.append(f"`{c.variant.name}` vs `{c.baseline.name}`: still moving ({c.settled}); train longer "
-                            "before reading this verdict.")
-    doc.table(["claim", "comparison", "source", "test", "metric", "n", "gain [95% CI] (% of baseline)", "d_z",
-               "detectable", "p (Holm)", "verdict", "settled"], rows)
+                        f"{_interval(c)} at {_level(j)} in {claim.label}: **{verdict}**.")
+        power = _power_finding(c)
+        if power:
+            findings.append(power)
+        if c.late.startswith("changed"):
+            findings.append(f"`{c.variant.name}` vs `{c.baseline.name}`: still moving late in training, the verdict "
+                            f"{c.late}; train longer before reading it.")
+        elif c.late.startswith("unchecked"):
+            findings.append(f"`{c.variant.name}` vs `{c.baseline.name}`: whether the verdict holds late in training "
+                            f"is {c.late} (needs {LATE_MIN_EVALS}); evaluate more often to check it.")
+    doc.table(["claim", "comparison", "source", "test", "metric", "n",
+               "gain [CI, Bonferroni over the claim's m] (% of baseline)", "CI level", "d_z", "detectable",
+               "p (one-sided, x m)", "verdict", "same verdict late in training"], rows)
     scales = []
     for claim in claims:
         mine = next((c for c in comparisons if c.claim is claim), None)
@@ -177,32 +243,44 @@ def verdict_section(doc: Document, study: StudyRuns, claims: list[Claim],
 
 
 def _figure(doc: Document, comparisons: list[Comparison]) -> None:
-    """Each comparison's gain and interval as a share of its baseline, with the null, the margins
-    and the papers' effects."""
-    fig, axes = new_figure(height=1.2 + 0.45 * len(comparisons))
+    """Each comparison's gain and Bonferroni interval as a share of its baseline, with the null,
+    the margins and the papers' effects; its CSV also holds the unadjusted 95% interval."""
+    from matplotlib.lines import Line2D  # on first use, as new_figure does
+
+    fig, axes = new_figure(height=1.6 + 0.45 * len(comparisons))
     ax = axes[0, 0]
     rows: list[dict[str, Any]] = []
     for y, c in enumerate(reversed(comparisons)):
-        g, scale = c.judged.gain, 100 / abs(c.baseline_mean) if c.baseline_mean else math.nan
-        color = {Verdict.REPRODUCED: "tab:green", Verdict.EQUIVALENT: "tab:green",
-                 Verdict.CONTRADICTED: "tab:red"}.get(c.judged.verdict, "tab:gray")
-        lo, hi = (g.low * scale, g.high * scale) if g.n > 1 else (g.mean * scale, g.mean * scale)
+        j, g = c.judged, c.judged.gain
+        scale = 100 / abs(c.baseline_mean) if c.baseline_mean else math.nan
+        color = "tab:green" if j.verdict in SUPPORTS else "tab:red" if j.verdict in AGAINST else "tab:gray"
+        lo, hi = (j.low * scale, j.high * scale) if g.n > 1 else (g.mean * scale, g.mean * scale)
         ax.plot([lo, hi], [y, y], color=color, lw=2)
         ax.plot([g.mean * scale], [y], "o", color=color)
-        margin = c.claim.margin_for(c.baseline_mean)
-        if margin is not None:
-            ax.plot([-margin * scale], [y], "|", color="black", ms=12)
-        paper = c.claim.paper_gain_for(c.baseline_mean)
-        if paper is not None:
-            ax.plot([paper * scale], [y], "D", color="tab:blue", ms=5)
-        rows.append({"claim": c.claim.name, "variant": c.variant.name, "baseline": c.baseline.name, "n": g.n,
-                     "gain_percent": g.mean * scale, "low_percent": lo, "high_percent": hi,
-                     "margin_percent": None if margin is None else margin * scale,
-                     "paper_percent": None if paper is None else paper * scale, "verdict": str(c.judged.verdict)})
+        if j.margin is not None:
+            for bar in ([-j.margin] if j.test == "as_good" else [-j.margin, j.margin]):
+                ax.plot([bar * scale], [y], "|", color="black", ms=12)
+        if j.paper_gain is not None:
+            ax.plot([j.paper_gain * scale], [y], "D", color="tab:blue", ms=5)
+        rows.append({"claim": c.claim.name, "variant": c.variant.name, "baseline": c.baseline.name, "test": j.test,
+                     "n": g.n, "m": j.m, "ci_level": j.confidence, "gain_percent": g.mean * scale,
+                     "low_adjusted_percent": lo, "high_adjusted_percent": hi,
+                     "low_95_unadjusted_percent": g.low * scale, "high_95_unadjusted_percent": g.high * scale,
+                     "margin_percent": None if j.margin is None else j.margin * scale,
+                     "paper_percent": None if j.paper_gain is None else j.paper_gain * scale,
+                     "p_adjusted": j.p_adjusted, "verdict": str(j.verdict), "note": j.note, "late": c.late})
     ax.axvline(0, color="black", lw=0.8)
     ax.set_yticks(range(len(comparisons)))
     ax.set_yticklabels([f"{c.variant.name} vs {c.baseline.name}" for c in reversed(comparisons)], fontsize=7)
     ax.set_xlabel("gain, % of the baseline (positive favours the variant)")
-    doc.figure("verdicts", fig, rows, "Paired gain of each claim's variant over its baseline with its 95% t interval "
-               "(green: reproduced or equivalent, red: contradicted, grey: not shown); bars: minus the margin of an "
-               "as-good claim; diamonds: the paper's effect.")
+    handles = [Line2D([], [], color="tab:green", lw=2, label="superior / non-inferior / equivalent"),
+               Line2D([], [], color="tab:red", lw=2, label="inferior / not equivalent"),
+               Line2D([], [], color="tab:gray", lw=2, label="not shown at this scale"),
+               Line2D([], [], color="black", marker="|", ls="", ms=10, label="margin"),
+               Line2D([], [], color="tab:blue", marker="D", ls="", ms=5, label="paper's effect")]
+    ax.legend(handles=handles, fontsize=6, loc="best")
+    doc.figure("verdicts", fig, rows, "Paired gain of each claim's variant over its baseline with its t interval at "
+               "the claim's Bonferroni level (green: superior, non-inferior or equivalent; red: inferior or not "
+               "equivalent; grey: not shown at this scale); bars: minus the margin of an as-good claim, plus and "
+               "minus that of an equivalence claim; diamonds: the paper's effect. The CSV also holds each unadjusted "
+               "95% interval (low_95_unadjusted_percent, high_95_unadjusted_percent).")

@@ -3,7 +3,7 @@
     [[claims]]
     name = "descending beats constant"
     source = "blog post, loss vs total heads"     # where the paper makes the claim
-    test = "better"                                # or "as_good": non-inferiority with a margin
+    test = "better"                                # superiority; or "as_good" / "equivalent" with a margin
     metric = "loss"                                # final eval loss, or a key of the eval metrics
     pairs = [["descending-h90", "constant-h90"]]   # (variant, baseline) per comparison
     paper_gain_percent = 0.3                       # the paper's effect, in % of the baseline
@@ -19,8 +19,20 @@
     margin = 1.0                                   # in the metric's units: 1 accuracy point
     pairs = [["listops-l1-h4", "listops-l2-h2"]]
 
-The comparisons of one claim are one family: Holm's correction runs over them and nothing else.
-Claims are part of the study's identity, so a margin cannot be moved once runs exist.
+``test`` picks the hypothesis test, and the verdict is named after it
+(:mod:`headwise.report.paired`):
+
+- ``"better"``: superiority, one-sided against 0: *superior*, *inferior* or *not shown*;
+- ``"as_good"``: non-inferiority, one-sided against minus the margin: *non-inferior within the
+  margin*, *inferior* (worse than the margin) or *not shown*;
+- ``"equivalent"``: two one-sided tests (TOST) against minus and plus the margin: *equivalent*,
+  *not equivalent* or *not shown*.
+
+"as_good" and "equivalent" need exactly one of ``margin`` or ``margin_percent``; "better" takes
+neither. A ``margin_percent`` or ``paper_gain_percent`` is taken of each comparison's own baseline.
+The comparisons of one claim are one family, tested at one-sided 2.5% in all: Bonferroni splits
+it over the claim's pairs and nothing else. Claims are part of the study's identity, so a margin
+cannot be moved once runs exist.
 """
 
 from __future__ import annotations
@@ -38,8 +50,9 @@ class Claim(Config):
     name: str = Field(min_length=1)
     #: where the paper makes it (section, figure or table)
     source: str = ""
-    #: "better": the variant beats the baseline; "as_good": it is no worse than the margin
-    test: Literal["better", "as_good"] = "better"
+    #: "better": the variant beats the baseline (superiority); "as_good": it is no worse than the
+    #: margin (non-inferiority); "equivalent": it is within the margin either way (TOST)
+    test: Literal["better", "as_good", "equivalent"] = "better"
     #: "loss" (the final eval loss) or a key of the runs' eval metrics ("accuracy", "top5", "error")
     metric: str = "loss"
     #: which direction is better; the loss is lower-is-better, any other metric must say
@@ -48,7 +61,7 @@ class Claim(Config):
     percent: bool = False
     #: (variant, baseline) of each comparison
     pairs: list[tuple[str, str]] = Field(min_length=1)
-    #: as_good: how much worse the variant may be, in the metric's units ...
+    #: as_good: how much worse the variant may be; equivalent: how far either way; in the metric's units ...
     margin: float | None = Field(default=None, gt=0)
     #: ... or in % of the baseline's mean
     margin_percent: float | None = Field(default=None, gt=0)
@@ -64,11 +77,12 @@ class Claim(Config):
     @model_validator(mode="after")
     def _consistent(self) -> "Claim":
         margins = [m for m in (self.margin, self.margin_percent) if m is not None]
-        if self.test == "as_good" and len(margins) != 1:
-            raise ValueError(f"claim {self.name!r}: an as_good claim needs exactly one of margin or margin_percent, "
-                             "declared before the runs")
+        if self.test in ("as_good", "equivalent") and len(margins) != 1:
+            raise ValueError(f"claim {self.name!r}: an {self.test} claim needs exactly one of margin or "
+                             "margin_percent, declared before the runs")
         if self.test == "better" and margins:
-            raise ValueError(f"claim {self.name!r}: a margin belongs to an as_good claim (test = \"as_good\")")
+            raise ValueError(f"claim {self.name!r}: a margin belongs to an as_good or equivalent claim "
+                             "(test = \"as_good\" or \"equivalent\")")
         if self.metric != "loss" and self.better is None:
             raise ValueError(f"claim {self.name!r}: say whether a higher or lower {self.metric!r} is better "
                              "(better = \"higher\" or \"lower\")")
@@ -87,13 +101,15 @@ class Claim(Config):
         return f"{name} (points)" if self.percent else name
 
     def margin_for(self, baseline_mean: float) -> float | None:
-        """The non-inferiority margin in the metric's units (None for a "better" claim)."""
+        """The margin in the metric's units, for the comparison whose baseline has this mean
+        (None for a "better" claim)."""
         if self.margin_percent is not None:
             return abs(baseline_mean) * self.margin_percent / 100
         return self.margin
 
     def paper_gain_for(self, baseline_mean: float) -> float | None:
-        """The paper's effect as a gain in the metric's units (None when not given)."""
+        """The paper's effect as a gain in the metric's units, for the comparison whose baseline
+        has this mean (None when not given)."""
         if self.paper_gain_percent is not None:
             return abs(baseline_mean) * self.paper_gain_percent / 100
         return self.paper_gain

@@ -13,7 +13,7 @@ from headwise.errors import RunFailure
 from headwise.study.jobs import Progress, RunJob, plan_action
 from headwise.study.layout import StudyRecord
 from headwise.study.nuisance import (
-    Choice, Nuisance, Point, choose, grid, mean_selection_value, selection_value, tuning_config, tuning_paths,
+    Choice, Nuisance, Point, choose, grid, label, mean_selection_value, selection_value, tuning_config, tuning_paths,
     write_choices,
 )
 from headwise.study.definition import RunSpec, Study, Variant
@@ -48,7 +48,7 @@ def _jobs(study_dir: Path, v: Variant, nuisance: Nuisance, point: Point) -> list
         paths = tuning_paths(study_dir, v.name, point, seed)
         action = plan_action(paths["run_dir"])
         if action is not None:
-            spec = RunSpec(f"{v.name}@{paths['run_dir'].name}", seed, dict(v.labels),
+            spec = RunSpec(f"{v.name}@{label(point)}", seed, dict(v.labels),
                            tuning_config(v.config, nuisance, point, seed))
             jobs.append(RunJob(spec=spec, action=action, **paths))
     return jobs
