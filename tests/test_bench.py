@@ -29,6 +29,8 @@ TINY = dataclasses.replace(
     warmup=1, totals=(8, 30), bf16_totals=(8,), peak_n=64, gen_new_tokens=12, gen_prompt_tokens=4, idle_wait=0.0,
     vision_image_size=8, vision_patch_size=4, vision_d_model=24, vision_layers=2, vision_heads=(2, 6),
     vision_mlp_hidden=32, vision_classes=5, vision_batch=4, vision_rounds=2, vision_idle_wait=0.0,
+    encoder_layers=2, encoder_d_model=32, encoder_mlp_hidden=64, encoder_vocab_size=64, encoder_seq_len=16,
+    encoder_batch=2, encoder_heads=(2, 4), encoder_rounds=2, encoder_idle_wait=0.0,
 )
 
 
@@ -155,7 +157,8 @@ def test_tiny_run_generation_agrees_with_and_without_cache(tiny_result):
 def test_report_names_machine_and_targets(tiny_result, tmp_path):
     js, md = write_results(dict(tiny_result), tmp_path)
     text = md.read_text()
-    for needle in ("Machine:", "torch 2", "Dtype: float32", "Load:", "## Targets", "vs HF", "MFU", "KV cache"):
+    for needle in ("Machine:", "torch 2", "Dtype: float32", "Load:", "## Targets", "vs HF", "MFU", "KV cache",
+                   "## Encoder masked-LM training step"):
         assert needle in text
     saved = json.loads(js.read_text())
     assert saved["machine"]["torch"] == torch.__version__ and saved["targets"]

@@ -15,12 +15,14 @@ import torch.nn.functional as F
 
 import headwise.model.outputs as heads_module
 from headwise.errors import HeadwiseError
+from headwise.families.encoder.masking import PAD_ID
 from headwise.hf.gpt_neo import gpt_neo_incompatibility
 from headwise.hf.models import spec_view
 from headwise.hf.vit import vit_incompatibility
 from headwise.model import Transformer, load_pretrained, save_pretrained
 from headwise.model.inputs import ScaledSinusoid
 from headwise.model.loss import masked_lm_loss
+from headwise.model.outputs import MASKED_LM_PAD_ID
 from headwise.model.transformer import geglu
 from headwise.params import count_params, param_breakdown
 from headwise.presets import spec_from_preset
@@ -164,6 +166,37 @@ def test_masked_lm_loss_is_cross_entropy_over_the_masked_positions_alone(monkeyp
     loss.backward()
     for name, p in model.named_parameters():
         torch.testing.assert_close(p.grad, expected[name], rtol=1e-5, atol=1e-8, msg=name)
+
+
+def test_the_pad_row_starts_at_zero_and_the_lookup_gives_it_no_gradient():
+    """cramming's ``nn.Embedding(..., padding_idx=pad_token_id)``: [PAD]'s row (0) is zero at
+    init, in the tied decoder too, and the lookup adds nothing to its gradient; every other weight
+    is drawn as without it (a decoder LM of the same shapes, same seed)."""
+    fields = {"vocab_size": 50, "d_model": 16, "mlp_hidden": 48, "n_layers": 1, "heads": [2], "max_seq_len": 12}
+    torch.manual_seed(0)
+    model = Transformer(spec_from_preset("crammed-bert-tiny", **fields))
+    torch.manual_seed(0)
+    plain = Transformer(spec_from_preset("crammed-bert-tiny", **fields, outputs="lm"))
+    assert model.tok_emb.padding_idx == 0 and plain.tok_emb.padding_idx is None
+    assert model.lm_head.weight is model.tok_emb.weight and not model.tok_emb.weight[0].any()
+    for (name, p), q in zip(model.named_parameters(), plain.parameters(), strict=True):
+        expected = q.detach().clone()
+        if name == "tok_emb.weight":
+            expected[0] = 0
+        assert torch.equal(p, expected), name
+    ids = torch.tensor([[1, 7, 0, 0], [1, 5, 6, 0]])
+    untied = Transformer(spec_from_preset("crammed-bert-tiny", **fields, tie_embeddings=False))
+    untied(ids).sum().backward()
+    grad = untied.tok_emb.weight.grad
+    assert not grad[0].any() and grad[7].any()
+    model(ids).sum().backward()  # tied: the decoder's gradient still reaches the row, as in cramming
+    assert model.tok_emb.weight.grad[0].any()
+    # the fine-tuning pooler keeps its spec's pad_id; other heads (an LRA classifier's) have no such row
+    glue = spec_from_preset("crammed-bert-tiny", **fields, outputs="cls_pooler", num_classes=2, pad_id=0)
+    lra = spec_from_preset("crammed-bert-tiny", **fields, outputs="classes", num_classes=2, pad_id=0)
+    assert Transformer(glue).tok_emb.padding_idx == 0 and Transformer(lra).tok_emb.padding_idx is None
+    assert Transformer(spec_from_preset("crammed-bert-tiny", **fields, pad_id=5)).tok_emb.padding_idx == 5
+    assert MASKED_LM_PAD_ID == PAD_ID
 
 
 def test_saved_and_loaded_encoder_computes_the_same(tmp_path):

@@ -66,6 +66,7 @@ def test_masked_lm_equals_headwise_on_a_padded_batch_and_round_trips(tmp_path):
     with torch.no_grad():
         assert torch.equal(loaded(IDS).logits, expected)
     assert loaded.model.lm_head.weight is loaded.model.tok_emb.weight  # the decoder stays tied
+    assert loaded.model.tok_emb.padding_idx == PAD_ID  # [PAD]'s row takes no gradient from the lookup
 
 
 def test_masked_lm_refuses_a_padding_mask_it_does_not_apply():

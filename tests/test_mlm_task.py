@@ -1,6 +1,7 @@
 """The masked-LM pretraining family (``[task] kind = "mlm"``): its vocabulary's specials, cramming's
 exact-count 80/10/10 masking, seeded and resumable streams, the fixed eval masking, the loss
-against torch's and masked_lm_loss, and a short training run from configs/mlm-tiny.toml."""
+against torch's and masked_lm_loss, training and evaluation decoding only the masked positions,
+and a short training run from configs/mlm-tiny.toml."""
 
 import json
 import math
@@ -11,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import headwise.model.outputs as heads_module
 from headwise.cli import main
 from headwise.errors import HeadwiseError
 from headwise.families.encoder.masking import (
@@ -180,6 +182,50 @@ def test_loss_is_masked_lm_loss(task):
     assert accuracy.item() == pytest.approx(hits / int(masked.sum()))
 
 
+def _count_decoded(monkeypatch) -> list[int]:
+    """The rows of every call of the decoder's padded-vocabulary matmul from now on."""
+    decoded: list[int] = []
+    real = heads_module.padded_logits
+    monkeypatch.setattr(heads_module, "padded_logits", lambda h, w: decoded.append(h.shape[0]) or real(h, w))
+    return decoded
+
+
+def test_training_and_evaluation_decode_only_the_masked_rows(task, monkeypatch):
+    """The trainer's hooks gather the masked positions before the decoder; loss, gradients and
+    masked accuracy are those of the full logits."""
+    torch.manual_seed(0)
+    model = Transformer(spec_from_preset("crammed-bert-tiny", vocab_size=task.vocab_size)).train()
+    batch = next(task.train_stream(4, seed=0))
+    full = task.loss(model(batch.inputs, pad_vocab=True), batch.targets)
+    full.backward()
+    expected = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    decoded = _count_decoded(monkeypatch)
+    sparse = task.train_loss(model, batch)
+    sparse.backward()
+    rows = batch.targets != -100
+    # at most 32 of each row's 126 tokens (fewer where a document boundary takes a place), not 4 x 128
+    assert decoded == [int(rows.sum())] and decoded[0] <= 4 * 32
+    torch.testing.assert_close(sparse, full, rtol=0, atol=1e-6)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, expected[name], rtol=0, atol=1e-6, msg=name)
+    model.eval()
+    for b in task.eval_batches():
+        with torch.no_grad():
+            logits = model(b.inputs, pad_vocab=True)
+            loss, metrics = task.evaluate(model, b)
+            picked = model(b.inputs, pad_vocab=True, select=b.targets != -100)
+        torch.testing.assert_close(loss, task.loss(logits, b.targets), rtol=0, atol=1e-6)
+        assert torch.equal(picked.argmax(-1), logits[b.targets != -100].argmax(-1))
+        assert metrics["masked_accuracy"].item() == task.metrics(logits, b)["masked_accuracy"].item()
+
+
+def test_select_is_for_heads_that_decode_positions():
+    spec = spec_from_preset("crammed-bert-tiny", vocab_size=50, outputs="cls_pooler", num_classes=2)
+    with pytest.raises(ValueError, match="decodes none"):
+        Transformer(spec)(torch.ones(1, 8, dtype=torch.long), select=torch.ones(1, 8, dtype=torch.bool))
+
+
 def test_family_shape():
     family = family_of("mlm")
     assert family.generates_text is False and family.task.outputs == "mlm" and family.task.inputs == "tokens"
@@ -210,7 +256,10 @@ def test_train_mlm_tiny(tmp_path, cache_dir, monkeypatch, capsys):
     monkeypatch.setenv("HEADWISE_DATA", str(shared_data_dir()))
     monkeypatch.setenv("HEADWISE_CACHE", str(cache_dir))  # the token cache the fixture built
     out = tmp_path / "run"
+    decoded = _count_decoded(monkeypatch)
     assert main(["train", str(CONFIG), "--set", "train.steps=3", "--out", str(out)]) == 0
+    # training (16 rows a step) and evaluation (16 a batch) decoded 32 masked positions a row, not 128
+    assert decoded and max(decoded) <= 16 * 32
     summary = json.loads((out / "summary.json").read_text())
     loss = summary["final_eval_loss"]
     assert summary["task"]["vocab_size"] == 1027

@@ -1,5 +1,6 @@
 """``headwise bench``: the performance suite (training vs Hugging Face GPT-Neo, head-count
-penalty, MFU, bf16, generation, tokenization), interleaved and reported as JSON and markdown.
+penalty, MFU, bf16, generation, tokenization, ViT, Nyström attention, masked-LM encoders vs
+BERT), interleaved and reported as JSON and markdown.
 
     from headwise.bench import BenchConfig, run_bench, write_results
     result = run_bench(BenchConfig.quick_config(), log=print)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SECTIONS: tuple[str, ...] = ("hf", "penalty", "mfu", "bf16", "generate", "tokenize", "vision", "nystrom", "gpu")
+SECTIONS: tuple[str, ...] = ("hf", "penalty", "mfu", "bf16", "generate", "tokenize", "vision", "nystrom", "encoder",
+                             "gpu")
 SECTION_HELP = {
     "hf": "training tokens/s vs transformers' GPTNeoForCausalLM (eager attention)",
     "penalty": "tokens/s of every plan of the blog's grid relative to 4 x 12 heads",
@@ -15,6 +16,8 @@ SECTION_HELP = {
     "vision": "ViT training images/s vs transformers' ViTForImageClassification (SDPA) at 3 and 12 heads",
     "nystrom": "one Nystrom attention layer, forward + backward tokens/s at 1k-4k tokens, vs softmax attention "
                "and transformers' NystromformerSelfAttention",
+    "encoder": "masked-LM training tokens/s of Crammed BERT (16 x 12, B=8 x 128) vs transformers' BertForMaskedLM "
+               "(SDPA, same shape and parameters) at the preset's and per-layer head plans",
     "gpu": "the training sections at bf16 with peak memory, when CUDA is available",
 }
 
@@ -73,15 +76,35 @@ class BenchConfig:
     nystrom_warmup: int = 2
     nystrom_idle_wait: float = 1.0
     nystrom_softmax_target_from: int = 2048  # Nystrom must beat softmax attention from this length on
+    # encoder: the crammed-bert preset (16 layers, d 768, gated MLP 3072, vocabulary 32,768), fp32
+    # masked-LM steps of encoder_batch rows of 128 at 25% masking, at each uniform head count of
+    # encoder_heads (the first is the preset's; HF's BertForMaskedLM is timed at each) and a linear
+    # per-layer ramp per ratio of encoder_ramps (last / first layer) at the first count's budget
+    encoder_preset: str = "crammed-bert"
+    encoder_layers: int = 16
+    encoder_d_model: int = 768
+    encoder_mlp_hidden: int = 3072
+    encoder_vocab_size: int = 32768
+    encoder_seq_len: int = 128
+    encoder_batch: int = 8
+    encoder_mask_rate: float = 0.25
+    encoder_heads: tuple[int, ...] = (12, 24)
+    encoder_ramps: tuple[float, ...] = (4.0, 0.25)
+    encoder_rounds: int = 5
+    encoder_warmup: int = 1
+    encoder_idle_wait: float = 5.0
     seed: int = 0
     quick: bool = False
 
     @classmethod
     def quick_config(cls) -> BenchConfig:
-        """Vocabulary 8192, 512 tokens per step, three rounds, 100 generated tokens."""
+        """Vocabulary 8192, 512 tokens per step, three rounds, 100 generated tokens; an encoder of
+        4 layers, d 256, vocabulary 8192 at 4 and 8 heads."""
         return cls(vocab_size=8192, tokens_per_step=512, rounds=3, gen_new_tokens=100, gen_rounds=1,
                    tokenize_repeats=1, vision_rounds=3, nystrom_rounds=3, nystrom_warmup=1,
-                   nystrom_sample_s=0.03, gpu_rounds=3, gpu_warmup=1, idle_wait=5.0, quick=True)
+                   nystrom_sample_s=0.03, gpu_rounds=3, gpu_warmup=1, idle_wait=5.0, encoder_layers=4,
+                   encoder_d_model=256, encoder_mlp_hidden=1024, encoder_vocab_size=8192, encoder_heads=(4, 8),
+                   encoder_rounds=3, quick=True)
 
     def batch(self, seq_len: int, tokens_per_step: int | None = None) -> int:
         """Sequences per step at ``seq_len`` (at least one)."""

@@ -1,8 +1,9 @@
 """The benchmark suite: training throughput against Hugging Face GPT-Neo, the head-count penalty,
 MFU, bf16 (:mod:`headwise.bench.training`), generation with and without the KV cache,
 tokenization (:mod:`headwise.families.lm.bench`), ViT training against Hugging Face's ViT
-(:mod:`headwise.families.vision.bench`) and a Nyström attention layer against softmax attention and Hugging
-Face's (:mod:`headwise.bench.nystrom`), run section by section into one result document.
+(:mod:`headwise.families.vision.bench`), a Nyström attention layer against softmax attention and Hugging
+Face's (:mod:`headwise.bench.nystrom`) and masked-LM encoder training against Hugging Face's BERT
+(:mod:`headwise.families.encoder.bench`), run section by section into one result document.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from headwise.bench.nystrom import bench_nystrom
 from headwise.families.lm.bench import bench_tokenize
 from headwise.bench.training import bench_training
 from headwise.families.vision.bench import bench_vision
+from headwise.families.encoder.bench import bench_encoder
 from headwise.errors import HeadwiseError
 from headwise.model import Transformer
 from headwise.train.generate import generate
@@ -152,6 +154,9 @@ def run_bench(cfg: BenchConfig, sections: set[str] | None = None,
     if "nystrom" in sections:
         result["nystrom"] = bench_nystrom(cfg, cpu, say)
         result["load"]["after nystrom"] = load_snapshot()
+    if "encoder" in sections:
+        result["encoder"] = bench_encoder(cfg, cpu, say)
+        result["load"]["after encoder"] = load_snapshot()
     if "gpu" in sections and has_cuda:
         _run_gpu(cfg, sections, result, say)
     elif "gpu" in sections:

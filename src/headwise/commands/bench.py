@@ -56,10 +56,16 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokens-per-step", type=_positive, help="B x T per training step (default 1024; quick 512)")
     p.add_argument("--gen-tokens", type=_positive, help="new tokens to generate (default 500; quick 100)")
     p.add_argument("--threads", type=_positive, help="torch threads (default: torch's, one per core)")
+    p.add_argument("--list", action="store_true", help="list the sections and what each measures, then stop")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the suite as the options say and write ``latest.json`` and ``latest.md`` under ``--out``."""
+    """Run the suite as the options say and write ``latest.json`` and ``latest.md`` under ``--out``
+    (``--list``: print the sections instead)."""
+    if args.list:
+        for name in SECTIONS:
+            print(f"{name:10} {SECTION_HELP[name]}")
+        return 0
     import dataclasses
 
     from headwise.bench import BenchConfig, run_bench, tune_cpu_allocator, write_results

@@ -17,7 +17,8 @@ A task family that needs a new input or output (sequence classification, masked-
    ``vocabulary``; see :class:`~headwise.model.inputs.FrontEnd`), registered with
    :func:`~headwise.model.inputs.register_front_end`;
 2. a head (an :class:`~headwise.model.outputs.OutputHead` subclass; ``positions_read`` says when it
-   reads only the first positions, as a ViT's classifier does), registered with
+   reads only the first positions, as a ViT's classifier does, ``padding_row`` which token
+   embedding row an encoder keeps at zero), registered with
    :func:`~headwise.model.outputs.register_output_head`.
 
 The registries are the single source of the names ``ModelSpec.inputs`` and ``outputs`` accept

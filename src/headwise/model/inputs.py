@@ -12,6 +12,7 @@ from typing import Protocol
 import torch
 from torch import Tensor, nn
 
+from headwise.model.outputs import OUTPUT_HEADS
 from headwise.spec import CLASSIFIER_OUTPUTS, ModelSpec
 
 
@@ -145,14 +146,17 @@ def add_positions(model: nn.Module, x: Tensor, past: int) -> Tensor:
 class TokenInputs(FrontEnd):
     """Token ids [B, T]: token embeddings ``tok_emb`` plus positions ``pos_emb`` (GPT-Neo's
     ``wte`` and ``wpe`` when learned); a sequence classifier reading a class token gets ``cls_token`` first.
-    With ``pad_id`` set, positions holding it are masked out of attention and pooling."""
+    With ``pad_id`` set, positions holding it are masked out of attention and pooling. An encoder's
+    output head names a [PAD] row of ``tok_emb`` (:meth:`~headwise.model.outputs.OutputHead.padding_row`)
+    that starts at zero and takes no gradient from the lookup, as cramming's embedding does."""
 
     default_outputs = "lm"
 
     @staticmethod
     def build(spec: ModelSpec) -> dict[str, nn.Module | None]:
-        return {"tok_emb": nn.Embedding(spec.vocab_size, spec.d_model), "cls_token": class_token(spec),
-                "pos_emb": position_embedding(spec)}
+        pad_row = OUTPUT_HEADS[spec.output_head].padding_row(spec)
+        return {"tok_emb": nn.Embedding(spec.vocab_size, spec.d_model, padding_idx=pad_row),
+                "cls_token": class_token(spec), "pos_emb": position_embedding(spec)}
 
     @staticmethod
     def param_counts(spec: ModelSpec) -> dict[str, int]:

@@ -14,10 +14,11 @@ as in torch) take no part: :func:`masked_lm_loss` uses that convention for a mas
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 #: the target of a position that takes no part in the loss (torch's ``ignore_index`` default)
@@ -88,12 +89,16 @@ def cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = IGNORE_IN
     return _CrossEntropy.apply(logits, targets, ignore_index)
 
 
-def masked_lm_loss(model: nn.Module, inputs: Tensor, labels: Tensor, ignore_index: int = IGNORE_INDEX) -> Tensor:
-    """A masked LM's loss (``outputs = "mlm"``): the mean cross-entropy at the positions whose
-    ``labels`` [B, T] are token ids, the rest being ``ignore_index``, i.e.
-    ``F.cross_entropy(model(inputs).flatten(0, 1), labels.flatten(), ignore_index=ignore_index)``;
-    but only those positions are decoded (cramming's ``sparse_prediction``: a quarter of the rows
-    of [B T, V] logits at 25% masking), with padded-vocabulary logits and :func:`cross_entropy`."""
-    x, _ = model.features(inputs)
+def masked_lm_loss(model: Callable[..., Tensor], inputs: Tensor, labels: Tensor,
+                   ignore_index: int = IGNORE_INDEX) -> Tensor:
+    """A masked LM's loss (``outputs = "mlm"``), what its training minimises: the mean
+    cross-entropy at the positions whose ``labels`` [B, T] are token ids, the rest being
+    ``ignore_index``, i.e. ``F.cross_entropy(model(inputs).flatten(0, 1), labels.flatten(),
+    ignore_index=ignore_index)``; but only those positions are decoded (cramming's
+    ``sparse_prediction``: a quarter of the rows of [B T, V] logits at 25% masking), with
+    padded-vocabulary logits and :func:`cross_entropy`. ``model`` is a
+    :class:`~headwise.model.transformer.Transformer` or a wrapper of one that passes keyword
+    arguments on (DDP, ``torch.compile``): it is called as ``model(inputs, pad_vocab=True,
+    select=rows)``."""
     rows = labels != ignore_index
-    return cross_entropy(model.output_head.forward(model, x[rows], True), labels[rows], ignore_index)
+    return cross_entropy(model(inputs, pad_vocab=True, select=rows), labels[rows], ignore_index)

@@ -13,6 +13,11 @@ from torch import Tensor, nn
 from headwise.model.kernels import padded_logits
 from headwise.spec import ModelSpec
 
+#: [PAD] in a masked LM's vocabulary (the encoder family's ``masking.PAD_ID``): the token
+#: embedding row :meth:`MaskedLMHead.padding_row` keeps at zero when the spec names no ``pad_id``
+#: (pretraining rows hold no padding, so its spec has none)
+MASKED_LM_PAD_ID = 0
+
 
 class OutputHead(Protocol):
     """What an output head provides. Like front ends (:class:`~headwise.model.inputs.FrontEnd`),
@@ -49,6 +54,13 @@ class OutputHead(Protocol):
         others in its last block); None, the default: all of them."""
         return None
 
+    @staticmethod
+    def padding_row(spec: ModelSpec) -> int | None:
+        """The token id whose embedding row stays zero and takes no gradient from the embedding
+        lookup (``nn.Embedding``'s ``padding_idx``; a tied decoder still trains it); None, the
+        default: no such row. The encoder heads use it, as cramming's embedding does."""
+        return None
+
 
 class LMHead(OutputHead):
     """Next-token logits [B, T, vocab] from ``lm_head``, whose weight is the token embedding's
@@ -76,10 +88,18 @@ class MaskedLMHead(LMHead):
     """Masked-LM logits [B, T, vocab]: at each position, the token that position holds (BERT's
     objective), by a decoder without bias or transform whose weight is the token embedding's
     unless ``tie_embeddings = false`` (cramming's ``crammed-bert``: ``skip_head_transform``,
-    ``decoder_bias = false``, tied). The model reads both ways. Every position is decoded here;
-    training decodes only the masked ones (:func:`headwise.model.loss.masked_lm_loss`)."""
+    ``decoder_bias = false``, tied). The model reads both ways. :meth:`forward` decodes the
+    hidden states it is given: every position of a plain model call; in training and evaluation
+    only the masked ones, gathered first (``Transformer.forward(select=...)``, called by
+    :func:`headwise.model.loss.masked_lm_loss`). [PAD]'s row of the token embedding starts at
+    zero and takes no gradient from the lookup, as in cramming (:meth:`padding_row`)."""
 
     causal = False
+
+    @staticmethod
+    def padding_row(spec: ModelSpec) -> int | None:
+        """The spec's ``pad_id``, else :data:`MASKED_LM_PAD_ID` (a pretraining spec names none)."""
+        return MASKED_LM_PAD_ID if spec.pad_id is None else spec.pad_id
 
 
 class VectorOutputs(OutputHead):
@@ -200,6 +220,11 @@ class ClsPoolerHead(OutputHead):
     @staticmethod
     def positions_read(spec: ModelSpec) -> int | None:
         return 1
+
+    @staticmethod
+    def padding_row(spec: ModelSpec) -> int | None:
+        """The spec's ``pad_id`` (GLUE's [PAD]), as in the encoder this head fine-tunes."""
+        return spec.pad_id
 
 
 #: ``ModelSpec.output_head`` -> its output head (a family adds its own with :func:`register_output_head`).

@@ -69,6 +69,9 @@ class Attention(nn.Module):
         self.scale = 1.0 if spec.score_scale == "none" else self.head_dim**-0.5
         self.dropout = spec.dropout
         self.nystrom = shape.attention == "nystrom"
+        #: whether the layer's output at a position is the same for any order of the others (a
+        #: bidirectional softmax layer: see :func:`selected_first`); Nyström landmarks are not
+        self.reorderable = not self.causal and shape.attention == "global"
         self.landmarks, self.pinv_iterations, self.pinv_init = spec.landmarks, spec.pinv_iterations, spec.pinv_init
         self.conv = NystromConv(self.heads, spec.nystrom_conv) if self.nystrom and spec.nystrom_conv else None
 
@@ -94,6 +97,23 @@ class Attention(nn.Module):
         if self.conv is not None:
             y = y + self.conv(v, key_mask)
         return y
+
+
+def selected_first(x: Tensor, key_mask: Tensor | None, select: Tensor) -> tuple[Tensor, Tensor | None, int, Tensor]:
+    """Each row of ``x`` [B, T, d] (and of ``key_mask``) reordered so that the positions where
+    ``select`` [B, T] is True come first, in their order; the number q of leading positions that
+    holds every row's selected ones; and which of those are selected, [B, q].
+
+    A bidirectional softmax layer is indifferent to the order of its positions (they are in the
+    embeddings already), so the last block then computes its queries, MLP and final norm at the q
+    leading positions alone: a masked LM's last block at about a quarter of the work, the same
+    states at the masked positions."""
+    counts = select.sum(1)
+    order = torch.argsort((~select).to(torch.uint8), dim=1, stable=True)
+    x = x.gather(1, order[..., None].expand_as(x))
+    key_mask = None if key_mask is None else key_mask.gather(1, order)
+    q = int(counts.max())
+    return x, key_mask, q, torch.arange(q, device=x.device) < counts[:, None]
 
 
 class MLP(nn.Module):
@@ -198,11 +218,19 @@ class Transformer(nn.Module):
             nn.init.normal_(module.weight, mean=0.0, std=self.spec.init_std)
             if getattr(module, "bias", None) is not None:
                 nn.init.zeros_(module.bias)
+            emb = getattr(self, "tok_emb", None)
+            if emb is not None and emb.padding_idx is not None and module.weight is emb.weight:
+                # An encoder's [PAD] row starts at zero (cramming's init), also after a tied
+                # decoder's turn draws the matrix again; the draws are unchanged, so every other
+                # weight is what it was without the row.
+                with torch.no_grad():
+                    module.weight[emb.padding_idx].zero_()
         elif isinstance(module, nn.LayerNorm):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
 
-    def forward(self, inputs: Tensor, cache: KVCache | None = None, pad_vocab: bool = False) -> Tensor:
+    def forward(self, inputs: Tensor, cache: KVCache | None = None, pad_vocab: bool = False,
+                select: Tensor | None = None) -> Tensor:
         """The output head's result for ``inputs``: logits [B, T, vocab] for token ids [B, T];
         vectors [B, N, d] for vectors [B, N, d]; class logits [B, classes] for images [B, C, H, W].
 
@@ -211,16 +239,27 @@ class Transformer(nn.Module):
         softmax, cross-entropy and argmax over them equal those over the vocabulary. It does
         nothing without a vocabulary. A sequence longer than ``max_seq_len`` (with the cached
         positions) raises :class:`~headwise.model.inputs.SequenceTooLong`.
-        """
-        x, key_mask = self.features(inputs, cache)
-        return self.output_head.forward(self, x, pad_vocab, key_mask)
 
-    def features(self, inputs: Tensor, cache: KVCache | None = None) -> tuple[Tensor, Tensor | None]:
+        ``select`` [B, T] bool (a vocabulary head only): decode only the positions where it is
+        True, returning logits [N, vocab] for those N positions in row-major order: the final
+        hidden states are gathered there before the head, so a masked LM's training decodes its
+        masked positions alone (:func:`~headwise.model.loss.masked_lm_loss`).
+        """
+        if select is None:
+            x, key_mask = self.features(inputs, cache)
+            return self.output_head.forward(self, x, pad_vocab, key_mask)
+        if not self.output_head.vocabulary:
+            raise ValueError(f"select= picks positions to decode; outputs = {self.spec.output_head!r} decodes none")
+        x, _ = self.features(inputs, cache, select)
+        return self.output_head.forward(self, x, pad_vocab)
+
+    def features(self, inputs: Tensor, cache: KVCache | None = None,
+                 select: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         """The final hidden states [B, T, d] (after the final norm; in training, only the leading
         positions the head reads) that :meth:`forward` hands to the output head, and the front
-        end's key mask (see
-        :meth:`~headwise.model.inputs.FrontEnd.key_mask`). A loss that needs the head at a few
-        positions only (:func:`~headwise.model.loss.masked_lm_loss`) starts here."""
+        end's key mask (see :meth:`~headwise.model.inputs.FrontEnd.key_mask`). With ``select``
+        [B, T] bool: the states of the selected positions alone, [N, d] in row-major order (and
+        no key mask), the last softmax block computing only those (see :func:`selected_first`)."""
         past = cache.length if cache is not None else 0
         x = self.drop(self.emb_norm(self.front_end.forward(self, inputs, past)))
         key_mask = self.front_end.key_mask(self, inputs)
@@ -230,9 +269,13 @@ class Transformer(nn.Module):
         keep = self.output_head.positions_read(self.spec) if self.training and cache is None else None
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
+            if i == last and select is not None and cache is None and block.attn.reorderable:
+                x, key_mask, keep, select = selected_first(x, key_mask, select)
             x = block(x, cache.layers[i] if cache is not None else None, keep if i == last else None, key_mask)
         if cache is not None:
             cache.length += x.shape[1]
+        if select is not None:
+            return self.norm_f(x[select]), None
         return self.norm_f(x), key_mask
 
     def new_cache(self) -> KVCache:

@@ -4,7 +4,7 @@ A task turns a data source into batches and says how to score a model's output:
 
     stream = task.train_stream(micro_batch, seed=..., rank=r, world_size=w)
     batch = next(stream)                      # Batch(inputs, targets) on the CPU
-    loss = task.loss(model(batch.inputs), batch.targets)
+    loss = task.train_loss(model, batch)      # task.loss(model(batch.inputs, pad_vocab=True), ...)
     state = stream.state_dict()               # saved in checkpoints, restored exactly
     for batch in task.eval_batches(): ...     # a fixed held-out set, the same every call
 """
@@ -12,6 +12,7 @@ A task turns a data source into batches and says how to score a model's output:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +73,20 @@ class Task(ABC):
     @abstractmethod
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         """Mean loss of a model's outputs against the targets (a scalar tensor)."""
+
+    def train_loss(self, model: Callable[..., Tensor], batch: Batch) -> Tensor:
+        """The loss the trainer minimises on ``batch``: by default :meth:`loss` of
+        ``model(batch.inputs, pad_vocab=True)``. ``model`` is the trainer's forward (the
+        Transformer, or its DDP or ``torch.compile`` wrapper). A task that scores only part of
+        the outputs may compute only that part here (a masked LM decodes its masked positions)."""
+        return self.loss(model(batch.inputs, pad_vocab=True), batch.targets)
+
+    def evaluate(self, model: Callable[..., Tensor], batch: Batch) -> tuple[Tensor, dict[str, Tensor]]:
+        """The loss and :meth:`metrics` of ``model`` on a held-out ``batch``, which the trainer's
+        evaluation averages: by default both from ``model(batch.inputs, pad_vocab=True)`` (no
+        metrics when :attr:`metric_names` is empty); see :meth:`train_loss`."""
+        outputs = model(batch.inputs, pad_vocab=True)
+        return self.loss(outputs, batch.targets), (self.metrics(outputs, batch) if self.metric_names else {})
 
     @abstractmethod
     def tokens_per_epoch(self) -> int | None:

@@ -320,7 +320,7 @@ class Trainer:
             sync = self.forward.no_sync() if self.ctx.enabled and not last else contextlib.nullcontext()
             with sync:
                 with self.autocast:
-                    loss = self.task.loss(self.forward(batch.inputs, pad_vocab=True), batch.targets)
+                    loss = self.task.train_loss(self.forward, batch)
                 (loss / accum).backward()
             step_loss += loss.detach()
         step_loss /= accum
@@ -391,9 +391,7 @@ class Trainer:
         for batch in self.eval_set[self.ctx.rank::self.ctx.world_size]:
             b = batch.to(self.device)
             with self.autocast:
-                outputs = self.model(b.inputs, pad_vocab=True)
-                loss = self.task.loss(outputs, b.targets)
-                metrics = self.task.metrics(outputs, b) if names else {}
+                loss, metrics = self.task.evaluate(self.model, b)
             n = b.inputs.shape[0]
             total[0] += loss.double() * n
             total[1] += n

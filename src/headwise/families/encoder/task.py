@@ -4,6 +4,7 @@ scored by the masked positions' cross-entropy."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,7 +21,7 @@ from headwise.families.lm.packing import num_blocks
 from headwise.families.lm.task import TextTaskConfig
 from headwise.families.lm.token_cache import TokenCache, prepare
 from headwise.families.lm.tokenizer import GPT_NEO_VOCAB, parse_tokenizer_spec
-from headwise.model.loss import IGNORE_INDEX, cross_entropy
+from headwise.model.loss import IGNORE_INDEX, cross_entropy, masked_lm_loss
 from headwise.tasks.base import Batch, BatchStream, Task
 from headwise.tasks.family import Dims, TaskFamily, register_family
 
@@ -31,7 +32,8 @@ EVAL_MASK_SEED = 0
 class MLMTask(Task):
     """Masked language modelling: inputs are masked rows ``[B, block_size]``, targets the
     labels (original ids at the masked positions, -100 elsewhere); the model (``outputs =
-    "mlm"``) returns logits ``[B, block_size, vocab]``.
+    "mlm"``) returns logits ``[B, block_size, vocab]``, or, in training and evaluation, the logits
+    of the masked positions alone.
 
     Evaluation uses ``eval_batches`` batches of ``eval_batch_size`` validation rows spread evenly
     over the validation tokens (0: all of them), masked once with a fixed generator."""
@@ -87,19 +89,31 @@ class MLMTask(Task):
     def eval_batches(self) -> list[Batch]:
         return list(self._eval)
 
+    def train_loss(self, model: Callable[..., Tensor], batch: Batch) -> Tensor:
+        """:func:`headwise.model.loss.masked_lm_loss`: the model decodes only the masked positions
+        (a quarter of the rows at 25% masking), the value :meth:`loss` gives from full logits."""
+        return masked_lm_loss(model, batch.inputs, batch.targets)
+
+    def evaluate(self, model: Callable[..., Tensor], batch: Batch) -> tuple[Tensor, dict[str, Tensor]]:
+        """The loss and ``masked_accuracy`` from the masked positions' logits alone, as in training
+        (the values :meth:`loss` and :meth:`metrics` give from full logits)."""
+        rows = batch.targets != IGNORE_INDEX
+        logits, labels = model(batch.inputs, pad_vocab=True, select=rows), batch.targets[rows]
+        return cross_entropy(logits, labels), {"masked_accuracy": _accuracy(logits, labels)}
+
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
-        """Mean cross-entropy of logits ``[B, T, V]`` at the masked positions (labels other than
-        -100), by :func:`headwise.model.loss.cross_entropy`: the value of
-        :func:`headwise.model.loss.masked_lm_loss`, from the trainer's full logits. Only the
-        masked rows are passed on, so the loss's pass over the logits is a quarter as long."""
+        """Mean cross-entropy of full logits ``[B, T, V]`` at the masked positions (labels other
+        than -100), by :func:`headwise.model.loss.cross_entropy` (for ``headwise generate``;
+        training and evaluation decode only the masked positions: :meth:`train_loss`)."""
         logits, labels = outputs.reshape(-1, outputs.shape[-1]), targets.reshape(-1)
         rows = labels != IGNORE_INDEX
         return cross_entropy(logits[rows], labels[rows], IGNORE_INDEX)
 
     def metrics(self, outputs: Tensor, batch: Batch) -> dict[str, Tensor]:
-        """``masked_accuracy``: the share of masked positions whose largest logit is the original id."""
+        """``masked_accuracy`` of full logits: the share of masked positions whose largest logit
+        is the original id."""
         rows = batch.targets != IGNORE_INDEX
-        return {"masked_accuracy": (outputs[rows].argmax(-1) == batch.targets[rows]).float().mean()}
+        return {"masked_accuracy": _accuracy(outputs[rows], batch.targets[rows])}
 
     def predictions(self, outputs: Tensor, batch: Batch) -> tuple[str, list, list]:
         """The model's guesses at the first masked positions of a held-out batch and the right ids."""
@@ -126,6 +140,11 @@ class MLMTask(Task):
             "eval_masked_tokens": int(sum((b.targets != IGNORE_INDEX).sum() for b in self._eval)),
             "baseline_loss": float(np.log(self.vocab_size)),
         }
+
+
+def _accuracy(logits: Tensor, labels: Tensor) -> Tensor:
+    """The share of rows of ``logits`` [N, V] whose largest entry is the row's label."""
+    return (logits.argmax(-1) == labels).float().mean()
 
 
 class MLMTaskConfig(TextTaskConfig):
