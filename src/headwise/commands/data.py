@@ -102,13 +102,24 @@ def _a(kind: str) -> str:
 def _open_cache(path: Path, verify: bool | None = None) -> Any:
     """A cache folder of any family's kind (see :attr:`~headwise.tasks.family.TaskFamily.caches`),
     found by the ``kind`` its metadata records (none: the caches that record none); ``verify``
-    None opens it as a run does (image caches cheaply, token and sequence caches hashed)."""
+    None opens it as a run does (image caches cheaply, token and sequence caches hashed). A
+    ``meta.json`` that does not parse, or records a kind no family makes, is CacheInvalid naming
+    no kind: its kind is unknown (a damaged image cache is no token cache)."""
     kinds = {cls.KIND: cls for family in families().values() for cls in family.caches}
-    try:
-        kind = json.loads((path / META).read_text()).get("kind")
-    except (OSError, ValueError, AttributeError):
-        kind = None
-    cls = kinds.get(kind, kinds[None])
+    kind = None
+    if (path / META).is_file():
+        try:
+            meta = json.loads((path / META).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            raise CacheInvalid(f"cache {path} is unusable: {META} is not valid JSON") from None
+        if not isinstance(meta, dict):
+            raise CacheInvalid(f"cache {path} is unusable: {META} is not a JSON object")
+        kind = meta.get("kind")
+    if kind not in kinds:
+        known = ", ".join(sorted(str(k) for k in kinds if k is not None))
+        raise CacheInvalid(f"cache {path} is unusable: {META} records kind {kind!r}, which no task family makes "
+                           f"(known kinds: {known}, or none)")
+    cls = kinds[kind]
     return cls.open(path) if verify is None else cls.open(path, verify=verify)
 
 

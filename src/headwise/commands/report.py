@@ -50,6 +50,7 @@ def _check_at_heads(study_dir: str, at_heads: float) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from headwise.errors import HeadwiseError
+    from headwise.paths import unwritable
     from headwise.report import write_report
     from headwise.study.layout import REPORT_DIR, load_study_record
 
@@ -59,6 +60,10 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise HeadwiseError(f"{out} is a file, where the study's report folder goes: move it away and run "
                             "`headwise report` again")
+    blocked = unwritable(out)
+    if blocked is not None:
+        raise HeadwiseError(f"{blocked} is not writable, so the study's report cannot be written into {out}: make "
+                            "it writable, or copy the study directory somewhere writable and report that")
     path = write_report(args.study_dir, at_heads=args.at_heads, samples=not args.no_samples,
                         conditioning=not args.no_conditioning)
     print(f"report: {path}")

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from headwise.errors import HeadwiseError
+from headwise.paths import unwritable
 
 NAME = "train"
 HELP = "train a model from a run config (TOML); resume a run after a crash"
@@ -47,6 +48,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         config = Path(args.config)
     out = Path(args.out) if args.out else Path("runs") / config.stem
+    blocked = unwritable(out)
+    if blocked is not None:
+        raise HeadwiseError(f"--out {out}: {blocked} is not writable, so the run cannot be written there; choose "
+                            "another --out")
     cfg = RunConfig.load(config, args.overrides)
     summary = run_training(cfg, out, resume=args.resume, overwrite=args.overwrite)
     if args.json:

@@ -16,10 +16,10 @@ from headwise.report.document import Document
 from headwise.report.probes import Probes
 from headwise.report.registry import get_layout
 from headwise.report.tuning import tuning_section
-from headwise.report.verdicts import verdict_section
+from headwise.report.verdicts import check_claims, verdict_section
 from headwise.study.nuisance import read_choices
 from headwise.study.stages import saved_stages, stage_record
-from headwise.study.layout import REPORT_DIR, load_study_record
+from headwise.study.layout import REPORT_DIR, STUDY_TOML, load_study_record
 
 REPORT_FILE = "report.md"
 
@@ -45,6 +45,11 @@ def write_report(
             raise HeadwiseError(f"{record.path}: the study's task config cannot be read to choose its report layout; "
                                 "name one with [report] kind")
         spec = spec.with_kind(task.family.report_layout)
+    # everything that can refuse the report is read before its folder is touched
+    claims, nuisance = record.claims, record.nuisance  # each parses study.toml's table
+    stages = {s.name: load_study_runs(stage_record(record, s.name)) for s in saved_stages(record)} if claims else {}
+    check_claims(study, claims, stages, str(record.path / STUDY_TOML))
+    choices = read_choices(record.path) if nuisance is not None else []
     out = record.path / REPORT_DIR
     out.mkdir(parents=True, exist_ok=True)
     options = spec.options
@@ -59,12 +64,10 @@ def write_report(
     findings: list[str] = []
     if study.done:
         findings = layout.sections(doc)
-        claims, nuisance = record.claims, record.nuisance  # each parses study.toml's table
         if claims:
-            stages = {s.name: load_study_runs(stage_record(record, s.name)) for s in saved_stages(record)}
             findings += verdict_section(doc, study, claims, stages)
         if nuisance is not None:
-            findings += tuning_section(doc, nuisance, read_choices(record.path))
+            findings += tuning_section(doc, nuisance, choices)
     else:
         doc.add("No run has completed yet: rerun the study to finish them, then `headwise report` again.")
     sections.results_table(doc, study)

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from headwise.errors import HeadwiseError
 from headwise.report.data import RunRecord, StudyRuns, VariantRuns
 from headwise.report.document import Document, fmt, fmt_p, fmt_params, new_figure
 from headwise.report.paired import (
@@ -26,7 +27,7 @@ from headwise.report.paired import (
     verdict_of,
 )
 from headwise.run import RunStatus
-from headwise.study.claims import Claim
+from headwise.study.claims import Claim, metric_problem
 
 #: the late-training check looks at evaluations at steps >= this share of the last one ...
 LATE_FROM = 0.75
@@ -105,15 +106,58 @@ class Comparison:
     late: str
 
 
+def claim_problem(study: StudyRuns, claim: Claim) -> str | None:
+    """Why ``claim`` cannot be judged on ``study``'s runs as declared: it names a variant the
+    study does not have, or a metric its runs' task does not report or its completed runs did not
+    record (a study file edited after the runs, or saved by another headwise). None when it can:
+    comparisons whose runs have not completed yet only wait for them."""
+    variants = {v.name: v for v in study.variants}
+    missing = [name for pair in claim.pairs for name in pair if name not in variants]
+    if missing:
+        return (f"claim {claim.name!r} names variant {missing[0]!r}, which the study does not have "
+                f"(variants: {', '.join(variants)})")
+    if claim.metric == "loss":
+        return None
+    named = [variants[name] for name in dict.fromkeys(n for pair in claim.pairs for n in pair)]
+    task = next((r.task for v in named for r in v.runs if r.task is not None), None)
+    problem = metric_problem(claim.metric, task) if task is not None else None
+    if problem:
+        return f"claim {claim.name!r} compares {claim.metric!r}, but {problem}"
+    evaluated = [r.summary for v in named for r in v.runs
+                 if r.status is RunStatus.COMPLETED and r.summary is not None and r.summary.final_eval_loss is not None]
+    if evaluated and not any(claim.metric in s.eval_metrics for s in evaluated):
+        recorded = sorted({m for s in evaluated for m in s.eval_metrics})
+        return (f"claim {claim.name!r} compares {claim.metric!r}, which none of its {len(evaluated)} completed runs "
+                f"recorded (they record the loss{''.join(f', {m}' for m in recorded)})")
+    return None
+
+
+def check_claims(study: StudyRuns, claims: list[Claim], stages: Mapping[str, StudyRuns], where: str) -> None:
+    """Refuse (HeadwiseError naming ``where``, the study's file) claims that cannot be judged as
+    declared (:func:`claim_problem`, or a stage the study does not have): a verdict table never
+    leaves a claim out without a word."""
+    for claim in claims:
+        if claim.stage is not None and claim.stage not in stages:
+            problem = (f"claim {claim.name!r} compares stage {claim.stage!r}, which the study does not have "
+                       f"(stages: {', '.join(stages) or 'none'})")
+        else:
+            problem = claim_problem(stages[claim.stage] if claim.stage else study, claim)
+        if problem:
+            raise HeadwiseError(f"{where}: {problem}; correct its [[claims]] (or rerun the study from a study file "
+                                "whose claims fit it)")
+
+
 def compare_claim(study: StudyRuns, claim: Claim) -> list[Comparison]:
-    """The claim's comparisons (those whose variants have run), judged together: Bonferroni over
-    the claim's declared pairs, each with the margin and paper effect of its own baseline."""
+    """The claim's comparisons (those whose runs have completed), judged together: Bonferroni
+    over the claim's declared pairs, each with the margin and paper effect of its own baseline.
+    A claim that does not fit the study (:func:`claim_problem`) is a HeadwiseError."""
+    problem = claim_problem(study, claim)
+    if problem:
+        raise HeadwiseError(problem)
     variants = {v.name: v for v in study.variants}
     rows = []
     for name, base_name in claim.pairs:
-        v, b = variants.get(name), variants.get(base_name)
-        if v is None or b is None:
-            continue
+        v, b = variants[name], variants[base_name]
         base = by_seed(b, claim)
         gain = paired_gain(by_seed(v, claim), base, claim.higher_is_better)
         if gain.n > 0:

@@ -33,15 +33,25 @@ neither. A ``margin_percent`` or ``paper_gain_percent`` is taken of each compari
 The comparisons of one claim are one family, tested at one-sided 2.5% in all: Bonferroni splits
 it over the claim's pairs and nothing else. Claims are part of the study's identity, so a margin
 cannot be moved once runs exist.
+
+A claim's ``metric`` must be one its runs report (:func:`metric_problem`): the loss always, else
+one their task family declares; a study that names another is refused when it is resolved.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import difflib
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
 from headwise.config import Config
+from headwise.errors import HeadwiseError
+from headwise.study.stages import Stage, stage_config
+from headwise.tasks.base import Task
+from headwise.tasks.classify import TOP5_ABOVE, ClassificationTask, accuracy_metrics
+from headwise.tasks.family import TaskConfigBase
+from headwise.train.config import RunConfig
 
 
 class Claim(Config):
@@ -119,3 +129,50 @@ def unknown_variants(claims: list[Claim], variants: set[str]) -> list[str]:
     """One line for each variant a claim names that the study does not have."""
     return [f"claim {c.name!r} names variant {name!r}, which the study does not have"
             for c in claims for pair in c.pairs for name in pair if name not in variants]
+
+
+def reported_metrics(task: TaskConfigBase) -> frozenset[str] | None:
+    """The eval metrics besides the loss that runs of ``task`` record, known from its config
+    alone; None when only the built task knows them.
+
+    A family's config may say (a ``reported_metrics()`` method returning names, or None);
+    otherwise its task class does: a classification task's accuracies (it sets them per instance,
+    top-5 only above 10 classes), none known for a task that makes its metrics from the whole
+    evaluation set (its own ``finish_metrics``, such as GLUE's F1, correlations and mismatched
+    split), else the ``metric_names`` the class declares."""
+    hook = getattr(task, "reported_metrics", None)
+    if hook is not None and (names := hook()) is not None:
+        return frozenset(names)
+    cls = task.family.task
+    if issubclass(cls, ClassificationTask):
+        # a class count the config does not state (an image folder's) may be above 10 or not
+        return frozenset(accuracy_metrics(task.spec_fields().get("num_classes") or TOP5_ABOVE + 1))
+    if cls.finish_metrics is not Task.finish_metrics:
+        return None
+    return frozenset(cls.metric_names)
+
+
+def metric_problem(metric: str, task: TaskConfigBase) -> str | None:
+    """Why runs of ``task`` cannot be compared on ``metric`` (the loss always can), as the end of
+    a sentence; None when they can, or when only their built task knows its metrics."""
+    known = reported_metrics(task)
+    if metric == "loss" or known is None or metric in known:
+        return None
+    hint = difflib.get_close_matches(metric, [*known, "loss"], n=1)
+    return (f"{task.kind!r} runs report only the loss{''.join(f', {m}' for m in sorted(known))}"
+            + (f"; did you mean {hint[0]!r}?" if hint else ""))
+
+
+def check_metrics(claims: list[Claim], stages: list[Stage], configs: dict[str, dict[str, Any]]) -> None:
+    """Refuse a claim whose metric its runs do not report: for each variant it names (run configs
+    by variant in ``configs``), the task of the variant's runs or of the claim's stage."""
+    by_name = {s.name: s for s in stages}
+    for claim in claims:
+        for name in dict.fromkeys(n for pair in claim.pairs for n in pair):
+            config = configs[name]
+            if claim.stage is not None:
+                config = stage_config(by_name[claim.stage], config, f"runs/{name}/seed0", 0)
+            problem = metric_problem(claim.metric, RunConfig.parse(config).task)
+            if problem:
+                runs = f"stage {claim.stage!r} of variant {name!r}" if claim.stage else f"variant {name!r}"
+                raise HeadwiseError(f"claim {claim.name!r} compares {runs} on {claim.metric!r}, but {problem}")

@@ -90,11 +90,10 @@ from headwise.families import family_packages
 from headwise.plans import Plan
 from headwise.presets import preset_dict
 from headwise.report.options import ReportSpec
-from headwise.study.claims import Claim, unknown_variants
-from headwise.study.nuisance import Nuisance, overlapping_seeds
+from headwise.study.claims import Claim, check_metrics, unknown_variants
+from headwise.study.nuisance import Nuisance, check_tuning, overlapping_seeds
 from headwise.study.stages import Stage, apply_stage_defaults, check_stage_config
-from headwise.spec import ModelSpec
-from headwise.train.config import RunConfig, resolve_spec
+from headwise.train.config import resolve_run_model
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")
 
@@ -364,7 +363,8 @@ def resolve_study(
     overrides: list[str] | None = None,
 ) -> Study:
     """Merge the preset into a raw study, apply ``key=value`` overrides to its base, and expand
-    and validate every variant's run config (naming the variant on a bad value)."""
+    and validate every variant's run config (naming the variant on a bad value), with what its
+    stages, tuning and claims ask of the variant's runs."""
     raw = copy.deepcopy(raw)
     presets = raw.pop("presets", {}) or {}
     default = raw.pop("default_preset", None)
@@ -409,6 +409,9 @@ def resolve_study(
         v.config, v.plan = build_run_config(config.base, v)
         for stage in config.stages:
             check_stage_config(stage, v.name, v.config)
+        if config.nuisance is not None:
+            check_tuning(config.nuisance, v.name, v.config)
+    check_metrics(config.claims, config.stages, {v.name: v.config for v in variants})
     return Study(config=config, source=source, preset=preset, seeds=n_seeds, variants=variants,
                  preset_summary=summary)
 
@@ -477,11 +480,3 @@ def _broadcast_heads(cfg: dict[str, Any]) -> None:
         n_layers = preset_dict(model["preset"]).get("n_layers")
     if isinstance(n_layers, int) and n_layers > 0:
         model["heads"] = [model["heads"]] * n_layers
-
-
-def resolve_run_model(cfg: dict[str, Any]) -> tuple[ModelSpec, Plan]:
-    """Check a run config as ``headwise train`` would before it starts (the tables, the model the
-    preset and plan resolve to against the task) and return the model's spec and head plan. The
-    task is judged from its config alone: no data is prepared."""
-    run = RunConfig.parse(cfg, source="run config")
-    return resolve_spec(run.model, run.task.shape(), source="run config")

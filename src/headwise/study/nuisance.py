@@ -20,6 +20,10 @@ positive values), up to ``extend`` times; the report says when the choice is sti
 Then every seed of the variant runs at its own best value. Cost per variant: the grid (plus any
 extensions) and the seeds.
 
+Before anything runs, :func:`check_tuning` refuses a ``[nuisance]`` that cannot tune a variant:
+a grid point whose run config ``headwise train`` would refuse, a selection that leaves a key as
+the variant's runs already have it, a key both tuned and selected, a metric the runs do not report.
+
 The tuning runs live under ``STUDY_DIR/tuning/`` and resume like any run; the choice is derived
 from their summaries each time the study runs, and written to ``tuning/tuning.json``.
 """
@@ -37,7 +41,10 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from headwise.config import Config, atomic_write_text, set_dotted
+from headwise.errors import HeadwiseError, RunFailure
 from headwise.run import RunStatus, read_summary
+from headwise.study.claims import metric_problem
+from headwise.train.config import RunConfig, resolve_run_model
 
 TUNING_DIR = "tuning"
 TUNING_JSON = "tuning.json"
@@ -100,6 +107,17 @@ def beyond(values: list[float], low_edge: bool) -> float:
     return float(f"{(b * b / a if values[0] > 0 else b + (b - a)):.12g}")
 
 
+def reachable(values: list[float], extend: int) -> list[float]:
+    """The values past the edges of sorted ``values`` that ``extend`` extensions can reach at the
+    farthest (none when ``extend`` is 0): the last of each edge's steps (see :func:`beyond`)."""
+    if extend == 0:
+        return []
+    low, high = list(values), list(values)
+    for _ in range(extend):
+        low, high = [beyond(low, low_edge=True), *low], [*high, beyond(high, low_edge=False)]
+    return [low[0], high[-1]]
+
+
 def overlapping_seeds(nuisance: Nuisance | None, study_seeds: int) -> list[int]:
     """The tuning seeds that are also seeds the study reports (``0 .. study_seeds-1``)."""
     return [] if nuisance is None else [s for s in nuisance.seeds if s < study_seeds]
@@ -114,6 +132,54 @@ def tuning_config(config: dict[str, Any], nuisance: Nuisance, point: Point, seed
         set_dotted(cfg, key, value)
     cfg.setdefault("train", {})["seed"] = seed
     return cfg
+
+
+def check_tuning(nuisance: Nuisance, variant: str, config: dict[str, Any]) -> None:
+    """Refuse a ``[nuisance]`` that cannot tune ``variant`` (its run config ``config``), before
+    any run: see the module docstring. Each refusal names the key and value at fault."""
+    both = sorted(set(nuisance.values) & set(nuisance.selection))
+    if both:
+        raise HeadwiseError(f"[nuisance] {both[0]} is both tuned (values) and set by selection, which would "
+                            "overwrite every value tried: tune it or select with it, not both")
+    seed = nuisance.seeds[0]
+    try:
+        tuned = RunConfig.parse(tuning_config(config, nuisance, (), seed), source="[nuisance] selection")
+    except HeadwiseError as exc:
+        raise HeadwiseError(f"variant {variant!r}: {exc}") from None
+    ran, selected = RunConfig.parse(config, source="run config").to_dict(), tuned.to_dict()
+    for key, value in nuisance.selection.items():
+        if _dotted(selected, key) == _dotted(ran, key):
+            raise HeadwiseError(f"[nuisance] selection {key} = {value!r} is what variant {variant!r}'s runs have "
+                                "already, so tuning would choose on the data the report compares on: select on "
+                                "other data (another eval split, a hold-out of the training data)")
+    for point in grid(nuisance.values):
+        try:
+            resolve_run_model(tuning_config(config, nuisance, point, seed), source="tuning run config")
+        except HeadwiseError as exc:
+            values = ", ".join(f"{key} = {value:g}" for key, value in point)
+            raise HeadwiseError(f"[nuisance] values: {values} does not make a run of variant {variant!r}: "
+                                f"{exc}") from None
+    # an extension past an edge that no run accepts would fail the study midway, on every rerun
+    middle = {key: values[len(values) // 2] for key, values in nuisance.values.items()}
+    for key, values in nuisance.values.items():
+        for value in reachable(values, nuisance.extend):
+            point = tuple(sorted({**middle, key: value}.items()))
+            try:
+                resolve_run_model(tuning_config(config, nuisance, point, seed), source="tuning run config")
+            except HeadwiseError as exc:
+                raise HeadwiseError(f"[nuisance] values: {key} may be extended to {value:g} (extend = "
+                                    f"{nuisance.extend}), which does not make a run of variant {variant!r}: {exc}; "
+                                    "move the grid away from that bound or lower extend") from None
+    problem = metric_problem(nuisance.metric, tuned.task)
+    if problem:
+        raise HeadwiseError(f"[nuisance] metric {nuisance.metric!r}: {problem}")
+
+
+def _dotted(table: dict[str, Any], key: str) -> Any:
+    """The value at dotted ``key`` of a nested dict (None where it is not set)."""
+    for part in key.split("."):
+        table = table.get(part) if isinstance(table, dict) else None
+    return table
 
 
 def selection_value(run_dir: Path, nuisance: Nuisance) -> float | None:
@@ -197,9 +263,15 @@ def write_choices(study_dir: Path, choices: list[Choice]) -> Path:
 
 
 def read_choices(study_dir: Path) -> list[Choice]:
-    """The choices a study's tuning made (none when it declared no nuisance settings)."""
+    """The choices a study's tuning made (none when it declared no nuisance settings); a
+    ``tuning.json`` that cannot be read back is a RunFailure naming it."""
     path = Path(study_dir) / TUNING_DIR / TUNING_JSON
     if not path.is_file():
         return []
-    return [Choice(**{**c, "tried": {k: (p, v) for k, (p, v) in c["tried"].items()}})
-            for c in json.loads(path.read_text())]
+    try:
+        return [Choice(**{**c, "tried": {k: (p, v) for k, (p, v) in c["tried"].items()}})
+                for c in json.loads(path.read_text(encoding="utf-8"))]
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:  # cut, garbled or not the format
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise RunFailure(f"{path} is damaged ({why}): rerun the study (`headwise study` with its study file) "
+                         "to rewrite it from the tuning runs") from None

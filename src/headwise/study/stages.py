@@ -20,14 +20,17 @@ source run's directory. A stage whose source run did not complete does not run.
 A stage's folder is laid out as the study's own (``configs/``, ``runs/VARIANT/seedK/``,
 ``logs/``, ``locks/``, ``results.csv``; :mod:`headwise.study.layout`), so its runs resume,
 report their status and fill a results table as the main runs do. Stages are part of the study's
-identity. A stage's config is checked table by table when the study is resolved; what depends on
-the source run (its vocabulary, its encoder's shape) is checked by ``headwise train`` when the
-stage's run starts.
+identity. When the study is resolved, a stage's config is checked table by table for every
+variant, and so is what it needs of the runs it starts from (:func:`source_problem`): a stage
+that could never start (a GLUE fine-tuning of a causal language model, say) is refused before
+any pretraining runs. The source run's files themselves are checked by ``headwise train`` when
+the stage's run starts.
 """
 
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,7 +39,10 @@ from pydantic import Field
 
 from headwise.config import Config, deep_merge, set_dotted
 from headwise.errors import HeadwiseError
-from headwise.train.config import RunConfig
+from headwise.spec import ModelSpec
+from headwise.tasks.family import TaskConfigBase
+from headwise.train.config import RunConfig, resolve_spec
+from headwise.train.init_from import HEAD_FIELDS
 
 if TYPE_CHECKING:
     from headwise.study.layout import StudyRecord
@@ -44,6 +50,9 @@ if TYPE_CHECKING:
 STAGES_DIR = "stages"
 #: a stage's run config tables that come from the variant's config unless the stage gives them
 INHERITED = ("log",)
+#: the output heads of models with a token encoder to fine-tune (those ``train.init_from`` takes:
+#: :func:`headwise.train.init_from.check_init_source`)
+TOKEN_ENCODERS = ("mlm", "lm")
 
 
 class Stage(Config):
@@ -86,13 +95,65 @@ def apply_stage_defaults(raw: dict[str, Any], source: str) -> None:
 
 
 def check_stage_config(stage: Stage, variant: str, variant_config: dict[str, Any]) -> None:
-    """Check a stage's run config for a variant table by table, as far as it can be judged before
-    its source run exists (the source's vocabulary and encoder are checked when the stage runs)."""
-    cfg = stage_config(stage, variant_config, f"runs/{variant}/seed0", 0)
+    """Check a stage's run config for a variant before any run exists: its tables, and what it
+    needs of the variant's runs (:func:`source_problem`)."""
+    source = f"runs/{variant}/seed0"
     try:
-        RunConfig.parse(cfg, source=f"stage {stage.name!r}")
+        run = RunConfig.parse(stage_config(stage, variant_config, source, 0), source=f"stage {stage.name!r}")
     except HeadwiseError as exc:
         raise HeadwiseError(f"variant {variant!r}: {exc}") from None
+    ran = RunConfig.parse(variant_config, source="run config")
+    spec, _ = resolve_spec(ran.model, ran.task.shape(), source="run config")
+    problem = source_problem(stage, run, os.path.abspath(source), ran.task.kind, spec)
+    if problem:
+        raise HeadwiseError(f"variant {variant!r}: stage {stage.name!r} cannot start from its runs: {problem}")
+
+
+def source_problem(stage: Stage, run: RunConfig, source: str, kind: str, spec: ModelSpec) -> str | None:
+    """Why the stage's run ``run`` cannot start from the run in ``source`` (task kind ``kind``,
+    model ``spec``), judged from configs alone as ``headwise train`` judges the source when the
+    stage's run starts (the task reading its vocabulary run, then
+    :func:`~headwise.train.init_from.check_init_source`); None when it can."""
+    task = run.task
+    vocabulary = task.vocabulary_run()
+    reads_vocabulary = bool(vocabulary) and os.path.abspath(vocabulary) == source
+    if reads_vocabulary:
+        kinds = vocabulary_kinds(task)
+        if kinds is not None and kind not in kinds:
+            return (f"its {task.kind!r} task reads its vocabulary from a {' or '.join(map(repr, kinds))} run, and "
+                    f"the study's runs are {kind!r} runs: start the stage from a study of such runs")
+        if spec.vocab_size is None:
+            return (f"its {task.kind!r} task reads its vocabulary from them, and the study's {kind!r} runs have "
+                    f"none ({spec.inputs} inputs)")
+    if run.train.init_from != source:
+        return None
+    if vocabulary and not reads_vocabulary:
+        return (f"it takes their encoder (train.init_from) but its task's vocabulary from {vocabulary}, and an "
+                "encoder's embeddings belong to its own run's vocabulary: add the task's key to source_keys")
+    if spec.output_head not in TOKEN_ENCODERS or spec.vocab_size is None:
+        return (f"it fine-tunes their encoder (train.init_from), and the study's {kind!r} runs train "
+                f"{spec.output_head!r} models without a token encoder")
+    theirs = spec.model_dump()
+    # what the stage's task and its own [model] keys dictate of the encoder must be the source's
+    wanted = {**{k: v for k, v in run.model.model_dump().items() if k in stage.config.get("model", {})},
+              **task.spec_fields()}
+    for key, value in wanted.items():
+        if key in theirs and key not in HEAD_FIELDS and _plain(value) != _plain(theirs[key]):
+            return (f"it fine-tunes their encoder (train.init_from), whose {key} is {theirs[key]!r}, but its "
+                    f"{task.kind!r} task's model has {key} = {value!r}: a stage fine-tunes an encoder of its "
+                    "source's own shape")
+    return None
+
+
+def vocabulary_kinds(task: TaskConfigBase) -> tuple[str, ...] | None:
+    """The task kinds whose runs ``task`` can read its vocabulary from, as its family's config
+    class declares them (a ``vocabulary_kinds`` class attribute); None where it does not say."""
+    return getattr(type(task), "vocabulary_kinds", None)
+
+
+def _plain(value: Any) -> Any:
+    """A config value as it compares with a spec's: tuples as lists."""
+    return list(value) if isinstance(value, tuple) else value
 
 
 def preflight_config(stage: Stage, variant_config: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ and :func:`batch_layout`; :func:`resolved_config` gives the config that reproduc
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
@@ -132,6 +133,13 @@ class TrainConfig(Config):
             raise ValueError("init_checkpoint names a checkpoint of the init_from run: set init_from too")
         return self
 
+    @field_validator("init_from")
+    @classmethod
+    def _absolute(cls, run: str | None) -> str | None:
+        # a path relative to where the run was started names another folder (or none) from
+        # anywhere else: the saved config must name its source for export, generate and resume
+        return os.path.abspath(run) if run else run
+
 
 class EvalConfig(Config):
     """``[eval]``: evaluate on the task's fixed held-out batches every N steps (0: never) and at the end."""
@@ -202,6 +210,21 @@ class RunConfig(Config):
     analysis: AnalysisConfig = AnalysisConfig()
     log: LogConfig = LogConfig()
 
+    @model_validator(mode="after")
+    def _check(self) -> "RunConfig":
+        start = self.schedule.warmup_start_lr
+        if start is not None and start > self.optim.lr:
+            raise ValueError(f"schedule.warmup_start_lr {start:g} is above optim.lr {self.optim.lr:g}, the peak its "
+                             "warm-up climbs to: give a start at or below the peak (OneCycleLR starts at lr / 25)")
+        # the run whose vocabulary the task reads is named by path too: kept absolute, as init_from
+        # (the task's field that holds it is the one whose value vocabulary_run returns)
+        run = self.task.vocabulary_run()
+        if run and not os.path.isabs(run):
+            for name in type(self.task).model_fields:
+                if getattr(self.task, name) == run:
+                    setattr(self.task, name, os.path.abspath(run))
+        return self
+
 
 def resolve_spec(model: Any, task: TaskShape | Task, source: str = "config") -> tuple[ModelSpec, Plan]:
     """The ModelSpec of ``[model]`` for a task (its :class:`~headwise.tasks.base.TaskShape`, or the
@@ -260,6 +283,14 @@ def resolve_spec(model: Any, task: TaskShape | Task, source: str = "config") -> 
         )
     plan = Plan.explicit(spec.heads) if plan is None else plan
     return spec, plan.with_head_dims(spec.head_dims)
+
+
+def resolve_run_model(cfg: dict[str, Any], source: str = "run config") -> tuple[ModelSpec, Plan]:
+    """Check a run config dict as ``headwise train`` would before it starts (the tables, the model
+    the preset and plan resolve to against the task) and return the model's spec and head plan.
+    The task is judged from its config alone: no data is prepared."""
+    run = RunConfig.parse(cfg, source=source)
+    return resolve_spec(run.model, run.task.shape(), source=source)
 
 
 def _set_vocab(fields: dict[str, Any], given: int | None, task_vocab: int | None, where: str) -> None:
