@@ -317,11 +317,16 @@ def _figure(doc: Document, comparisons: list[Comparison]) -> None:
     ax.set_yticks(range(len(comparisons)))
     ax.set_yticklabels([f"{c.variant.name} vs {c.baseline.name}" for c in reversed(comparisons)], fontsize=7)
     ax.set_xlabel("gain, % of the baseline (positive favours the variant)")
-    handles = [Line2D([], [], color="tab:green", lw=2, label="superior / non-inferior / equivalent"),
-               Line2D([], [], color="tab:red", lw=2, label="inferior / not equivalent"),
-               Line2D([], [], color="tab:gray", lw=2, label="not shown at this scale"),
-               Line2D([], [], color="black", marker="|", ls="", ms=10, label="margin"),
-               Line2D([], [], color="tab:blue", marker="D", ls="", ms=5, label="paper's effect")]
+    # the legend names only what the figure draws
+    colours = {"tab:green" if c.judged.verdict in SUPPORTS else "tab:red" if c.judged.verdict in AGAINST
+               else "tab:gray" for c in comparisons}
+    handles = [Line2D([], [], color=colour, lw=2, label=label) for colour, label in (
+        ("tab:green", "superior / non-inferior / equivalent"), ("tab:red", "inferior / not equivalent"),
+        ("tab:gray", "not shown at this scale")) if colour in colours]
+    if any(c.judged.margin is not None for c in comparisons):
+        handles.append(Line2D([], [], color="black", marker="|", ls="", ms=10, label="margin"))
+    if any(c.judged.paper_gain is not None for c in comparisons):
+        handles.append(Line2D([], [], color="tab:blue", marker="D", ls="", ms=5, label="paper's effect"))
     ax.legend(handles=handles, fontsize=6, loc="best")
     doc.figure("verdicts", fig, rows, "Paired gain of each claim's variant over its baseline with its t interval at "
                "the claim's Bonferroni level (green: superior, non-inferior or equivalent; red: inferior or not "
