@@ -148,7 +148,8 @@ def test_refuses_a_run_of_another_family(mlm_run, tmp_path, capsys):
     # a run folder whose final model is a nearest-neighbour (vector) model: no token encoder
     other = tmp_path / "nearest"
     (other / "model").mkdir(parents=True)
-    (other / "config.toml").write_text((mlm_run / "config.toml").read_text())
+    for name in ("config.toml", "summary.json", "tokenizer.json"):  # a run this headwise wrote: its tokenizer saved
+        (other / name).write_text((mlm_run / name).read_text())
     (other / "model" / "spec.json").write_text(json.dumps(spec_from_preset("amsel-nn").to_dict()))
     out = tmp_path / "ft"
     _refused(glue_args(mlm_run, out, "--set", f"train.init_from={other}", "--set", f"task.tokenizer_from={other}"),

@@ -19,11 +19,11 @@ from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassificatio
 
 from headwise.cli import main  # noqa: E402
 from headwise.families.encoder.masking import MASK_ID, PAD_ID, MaskedVocab  # noqa: E402
-from headwise.hf.masked_tokenizer import masked_hf_tokenizer, mlm_run_tokenizer  # noqa: E402
+from headwise.hf.masked_tokenizer import masked_hf_tokenizer  # noqa: E402
 from headwise.hf.models import HeadwiseForMaskedLM, from_headwise, load_export  # noqa: E402
 from headwise.model import Transformer  # noqa: E402
 from headwise.presets import spec_from_preset  # noqa: E402
-from headwise.train.generate import load_run_model, run_config  # noqa: E402
+from headwise.train.generate import load_run_model, run_config, run_tokenizer  # noqa: E402
 from tests.test_hf_export import _fresh_process  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -98,7 +98,7 @@ def mlm_run(tmp_path_factory):
     from tests.conftest import shared_data_dir
 
     root = tmp_path_factory.mktemp("mlm")
-    with pytest.MonkeyPatch.context() as mp:  # for the whole module: export reads the run's token cache
+    with pytest.MonkeyPatch.context() as mp:  # for the whole module: the runs read the data's token cache
         mp.setenv("HEADWISE_DATA", str(shared_data_dir()))
         mp.setenv("HEADWISE_CACHE", str(root / "cache"))
         out = root / "run"
@@ -147,7 +147,7 @@ def test_an_exported_mlm_run_loads_offline_without_headwise(mlm_run, tmp_path, c
     assert (got["mask_id"], got["pad_id"]) == (MASK_ID, PAD_ID)
 
     # the tokenizer gives the task's ids ([MASK] with its space stands where " cat" would), padded with [PAD]
-    vocab = MaskedVocab(mlm_run_tokenizer(mlm_run, run_config(mlm_run)))
+    vocab = MaskedVocab(run_tokenizer(mlm_run, run_config(mlm_run)))
     plain = vocab.encode("Once upon a time, there was a cat.")
     cat = vocab.encode(" cat")[1:-1]
     assert len(cat) == 1, "the test needs ' cat' to be one token"
@@ -174,7 +174,7 @@ def test_an_exported_mlm_run_loads_offline_without_headwise(mlm_run, tmp_path, c
 
 
 def test_the_tokenizer_reads_text_as_the_task_does(mlm_run):
-    tokenizer = mlm_run_tokenizer(mlm_run, run_config(mlm_run))
+    tokenizer = run_tokenizer(mlm_run, run_config(mlm_run))
     vocab, hf = MaskedVocab(tokenizer), masked_hf_tokenizer(tokenizer)
     # a literal end-of-text is ordinary text in both; so are brackets that name no special token
     for text in ("Lily saw a dog.", " two  spaces\n\nand lines ", "a <|endoftext|> inside", "[CLS-like] text"):
@@ -235,7 +235,7 @@ def test_an_exported_glue_run_loads_as_a_sequence_classifier_with_its_pretrainin
     got = _fresh_process(FRESH_CLASSIFIER, tmp_path, str(out), json.dumps(pairs))
     assert got["class"] == "HeadwiseForSequenceClassification"
     # the tokenizer frames a pair as fine-tuning does: [CLS] a [SEP] b [SEP]
-    vocab = MaskedVocab(mlm_run_tokenizer(mlm_run, run_config(mlm_run)))
+    vocab = MaskedVocab(run_tokenizer(mlm_run, run_config(mlm_run)))
     rows = [encode_pair(vocab, a, b, 32) for a, b in pairs]
     width = max(map(len, rows))
     ids = torch.tensor([row + [PAD_ID] * (width - len(row)) for row in rows])

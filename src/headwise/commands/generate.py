@@ -53,8 +53,7 @@ def _check_sampling(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from headwise.errors import HeadwiseError
-    from headwise.tasks.union import build_task
-    from headwise.train.generate import generate_text, held_out_predictions, load_run_model, run_config
+    from headwise.train.generate import generate_text, held_out_predictions, load_run_model, run_config, run_task
 
     given = [f"--{name.replace('_', '-')}" for name in DEFAULTS if getattr(args, name) is not None]
     _check_sampling(args)
@@ -77,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     model, source = load_run_model(run_dir, Path(args.checkpoint) if args.checkpoint else None,
                                    args.untrained, args.seed)
-    task = build_task(cfg.task)
+    task = run_task(run_dir, cfg)  # a text task's held-out rows in the run's own vocabulary
     result = {"model": source, **held_out_predictions(model, task, task.eval_batches()[0])}
     if args.json:
         print(json.dumps(result))

@@ -5,7 +5,8 @@ The folder holds ``config.json`` (with ``auto_map``), ``model.safetensors``, the
 the run's ``config.toml`` and a model card (``README.md``); a language model's also the tokenizer
 as a ``transformers`` tokenizer and ``generation_config.json``, a masked-LM encoder's its
 vocabulary with ``[PAD] [CLS] [SEP] [MASK]`` (:mod:`headwise.hf.masked_tokenizer`), a fine-tuned
-encoder's that of its pretraining run (``tokenizer_from``). The
+encoder's that of its pretraining run (``tokenizer_from``). Each is built from the tokenizer the
+run saved in its folder (:mod:`headwise.run.tokenizer`), never from its training text again. The
 modelling code is headwise's own model modules, copied with their ``headwise`` imports pointed at
 sibling files (and the spec read from ``config.json`` through :mod:`headwise.hf.models.spec_view`):
 the exported model computes exactly what headwise does, and
@@ -157,9 +158,10 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path |
             save_hf_tokenizer(run_dir, tmp)
         elif model.spec.output_head == "mlm":
             save_masked_hf_tokenizer(run_dir, cfg, tmp, model.spec.max_seq_len)
-        elif (vocabulary_run := cfg.task.vocabulary_run()) is not None:
-            # a fine-tuned encoder reads its pretraining run's vocabulary, truncated as fine-tuning truncates
-            save_masked_hf_tokenizer(vocabulary_run, run_config(Path(vocabulary_run)), tmp, cfg.task.dims()[1])
+        elif cfg.task.vocabulary_run() is not None:
+            # a fine-tuned encoder reads the vocabulary it fine-tuned with (its pretraining run's, saved
+            # in its own folder), truncated as fine-tuning truncates
+            save_masked_hf_tokenizer(run_dir, cfg, tmp, cfg.task.dims()[1])
         shutil.copyfile(RunDir(run_dir).config, tmp / "headwise_config.toml")
         arch = type(hf).__name__
         (tmp / "README.md").write_text(model_card(run_dir, cfg, model.spec, source, arch, auto, not gpt_neo),

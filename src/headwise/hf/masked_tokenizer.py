@@ -19,7 +19,7 @@ from typing import Any
 
 from headwise.errors import HeadwiseError
 from headwise.families.encoder.masking import CLS_ID, MASK_ID, NUM_SPECIAL, SEP_ID, SPECIAL_TOKENS, MaskedVocab
-from headwise.families.lm.tokenizer import EOT_TEXT, BPETokenizer, Tokenizer, gpt_neo_tokenizer, parse_tokenizer_spec
+from headwise.families.lm.tokenizer import EOT_TEXT, Tokenizer
 from headwise.hf.tokenizer import _backend
 
 
@@ -69,25 +69,12 @@ def masked_hf_tokenizer(tokenizer: Tokenizer, model_max_length: int | None = Non
     )
 
 
-def mlm_run_tokenizer(run_dir: str | Path, cfg) -> Tokenizer:
-    """The lm tokenizer under a masked-LM run's vocabulary: the task's own when it names one
-    (``run_tokenizer``), else the BPE saved in the run, else GPT-Neo's or the run's token cache's
-    (read, or prepared again from the run's data, as training did)."""
-    from headwise.families.lm.token_cache import prepare
-    from headwise.run.layout import RunDir
-
-    own = cfg.task.run_tokenizer(Path(run_dir))
-    if own is not None:
-        return own
-    n = parse_tokenizer_spec(cfg.task.tokenizer)
-    if n is None:
-        return gpt_neo_tokenizer()
-    saved = RunDir(run_dir).tokenizer
-    return BPETokenizer.load(saved, n) if saved.is_file() else prepare(cfg.task).tokenizer
-
-
 def save_masked_hf_tokenizer(run_dir: str | Path, cfg, out_dir: str | Path, model_max_length: int) -> Path:
-    """Write a masked-LM run's tokenizer with ``save_pretrained`` into ``out_dir`` (it loads with
-    ``AutoTokenizer.from_pretrained(out_dir)`` offline, without headwise); returns ``out_dir``."""
-    masked_hf_tokenizer(mlm_run_tokenizer(run_dir, cfg), model_max_length).save_pretrained(str(out_dir))
+    """Write the vocabulary of a masked-LM run, or of a fine-tuning run of one, with
+    ``save_pretrained`` into ``out_dir`` (it loads with ``AutoTokenizer.from_pretrained(out_dir)``
+    offline, without headwise), built from the tokenizer the run saved
+    (:func:`headwise.train.generate.run_tokenizer`); returns ``out_dir``."""
+    from headwise.train.generate import run_tokenizer
+
+    masked_hf_tokenizer(run_tokenizer(Path(run_dir), cfg), model_max_length).save_pretrained(str(out_dir))
     return Path(out_dir)

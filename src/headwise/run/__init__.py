@@ -1,7 +1,8 @@
-"""What one training run leaves on disk: its directory layout and its typed summary.
+"""What one training run leaves on disk: its directory layout, its typed summary and its tokenizer.
 
 This is the contract between the trainer (which writes a run) and everything downstream (study
-results, reports, analysis, generation), which read it only through these two modules.
+results, reports, analysis, generation), which read it only through these modules
+(the tokenizer's: :mod:`headwise.run.tokenizer`).
 """
 
 from headwise.run.layout import RunDir

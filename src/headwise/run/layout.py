@@ -4,7 +4,8 @@
       config.toml          the fully resolved run config (training it again reproduces the run)
       summary.json         :class:`~headwise.run.summary.RunSummary`
       metrics.jsonl        one JSON row per logged step
-      tokenizer.json       the trained BPE, when the task trained one
+      tokenizer.json       the BPE a text run encodes with, saved when it starts (summary.json
+                           records its sha256; :mod:`~headwise.run.tokenizer`)
       checkpoints/         step_XXXXXXXX/ folders (each with a ``manifest.json`` of its files'
                            sizes and sha256) and a ``latest`` pointer; ``damaged_step_*`` are
                            checkpoints a resume found damaged and set aside

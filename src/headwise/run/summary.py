@@ -74,6 +74,9 @@ class RunSummary(BaseModel):
     task: dict[str, Any] = {}
     #: a fine-tuning run's source: ``{"run": ..., "checkpoint": ...}`` (``[train] init_from``)
     init_from: dict[str, Any] | None = None
+    #: a text run's tokenizer (spec, vocab_size, eot_id, sha256), saved in the run folder when the
+    #: run starts (:mod:`headwise.run.tokenizer`); None for other runs and runs of older headwise
+    tokenizer: dict[str, Any] | None = None
     error: str | None = None
 
     @model_validator(mode="before")
@@ -119,8 +122,9 @@ class RunSummary(BaseModel):
     def to_json(self) -> str:
         """The ``summary.json`` text."""
         data = self.model_dump(mode="json")
-        if data["init_from"] is None:  # only fine-tuning runs have it: other summaries stay as they were
-            del data["init_from"]
+        for key in ("init_from", "tokenizer"):  # only some runs have them: other summaries stay as they were
+            if data[key] is None:
+                del data[key]
         return json.dumps(data, indent=2) + "\n"
 
     @classmethod

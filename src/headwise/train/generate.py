@@ -178,12 +178,20 @@ def _load(directory: Path, advice: str | Callable[[], str]) -> Transformer:
 
 
 def run_tokenizer(run_dir: Path, cfg: RunConfig) -> Tokenizer:
-    """The tokenizer a run trained with (see :meth:`~headwise.tasks.family.TaskConfigBase.run_tokenizer`);
-    a HeadwiseError for a task without one."""
+    """The tokenizer a run trained with, as it saved it in its folder (see
+    :mod:`headwise.run.tokenizer`); a HeadwiseError for a task without one."""
     tokenizer = cfg.task.run_tokenizer(run_dir)
     if tokenizer is None:
         raise HeadwiseError(f"{run_dir} trained on the {cfg.task.kind!r} task, which has no tokenizer")
     return tokenizer
+
+
+def run_task(run_dir: Path, cfg: RunConfig) -> Task:
+    """A run's task with its data prepared, its text (if any) encoded with the tokenizer the run
+    saved rather than one trained again on text that may have changed since."""
+    tokenizer = cfg.task.run_tokenizer(run_dir)
+    # the text families' build takes the tokenizer; other tasks have none to give it
+    return cfg.task.build() if tokenizer is None else cfg.task.build(tokenizer=tokenizer)
 
 
 def generate_text(run_dir: str | Path, prompt: str, max_new_tokens: int = 200, *, temperature: float = 0.9,

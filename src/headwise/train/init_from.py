@@ -11,12 +11,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from headwise.errors import HeadwiseError
 from headwise.model.pretrained import load_pretrained, read_spec
 from headwise.model.transformer import Transformer
 from headwise.run.layout import RunDir
 from headwise.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from headwise.families.lm.tokenizer import Tokenizer
 
 #: spec fields that do not shape the encoder's weights: the output head's, padding and dropout
 HEAD_FIELDS = frozenset({"outputs", "num_classes", "pooling", "classifier_hidden", "pad_id", "dropout", "drop_path"})
@@ -33,15 +37,12 @@ class InitSource:
 
 
 def check_init_source(init_from: str, checkpoint: str | None, spec: ModelSpec,
-                      vocabulary_run: str | None = None) -> InitSource:
+                      vocabulary_run: str | None = None, tokenizer: "Tokenizer | None" = None) -> InitSource:
     """The source of ``[train] init_from`` for a model of ``spec``, checked: a headwise run with a
-    saved model (or the named checkpoint) whose encoder has the same shape, and the run whose
-    vocabulary the task encodes its inputs in (``vocabulary_run``, when the task names one).
-    Raises HeadwiseError in one line naming the first difference otherwise."""
-    if vocabulary_run is not None and Path(vocabulary_run).resolve() != Path(init_from).resolve():
-        # the same vocabulary size is not the same vocabulary: embeddings belong to their run's tokenizer
-        raise HeadwiseError(f"train.init_from = {init_from!r} but the task's tokenizer_from = {vocabulary_run!r}: "
-                            "the encoder's embeddings belong to its own run's vocabulary; name the same run in both")
+    saved model (or the named checkpoint) whose encoder has the same shape, which trained with
+    ``tokenizer`` (the one the task encodes its text with: the hashes must be equal, the same size is
+    not the same vocabulary), and which is the run whose vocabulary the task reads (``vocabulary_run``,
+    when the task names one). Raises HeadwiseError in one line naming the first difference otherwise."""
     run = RunDir(Path(init_from))
     if not run.has_run():
         raise HeadwiseError(f"train.init_from = {init_from!r} is not a headwise run (no {run.config}): give the "
@@ -60,7 +61,30 @@ def check_init_source(init_from: str, checkpoint: str | None, spec: ModelSpec,
         if key not in HEAD_FIELDS and mine[key] != theirs.get(key):
             raise HeadwiseError(f"train.init_from run {init_from} has {key} = {theirs.get(key)!r} but this run's "
                                 f"model has {mine[key]!r}: fine-tune the same encoder (set model.{key} to match)")
+    if tokenizer is not None:
+        _check_same_tokenizer(run.path, tokenizer, vocabulary_run)
+    if vocabulary_run is not None and Path(vocabulary_run).resolve() != run.path.resolve():
+        # embeddings belong to their own run's tokenizer: a copy of it is still another run to keep in step
+        raise HeadwiseError(f"train.init_from = {init_from!r} but the task's tokenizer_from = {vocabulary_run!r}: "
+                            "the encoder's embeddings belong to its own run's vocabulary; name the same run in both")
     return InitSource(run.path, model_dir, checkpoint)
+
+
+def _check_same_tokenizer(source: Path, tokenizer: "Tokenizer", vocabulary_run: str | None) -> None:
+    """Refuse a source run whose saved tokenizer is not ``tokenizer``: its embedding rows would be
+    read for ids that mean other text."""
+    from headwise.train.generate import run_config, run_tokenizer
+
+    theirs = run_tokenizer(source, run_config(source))
+    if theirs.sha256 != tokenizer.sha256:
+        where, fix = (
+            (f"tokenizer_from run {vocabulary_run}'s", "name the init_from run in task.tokenizer_from too")
+            if vocabulary_run else
+            ("the one learnt on this run's text", "train on the text and tokenizer the init_from run learnt its BPE on"))
+        raise HeadwiseError(
+            f"train.init_from run {source} trained with tokenizer {theirs.spec} (sha256 {theirs.sha256[:12]}), but this "
+            f"run's task encodes its text with {where}, {tokenizer.spec} (sha256 {tokenizer.sha256[:12]}): the same size "
+            f"is not the same vocabulary, and the encoder's embeddings belong to its own ids; {fix}")
 
 
 def load_encoder(model: Transformer, source: InitSource) -> None:

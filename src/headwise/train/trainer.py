@@ -28,6 +28,7 @@ from headwise.errors import HeadwiseError, RunFailure
 from headwise.model import Transformer, save_pretrained
 from headwise.params import count_params, flops_per_token
 from headwise.run import RunDir, RunStatus, RunSummary, write_summary
+from headwise.run.tokenizer import check_resumed_tokenizer, save_run_tokenizer, task_tokenizer, tokenizer_record
 from headwise.tasks.base import Task
 from headwise.tasks.union import build_task
 from headwise.train.allocator import tune_cpu_allocator
@@ -88,15 +89,15 @@ class Trainer:
             ctx.barrier()
             if not ctx.is_main:
                 task = build_task(cfg.task)
-        self.task = task
+        self.task, self.tokenizer = task, task_tokenizer(task)
         self.spec, self.plan = resolve_spec(cfg.model, self.task)
         self.layout = batch_layout(cfg.train, self.task, ctx.world_size)
         self.cfg = resolved_config(cfg, self.spec)
         self.eval_set = self.task.eval_batches()
         t = self.cfg.train
         # a resumed fine-tuning run restores its own checkpoint: the source is not read again
-        self.init_source = (check_init_source(t.init_from, t.init_checkpoint, self.spec, cfg.task.vocabulary_run())
-                            if t.init_from and not resume else None)
+        self.init_source = (check_init_source(t.init_from, t.init_checkpoint, self.spec, cfg.task.vocabulary_run(),
+                                              self.tokenizer) if t.init_from and not resume else None)
         self.peak_flops, self.peak_source = (
             (t.peak_flops, "train.peak_flops") if t.peak_flops else default_peak_flops(self.device, t.precision)
         )
@@ -117,6 +118,7 @@ class Trainer:
         resume, loaded and verified (:func:`headwise.train.resume.check_resume`)."""
         out, has_run = self.out, self.run_dir.has_run()
         if resume:
+            check_resumed_tokenizer(out, self.tokenizer)
             return check_resume(self.run_dir, self.spec, self.cfg.to_dict(), self.ctx.world_size)
         if out.exists() and not out.is_dir():
             raise HeadwiseError(f"{out} is a file, not a run directory")
@@ -137,9 +139,7 @@ class Trainer:
             clean_uncommitted(self.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.cfg.save(self.run_dir.config)
-        tokenizer = getattr(self.task, "tokenizer", None)
-        if tokenizer is not None and hasattr(tokenizer, "save"):  # a trained BPE: generation needs it
-            tokenizer.save(self.run_dir.tokenizer)
+        save_run_tokenizer(self.out, self.tokenizer)  # before the summary that records its hash
 
     def _init_progress(self) -> None:
         """Counters, timers and status of the run, before anything has trained (a resumed run
@@ -489,6 +489,7 @@ class Trainer:
             task=self.task.describe(),
             init_from=({"run": t.init_from, "checkpoint": t.init_checkpoint}
                        if (t := self.cfg.train).init_from else None),
+            tokenizer=tokenizer_record(self.tokenizer),
             error=self.error,
         )
 

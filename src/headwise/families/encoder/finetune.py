@@ -21,8 +21,9 @@ from headwise.config import read_toml
 from headwise.errors import HeadwiseError
 from headwise.families.encoder.glue import TASKS, read_glue
 from headwise.families.encoder.glue_task import Examples, GlueFinetuneTask, GlueRegressionTask
-from headwise.families.encoder.masking import PAD_ID
+from headwise.families.encoder.masking import PAD_ID, MaskedVocab
 from headwise.families.encoder.standin import STANDIN_METRICS, order_splits, standin_splits
+from headwise.families.lm.tokenizer import Tokenizer
 from headwise.run.layout import RunDir
 from headwise.tasks.family import Dims, TaskConfigBase, TaskFamily, register_family
 
@@ -45,6 +46,12 @@ def pretraining_task(run: str | Path):
         raise HeadwiseError(f"tokenizer_from = {str(run)!r} is a {table.get('kind')!r} run, not a masked-LM "
                             "(kind = \"mlm\") run: give the pretraining run whose vocabulary the encoder knows")
     return MLMTaskConfig.parse(table, source=str(run_dir.config))
+
+
+def pretraining_tokenizer(run: str | Path) -> Tokenizer:
+    """The tokenizer masked-LM run ``run`` saved (:mod:`headwise.run.tokenizer`), never a BPE trained
+    again on its text, which may have changed since."""
+    return pretraining_task(run).run_tokenizer(Path(run))
 
 
 class GlueTaskConfig(TaskConfigBase):
@@ -94,16 +101,27 @@ class GlueTaskConfig(TaskConfigBase):
         return (Examples(train.texts, train.labels), {k: Examples(v.texts, v.labels) for k, v in splits.items()},
                 "; ".join([train.origin, *(v.origin for v in splits.values())]))
 
-    def build(self, cache_dir: str | Path | None = None, progress: bool = False) -> GlueFinetuneTask:
-        """Read the splits and encode them in the pretraining run's vocabulary."""
-        mlm = pretraining_task(self.tokenizer_from).build(cache_dir=cache_dir, progress=progress)
+    def run_tokenizer(self, run_dir: Path) -> Tokenizer:
+        """The tokenizer a fine-tuning run saved (its pretraining run's, as it was when it started);
+        a run an older headwise made, which saved none, reads its ``tokenizer_from`` run's."""
+        from headwise.run.tokenizer import read_run_tokenizer
+
+        return read_run_tokenizer(run_dir, None, lambda: pretraining_tokenizer(self.tokenizer_from),
+                                  f"reading its tokenizer_from run {self.tokenizer_from}'s, which gives the ids it "
+                                  "fine-tuned with only if that run is unchanged")
+
+    def build(self, cache_dir: str | Path | None = None, progress: bool = False,
+              tokenizer: Tokenizer | None = None) -> GlueFinetuneTask:
+        """Read the splits and encode them in the pretraining run's vocabulary: the tokenizer it
+        saved, or ``tokenizer`` (a fine-tuning run's own saved one) when given."""
+        vocab = MaskedVocab(tokenizer if tokenizer is not None else pretraining_tokenizer(self.tokenizer_from))
         train, evaluation, origin = self.splits()
         if self.task in STANDINS:
-            return GlueFinetuneTask(self.task, mlm.vocab, train, evaluation, 2, STANDIN_METRICS, self.max_length,
+            return GlueFinetuneTask(self.task, vocab, train, evaluation, 2, STANDIN_METRICS, self.max_length,
                                     self.eval_batch_size, origin=origin)
         spec = TASKS[self.task]
         task = GlueRegressionTask if spec.regression else GlueFinetuneTask
-        return task(self.task, mlm.vocab, train, evaluation, spec.num_labels, spec.metrics, self.max_length,
+        return task(self.task, vocab, train, evaluation, spec.num_labels, spec.metrics, self.max_length,
                     self.eval_batch_size, origin=origin)
 
 

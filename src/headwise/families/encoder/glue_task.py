@@ -39,6 +39,7 @@ from headwise.data.batch import Batch, BatchStream
 from headwise.data.shuffled import ShuffledStream
 from headwise.families.encoder.masking import CLS_ID, PAD_ID, SEP_ID, MaskedVocab
 from headwise.families.encoder.metrics import METRICS
+from headwise.families.lm.tokenizer import Tokenizer
 from headwise.tasks.base import Task
 
 
@@ -118,6 +119,11 @@ class GlueFinetuneTask(Task):
     @property
     def vocab_size(self) -> int:
         return self.vocab.vocab_size
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The pretraining run's tokenizer under the vocabulary (what the run saves)."""
+        return self.vocab.tokenizer
 
     @property
     def seq_len(self) -> int:

@@ -20,7 +20,7 @@ from headwise.families.encoder.masking import (
 from headwise.families.lm.packing import num_blocks
 from headwise.families.lm.task import TextTaskConfig
 from headwise.families.lm.token_cache import TokenCache, prepare
-from headwise.families.lm.tokenizer import GPT_NEO_VOCAB, parse_tokenizer_spec
+from headwise.families.lm.tokenizer import GPT_NEO_VOCAB, Tokenizer, parse_tokenizer_spec
 from headwise.model.loss import IGNORE_INDEX, cross_entropy, masked_lm_loss
 from headwise.tasks.base import Batch, BatchStream, Task
 from headwise.tasks.family import Dims, TaskFamily, register_family
@@ -66,6 +66,11 @@ class MLMTask(Task):
     @property
     def seq_len(self) -> int:
         return self.block_size
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The cache's tokenizer, under the specials (what the run saves)."""
+        return self.cache.tokenizer
 
     def spec_fields(self) -> dict[str, Any]:
         """A masked LM sees both sides: its model is not causal."""
@@ -187,9 +192,11 @@ class MLMTaskConfig(TextTaskConfig):
                 f"rows of {self.block_size}, {self.mask_rate:.0%} masked (80/10/10), "
                 f"{facts.get('tokens_per_epoch', '?')} training tokens")
 
-    def build(self, cache_dir: str | Path | None = None, progress: bool = False) -> MLMTask:
-        """The task on the token cache, which is prepared (or reused) first."""
-        cache = prepare(self, cache_dir=cache_dir, progress=progress)
+    def build(self, cache_dir: str | Path | None = None, progress: bool = False,
+              tokenizer: Tokenizer | None = None) -> MLMTask:
+        """The task on the token cache, which is prepared (or reused) first; ``tokenizer`` (a
+        run's saved one) encodes the text instead of a BPE trained on it."""
+        cache = prepare(self, cache_dir=cache_dir, progress=progress, tokenizer=tokenizer)
         return MLMTask(cache, block_size=self.block_size, mask_rate=self.mask_rate,
                        eval_batches=self.eval_batches, eval_batch_size=self.eval_batch_size)
 

@@ -12,9 +12,7 @@ from headwise.families.lm.token_cache import TokenCache, prepare
 from headwise.families.lm.packing import PackedStream, gather_blocks, num_blocks
 from headwise.families.lm.data_plan import DataConfig, plan_data
 from headwise.data.shuffled import evenly_spaced
-from headwise.families.lm.tokenizer import (
-    GPT_NEO_VOCAB, BPETokenizer, Tokenizer, gpt_neo_tokenizer, parse_tokenizer_spec,
-)
+from headwise.families.lm.tokenizer import GPT_NEO_VOCAB, Tokenizer, parse_tokenizer_spec
 from headwise.errors import HeadwiseError
 from headwise.model.loss import cross_entropy
 from headwise.tasks.base import Batch, BatchStream, Task
@@ -60,7 +58,7 @@ class LMTask(Task):
 
     @property
     def tokenizer(self) -> Tokenizer:
-        """The tokenizer the cache was built with (for generation)."""
+        """The tokenizer the cache was built with (what the run saves)."""
         return self.cache.tokenizer
 
     def train_stream(self, micro_batch: int, seed: int, rank: int = 0, world_size: int = 1) -> BatchStream:
@@ -131,6 +129,16 @@ class TextTaskConfig(DataConfig, TaskConfigBase):
             return plan.valid.documents()
         return (text for role, text in plan.documents() if role == "valid")
 
+    def run_tokenizer(self, run_dir: Path) -> Tokenizer:
+        """The tokenizer a run of this table trained with, as it saved it
+        (:func:`headwise.run.tokenizer.read_run_tokenizer`): never trained again, unless an older
+        headwise made the run and saved none."""
+        from headwise.run.tokenizer import read_run_tokenizer
+
+        return read_run_tokenizer(run_dir, self.tokenizer, lambda: prepare(self).tokenizer,
+                                  f"training its {self.tokenizer} again on its data, which gives the ids it trained "
+                                  "with only if that data is unchanged")
+
 
 class LMTaskConfig(TextTaskConfig):
     """``[task]`` of language modelling on text (see :class:`~headwise.families.lm.data_plan.DataConfig` for
@@ -154,16 +162,11 @@ class LMTaskConfig(TextTaskConfig):
                 f"{facts.get('tokens_per_epoch', '?')} training tokens, sequences of {self.block_size}, "
                 f"{facts.get('eval_tokens', '?')} eval tokens")
 
-    def run_tokenizer(self, run_dir: Path) -> Tokenizer:
-        """GPT-Neo's tokenizer, or the BPE the run trained and saved."""
-        from headwise.run import RunDir
-
-        n = parse_tokenizer_spec(self.tokenizer)
-        return gpt_neo_tokenizer() if n is None else BPETokenizer.load(RunDir(run_dir).tokenizer, n)
-
-    def build(self, cache_dir: str | Path | None = None, progress: bool = False) -> LMTask:
-        """The task on the token cache, which is prepared (or reused) first."""
-        cache = prepare(self, cache_dir=cache_dir, progress=progress)
+    def build(self, cache_dir: str | Path | None = None, progress: bool = False,
+              tokenizer: Tokenizer | None = None) -> LMTask:
+        """The task on the token cache, which is prepared (or reused) first; ``tokenizer`` (a
+        run's saved one) encodes the text instead of a BPE trained on it."""
+        cache = prepare(self, cache_dir=cache_dir, progress=progress, tokenizer=tokenizer)
         return LMTask(cache, block_size=self.block_size, eval_batches=self.eval_batches,
                       eval_batch_size=self.eval_batch_size)
 

@@ -4,21 +4,24 @@ A cache is a folder ``<cache_dir>/<source>-<tokenizer>-<key>/`` holding
 
 - ``train.bin``, ``valid.bin``: token ids, uint16 when the vocabulary fits, else uint32; every
   document is followed by the end-of-text id
-- ``tokenizer.json``: the trained BPE (``bpe:N`` only), so runs and generation use exactly it
+- ``tokenizer.json``: the trained BPE (``bpe:N`` only), which runs save in their own folder
 - ``meta.json``: the request (source files with sizes and times, subset, validation, tokenizer),
   the tokenizer's hash, token and document counts, each file's sha256 and the format version
 
 ``key`` is a hash of the request: the same request finds the same folder, a different one builds
 a new folder beside it (a local file that changes size or time is a new request; a hub dataset is
-known by its name and split only). A cache is built in a hidden temporary folder and renamed into place when
-complete, so an interrupted prepare never leaves a folder that looks complete (hidden ``.tmp``
-folders are leftovers of interrupted prepares and may be deleted). Opening a cache checks the
-format, the request, the tokenizer's hash, the file sizes (truncation) and the sha256 of every
-file (corruption); a bad cache is refused with one line, or rebuilt when asked.
+known by its name and split only). A request to encode with a given tokenizer (a run's saved one,
+rather than a BPE trained on the text) adds that tokenizer's hash. A cache is built in a hidden
+temporary folder and renamed into place when complete, so an interrupted prepare never leaves a
+folder that looks complete (hidden ``.tmp`` folders are leftovers of interrupted prepares and may
+be deleted). Opening a cache checks the format, the request, the tokenizer's hash, the file sizes
+(truncation) and the sha256 of every file (corruption); a bad cache is refused with one line, or
+rebuilt when asked.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -52,14 +55,15 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
 
 
-def cache_name(plan: DataPlan) -> str:
-    """The folder name of a plan's cache: readable prefix plus the request's key."""
+def cache_name(plan: DataPlan, request: dict[str, Any] | None = None) -> str:
+    """The folder name of a plan's cache: readable prefix plus the key of ``request`` (by default
+    the plan's)."""
     train = plan.train
     base = Path(train.name).stem if train.kind != "hub" or Path(train.name).exists() else train.name.replace("/", "--")
     if train.split and train.split != "train":
         base += f"-{train.split}"
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", base).strip("-.")[:40] or "data"
-    return f"{slug}-{plan.tokenizer.replace(':', '')}-{request_key(plan.request())}"
+    return f"{slug}-{plan.tokenizer.replace(':', '')}-{request_key(request or plan.request())}"
 
 
 @dataclass
@@ -171,7 +175,8 @@ def _cache_tokenizer(path: Path, meta: dict[str, Any]) -> Tokenizer:
 
 
 def prepare(
-    cfg: DataConfig, cache_dir: str | Path | None = None, rebuild: bool = False, progress: bool = False
+    cfg: DataConfig, cache_dir: str | Path | None = None, rebuild: bool = False, progress: bool = False,
+    tokenizer: Tokenizer | None = None,
 ) -> TokenCache:
     """Tokenize the data of ``cfg`` into a cache, or reuse the cache of the same request.
 
@@ -179,15 +184,30 @@ def prepare(
     reused unless ``rebuild``; an unusable one is refused with its reason unless ``rebuild``.
     Bad input fails with one line and leaves nothing behind: most of it is caught before anything
     is written, the rest (a bad byte deep in a file) while building in the temporary folder.
+
+    ``tokenizer`` (a run's saved one, of ``cfg``'s spec) encodes the text instead of a BPE trained
+    on it: the request's own cache serves when it was built with that very tokenizer, else a cache
+    of the request and that tokenizer's hash is built (or reused) beside it.
     """
     plan = plan_data(cfg)
     root = Path(cache_dir or cfg.cache_dir or default_cache_dir()).expanduser()
-    final = root / cache_name(plan)
     request = plan.request()
+    if tokenizer is not None:
+        if tokenizer.spec != plan.tokenizer:
+            raise HeadwiseError(f"the saved tokenizer is {tokenizer.spec} but the [task] names tokenizer "
+                                f"{plan.tokenizer}: the run's config was edited after it trained; restore it")
+        own = root / cache_name(plan, request)
+        if own.exists() and not rebuild:
+            with contextlib.suppress(CacheInvalid):  # unusable or another BPE: the tokenizer's own cache serves
+                cache = TokenCache.open(own, request)
+                if cache.tokenizer.sha256 == tokenizer.sha256:
+                    return cache
+        request = {**request, "tokenizer_sha256": tokenizer.sha256}
+    final = root / cache_name(plan, request)
     if final.exists() and not rebuild:
         return open_existing(lambda: TokenCache.open(final, request), "headwise data prepare --rebuild")
     _check_not_empty(plan)
-    build_in_temporary(root, final, lambda tmp: _build(plan, request, tmp, progress), rebuild)
+    build_in_temporary(root, final, lambda tmp: _build(plan, request, tmp, progress, tokenizer), rebuild)
     return TokenCache.open(final, request)
 
 
@@ -221,14 +241,17 @@ class _SplitWriter:
         self.file.close()
 
 
-def _build(plan: DataPlan, request: dict[str, Any], tmp: Path, progress: bool) -> None:
+def _build(plan: DataPlan, request: dict[str, Any], tmp: Path, progress: bool, given: Tokenizer | None) -> None:
     n = parse_tokenizer_spec(plan.tokenizer)
     with _Progress(progress, plan) as bar:
-        if n is None:
-            tokenizer: Tokenizer = gpt_neo_tokenizer()
+        if given is not None:
+            tokenizer: Tokenizer = given
+        elif n is None:
+            tokenizer = gpt_neo_tokenizer()
         else:
             bar.status(f"training {plan.tokenizer} on the training stories")
             tokenizer = BPETokenizer.train(plan.train_documents(), n)
+        if isinstance(tokenizer, BPETokenizer):
             tokenizer.save(tmp / TOKENIZER_FILE)
         dtype = token_dtype(tokenizer.vocab_size)
         writers = {split: _SplitWriter(tmp / f"{split}.bin", dtype) for split in SPLITS}
