@@ -1,7 +1,9 @@
 """Bad inputs in what a study asks of its runs, refused when the study is resolved (``headwise
 study FILE --dry-run`` and a real run alike) rather than after its pretraining: ``[[stages]]`` that
-cannot start from the study's runs, ``[nuisance]`` grids and selections no run accepts or that
-change nothing, claims on metrics the runs do not report. Then ``headwise report`` on a study
+cannot start from the study's runs (a GLUE stage that only borrows a causal LM's vocabulary among
+them), ``[nuisance]`` grids and selections no run accepts or that change nothing, claims on metrics
+the runs do not report (a GLUE stage's named by its ``[task]`` table: sst2 has no F1, only MNLI a
+mismatched split). Then ``headwise report`` on a study
 directory whose ``study.toml`` no longer fits its runs (edited after them, or saved by another
 headwise) or whose ``tuning/tuning.json`` is damaged, output folders that cannot be written (a
 mock of the permission check, so the cases hold as root too), a warm-up starting above its peak
@@ -49,6 +51,8 @@ TUNED = {"values": {LR: [0.001, 0.01, 0.1]}, "selection": {"task.eval_seed": 99}
 GLUE = {"name": "glue", "source_keys": ["train.init_from", "task.tokenizer_from"],
         "config": {"task": {"kind": "glue", "task": "standin", "max_length": 32}, "train": {"steps": 1}}}
 PICK = {"name": "two heads help", "metric": "pick_accuracy", "better": "higher", "pairs": [["h2", "h1"]]}
+SST2 = {**GLUE, "config": {**GLUE["config"], "task": {**GLUE["config"]["task"], "task": "sst2"}}}
+GLUE_CLAIM = {**PICK, "metric": "accuracy", "stage": "glue"}
 
 
 def study(base: dict, **tables) -> dict:
@@ -76,6 +80,9 @@ GOOD = {
     "tuned": study(NEAREST, nuisance=TUNED, claims=[PICK]),
     "lm": study(LM),
     "mlm-glue": study(MLM, stages=[GLUE]),
+    "mlm-sst2-claim": study(MLM, stages=[SST2], claims=[GLUE_CLAIM]),
+    "mlm-mnli-claim": study(MLM, stages=[edit(SST2, "config.task.task", "mnli")],
+                            claims=[{**GLUE_CLAIM, "metric": "accuracy_mismatched"}]),
     "mlm-pretrain-more": study(MLM, stages=[{"name": "more", "config": {"task": MLM["task"], "train": {"steps": 1}}}]),
     "lra": study(LRA, nuisance={**TUNED, "selection": {"task.eval_split": "val"}},
                  claims=[{**PICK, "metric": "accuracy"}]),
@@ -84,6 +91,8 @@ BAD = {
     # [[stages]] that can never start from the study's runs
     "stage-glue-on-lm": edit(GOOD["lm"], "stages", [GLUE]),
     "stage-glue-on-nearest": edit(GOOD["tuned"], "stages", [GLUE]),
+    "stage-glue-vocabulary-only-on-lm": edit(edit(GOOD["lm"], "stages", [GLUE]), "stages.0.source_keys",
+                                             ["task.tokenizer_from"]),
     "stage-lm-from-nearest": edit(GOOD["tuned"], "stages", [{"name": "lm", "config": LM}]),
     "stage-changes-the-encoder": edit(GOOD["mlm-glue"], "stages.0.config.model", {"d_model": 64}),
     "stage-vocabulary-of-another-run": edit(edit(GOOD["mlm-glue"], "stages.0.source_keys", ["train.init_from"]),
@@ -128,6 +137,13 @@ BAD = {
     "claim-on-a-stage-s-family": {**GOOD["mlm-pretrain-more"],
                                   "claims": [{**PICK, "metric": "accuracy", "stage": "more"}]},
     "claim-metric-not-text": edit(GOOD["tuned"], "claims.0.metric", 3),
+    # claims on metrics a GLUE stage does not report
+    "claim-f1-on-sst2": edit(GOOD["mlm-sst2-claim"], "claims.0.metric", "f1"),
+    "claim-mismatched-on-sst2": edit(GOOD["mlm-sst2-claim"], "claims.0.metric", "accuracy_mismatched"),
+    "claim-matched-on-mnli": edit(GOOD["mlm-mnli-claim"], "claims.0.metric", "accuracy_matched"),
+    "claim-spearman-on-stsb": edit(edit(GOOD["mlm-sst2-claim"], "stages.0.config.task.task", "stsb"),
+                                   "claims.0.metric", "spearman"),
+    "claim-masked-accuracy-on-glue": edit(GOOD["mlm-sst2-claim"], "claims.0.metric", "masked_accuracy"),
     "claim-unknown-variant": edit(GOOD["tuned"], "claims.0.pairs", [["h2", "h3"]]),
 }
 FILES = {f"{name}.toml": tomli_w.dumps(data) for name, data in {**GOOD, **BAD}.items()}
@@ -144,10 +160,13 @@ def real(name: str, *words: str) -> Case:
 
 
 CASES = [
-    dry("stage-glue-on-lm", "variant 'h1'", "stage 'glue' cannot start from its runs", "causal is True",
-        "causal = False"),
+    dry("stage-glue-on-lm", "variant 'h1'", "stage 'glue' cannot start from its runs",
+        "reads its vocabulary from a 'mlm' run", "the study's runs are 'lm' runs"),
     real("stage-glue-on-lm", "stage 'glue' cannot start from its runs"),
-    dry("stage-glue-on-nearest", "reads its vocabulary from them", "'nearest' runs have none"),
+    dry("stage-glue-on-nearest", "reads its vocabulary from a 'mlm' run", "the study's runs are 'nearest' runs"),
+    dry("stage-glue-vocabulary-only-on-lm", "stage 'glue' cannot start from its runs",
+        "its 'glue' task reads its vocabulary from a 'mlm' run, and the study's runs are 'lm' runs"),
+    real("stage-glue-vocabulary-only-on-lm", "reads its vocabulary from a 'mlm' run"),
     dry("stage-lm-from-nearest", "train.init_from", "'vectors' models without a token encoder"),
     dry("stage-changes-the-encoder", "whose d_model is 128", "d_model = 64"),
     dry("stage-vocabulary-of-another-run", "vocabulary from", "elsewhere", "add the task's key to source_keys"),
@@ -193,6 +212,13 @@ CASES = [
     dry("claim-on-a-stage-s-family", "stage 'more' of variant 'h2'", "did you mean 'masked_accuracy'"),
     dry("claim-metric-not-text", "claims.metric", "string"),
     dry("claim-unknown-variant", "names variant 'h3'"),
+    dry("claim-f1-on-sst2", "claim 'two heads help' compares stage 'glue'", "'f1'",
+        "'glue' runs report only the loss, accuracy"),
+    real("claim-f1-on-sst2", "'f1'", "report only the loss, accuracy"),
+    dry("claim-mismatched-on-sst2", "'accuracy_mismatched'", "'glue' runs report only the loss, accuracy"),
+    dry("claim-matched-on-mnli", "'accuracy_matched'", "report only the loss, accuracy, accuracy_mismatched"),
+    dry("claim-spearman-on-stsb", "'spearman'", "pearson, spearmanr", "did you mean 'spearmanr'"),
+    dry("claim-masked-accuracy-on-glue", "'masked_accuracy'", "'glue' runs report only the loss, accuracy"),
 ]
 
 
@@ -243,13 +269,15 @@ def write_report_world(root: Path) -> None:
                          ("rep-claim-test", [{**PICK, "test": "maybe"}])):
         shutil.copytree(ok, root / name)
         edit_claims(root / name, claims)
-    # runs whose family decides its metrics only from its built task (GLUE's): read from what they recorded
-    glue = write_study_dir(root, "rep-recorded", [PICK], metrics={"accuracy": 0.5})
+    # runs that did not record the metric their task declares (saved by another headwise)
+    write_study_dir(root, "rep-recorded", [PICK], metrics={"accuracy": 0.5})
+    # GLUE runs: their [task] table names the metrics they record (sst2: accuracy alone)
+    glue = write_study_dir(root, "rep-glue", [PICK], metrics={"accuracy": 0.5})
     for config in glue.glob("runs/*/*/config.toml"):
         data = read_toml(config)
         data["task"] = {"kind": "glue", "task": "sst2", "tokenizer_from": "/nowhere"}
         config.write_text(tomli_w.dumps(data))
-    edit_claims(glue, [{**PICK, "metric": "acc"}])
+    edit_claims(glue, [{**PICK, "metric": "f1"}])
     tuned = write_study_dir(root, "rep-tuned", [PICK], nuisance=TUNED)
     (tuned / "tuning").mkdir()
     choice = {"variant": "h1", "tried": {"lr0.01": [{LR: 0.01}, 0.5]}, "best": {LR: 0.01}, "at_edge": [],
@@ -270,7 +298,9 @@ CASES += [
     c("report-claim-unknown-stage", "report", "rep-stage", says=("stage 'glue'", "stages: none")),
     c("report-claim-damaged", "report", "rep-claim-test", says=("study.toml", "test")),
     c("report-claim-metric-not-recorded", "report", "rep-recorded",
-      says=("'acc'", "none of its 4 completed runs recorded", "the loss, accuracy")),
+      says=("'pick_accuracy'", "none of its 4 completed runs recorded", "the loss, accuracy")),
+    c("report-claim-glue-metric", "report", "rep-glue",
+      says=("rep-glue/study.toml", "'f1'", "'glue' runs report only the loss, accuracy")),
     c("report-tuning-json-cut", "report", "rep-tuning-cut", code=1, says=("tuning.json is damaged", "rerun the study")),
     c("report-tuning-json-table", "report", "rep-tuning-table", code=1, says="tuning.json is damaged"),
     c("report-tuning-json-fields", "report", "rep-tuning-fields", code=1, says="tuning.json is damaged"),
@@ -329,24 +359,6 @@ def test_case_ids_are_distinct_and_every_bad_file_is_used() -> None:
     ids = [k.id for k in CASES]
     assert len(ids) == len(set(ids)) and len(ids) >= 50
     assert {f"{name}.toml" for name in BAD} <= {a for k in CASES for a in k.argv}
-
-
-def test_a_glue_stage_on_a_causal_study_names_the_source_kind_its_family_declares(world, monkeypatch, capsys):
-    """Where the encoder family declares the kinds its vocabulary comes from (``vocabulary_kinds``
-    on its ``[task]`` class), a stage that only borrows the vocabulary is refused by kind too."""
-    from headwise.families.encoder.finetune import GlueTaskConfig
-
-    monkeypatch.setattr(GlueTaskConfig, "vocabulary_kinds", ("mlm",), raising=False)
-    monkeypatch.chdir(world)
-    only_vocabulary = edit(edit(GOOD["lm"], "stages", [GLUE]), "stages.0.source_keys", ["task.tokenizer_from"])
-    (world / "vocabulary-only.toml").write_text(tomli_w.dumps(only_vocabulary))
-    try:
-        assert main(["study", "vocabulary-only.toml", "--dry-run"]) == 2
-        assert main(["study", "mlm-glue.toml", "--dry-run"]) == 0
-    finally:
-        (world / "vocabulary-only.toml").unlink()
-    err = capsys.readouterr().err
-    assert "its 'glue' task reads its vocabulary from a 'mlm' run, and the study's runs are 'lm' runs" in err
 
 
 # --- output folders that cannot be written ------------------------------------------------------

@@ -21,6 +21,8 @@ pytest.importorskip("transformers", reason="transformers (the hf extra) is not i
 
 from transformers import PreTrainedTokenizerFast  # noqa: E402
 
+from headwise.analysis.conditioning import analyze_model  # noqa: E402
+from headwise.analysis.runs import eval_inputs  # noqa: E402
 from headwise.cli import main  # noqa: E402
 from headwise.errors import RunFailure  # noqa: E402
 from headwise.data.sources import open_source  # noqa: E402
@@ -33,9 +35,10 @@ from headwise.families.lm.tokenizer import GPT_NEO_FILES, gpt_neo_tokenizer  # n
 from headwise.run import RunSummary, read_summary  # noqa: E402
 from headwise.run.tokenizer import read_run_tokenizer  # noqa: E402
 from headwise.train.generate import generate, held_out_predictions, load_run_model, run_config, run_task  # noqa: E402
+from headwise.model import load_pretrained  # noqa: E402
 from headwise.train.generate import run_tokenizer  # noqa: E402
 from tests.conftest import shared_data_dir  # noqa: E402
-from tests.helpers import one_thread  # noqa: E402, F401 (a fixture)
+from tests.helpers import one_thread, read_csv  # noqa: E402, F401 (a fixture)
 
 SPEC = "bpe:300"
 TEXTS = ["Once upon a time, there was a little dog named Max.", "Lily and Tom played in the park all day!",
@@ -85,7 +88,8 @@ def runs(tmp_path_factory):
     lm = _train(root, "lm", {"preset": "tiny-lm", **MODEL, "max_seq_len": 64}, {"kind": "lm", **data})
     before = mlm_task.build()  # the task the masked LM trained on: its cache, its tokenizer
     trained = before.tokenizer
-    assert lm_task.build().tokenizer.sha256 == trained.sha256  # one cache, one tokenizer for both runs
+    lm_before = lm_task.build()
+    assert lm_before.tokenizer.sha256 == trained.sha256  # one cache, one tokenizer for both runs
 
     corpus.write_text(_stories("tinystories-train-sample.txt", 150, 300))  # the edit
     rebuilt = prepare(mlm_task).tokenizer
@@ -93,7 +97,7 @@ def runs(tmp_path_factory):
     differ = [t for t in TEXTS if rebuilt.encode(t) != trained.encode(t)]
     assert len(differ) == len(TEXTS), "a BPE trained on the edited corpus must give other ids for every sample"
     yield SimpleNamespace(root=root, mlm=mlm, lm=lm, trained=trained, rebuilt=rebuilt, before=before,
-                          mlm_model=mlm_model, data=data)
+                          lm_before=lm_before, mlm_model=mlm_model, data=data)
     mp.undo()
 
 
@@ -198,6 +202,24 @@ def test_generate_uses_the_runs_vocabulary(runs, capsys):
     got = json.loads(capsys.readouterr().out)
     model, source = load_run_model(runs.mlm)
     assert got == {"model": source, **held_out_predictions(model, runs.before, expected)}
+
+
+def test_analyze_and_the_report_probes_measure_in_the_runs_vocabulary(runs, tmp_path, capsys):
+    """``headwise analyze`` and a report's conditioning probe (both :func:`eval_inputs`) feed the
+    model the held-out text in the ids it trained with, not a BPE trained again on the edited corpus."""
+    for run, before in ((runs.lm, runs.lm_before), (runs.mlm, runs.before)):
+        assert torch.equal(eval_inputs(run, 1)[0], before.eval_batches()[0].inputs)
+    # what building the task from its config alone now gives: other ids for the same validation text
+    edited = LMTaskConfig(kind="lm", **runs.data).build()
+    assert edited.tokenizer.sha256 == runs.rebuilt.sha256
+    assert not torch.equal(edited.eval_batches()[0].inputs, runs.lm_before.eval_batches()[0].inputs)
+    run = Path(shutil.copytree(runs.lm, tmp_path / "lm"))
+    assert main(["analyze", str(run), "--checkpoints", "last", "--batches", "1"]) == 0
+    capsys.readouterr()
+    (row,) = [r for r in read_csv(run / "analysis" / "conditioning.csv") if r["layer"] == "all"]
+    (checkpoint,) = (run / "checkpoints").glob("step_*")
+    expected = analyze_model(load_pretrained(checkpoint), [runs.lm_before.eval_batches()[0].inputs])
+    assert float(row["cond_mean"]) == pytest.approx(expected.cond_mean)
 
 
 # ------------------------------------------------------------------ (d) another vocabulary

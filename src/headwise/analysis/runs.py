@@ -29,7 +29,6 @@ from headwise.errors import HeadwiseError
 from headwise.model import WEIGHTS_FILE, load_pretrained
 from headwise.run import RunDir, RunStatus, read_summary
 from headwise.run.layout import CONFIG_FILE, SUMMARY_FILE
-from headwise.tasks.union import parse_task_config
 
 CHECKPOINT_RE = re.compile(r"^step_(\d+)$")
 RUN_COLUMNS = ["step", "layer", "heads", "head_dim", "width", "attention", "cond_mean", "cond_median",
@@ -53,11 +52,13 @@ def find_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
 
 
 def eval_inputs(run_dir: str | Path, batches: int) -> list[Tensor]:
-    """The inputs of the first ``batches`` evaluation batches of the run's task (its config's
-    ``[task]`` table: the analysis needs the task, not the whole run config)."""
-    path = RunDir(run_dir).config
-    task = parse_task_config(read_toml(path).get("task", {}), source=f"{path} [task]")
-    return [b.inputs for b in task.build().eval_batches()[:batches]]
+    """The inputs of the first ``batches`` evaluation batches of the run's task, its text encoded
+    with the tokenizer the run saved (:func:`headwise.train.generate.run_task`), never a BPE
+    trained again on text that may have changed since."""
+    from headwise.train.generate import run_config, run_task
+
+    run_dir = Path(run_dir)
+    return [b.inputs for b in run_task(run_dir, run_config(run_dir)).eval_batches()[:batches]]
 
 
 def _check_run_dir(run_dir: Path) -> None:
@@ -176,8 +177,9 @@ def condition_vs_heads(
                 progress(f"{name}: skipped ({'no readable summary' if summary is None else f'status {summary.status}'})")
             continue
         config = read_toml(RunDir(run).config)
-        # Runs of one study usually share a task: build its eval batches once.
-        key = json.dumps(config.get("task", {}), sort_keys=True)
+        # Runs of one study usually share a task: build its eval batches once (per tokenizer:
+        # runs of one task table may have learnt their BPE from other versions of its text).
+        key = json.dumps([config.get("task", {}), summary.tokenizer], sort_keys=True)
         if key not in cached_inputs:
             cached_inputs[key] = eval_inputs(run, batches)
         try:

@@ -113,8 +113,7 @@ class Probes:
     def pick_accuracy(self, run: RunRecord) -> float | None:
         """Share of held-out tokens whose output is closest to the right point (first eval
         batch); None when the model cannot be scored."""
-        from headwise.tasks.union import build_task
-        from headwise.train.generate import held_out_predictions, load_run_model
+        from headwise.train.generate import held_out_predictions, load_run_model, run_config, run_task
 
         cached = self.cache.get("pick", run, "eval batch 0")
         if cached is not None:
@@ -124,7 +123,7 @@ class Probes:
         try:
             with one_thread():
                 model, _ = load_run_model(run.path)
-                task = build_task(run.task)
+                task = run_task(run.path, run_config(run.path))  # text in the run's saved vocabulary
                 value = float(held_out_predictions(model, task, task.eval_batches()[0])["accuracy"])
         except HeadwiseError:
             return None

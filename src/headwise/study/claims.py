@@ -35,7 +35,8 @@ it over the claim's pairs and nothing else. Claims are part of the study's ident
 cannot be moved once runs exist.
 
 A claim's ``metric`` must be one its runs report (:func:`metric_problem`): the loss always, else
-one their task family declares; a study that names another is refused when it is resolved.
+one their ``[task]`` table declares (:meth:`~headwise.tasks.family.TaskConfigBase.reported_metrics`);
+a study that names another is refused when it is resolved.
 """
 
 from __future__ import annotations
@@ -48,8 +49,6 @@ from pydantic import Field, model_validator
 from headwise.config import Config
 from headwise.errors import HeadwiseError
 from headwise.study.stages import Stage, stage_config
-from headwise.tasks.base import Task
-from headwise.tasks.classify import TOP5_ABOVE, ClassificationTask, accuracy_metrics
 from headwise.tasks.family import TaskConfigBase
 from headwise.train.config import RunConfig
 
@@ -131,31 +130,11 @@ def unknown_variants(claims: list[Claim], variants: set[str]) -> list[str]:
             for c in claims for pair in c.pairs for name in pair if name not in variants]
 
 
-def reported_metrics(task: TaskConfigBase) -> frozenset[str] | None:
-    """The eval metrics besides the loss that runs of ``task`` record, known from its config
-    alone; None when only the built task knows them.
-
-    A family's config may say (a ``reported_metrics()`` method returning names, or None);
-    otherwise its task class does: a classification task's accuracies (it sets them per instance,
-    top-5 only above 10 classes), none known for a task that makes its metrics from the whole
-    evaluation set (its own ``finish_metrics``, such as GLUE's F1, correlations and mismatched
-    split), else the ``metric_names`` the class declares."""
-    hook = getattr(task, "reported_metrics", None)
-    if hook is not None and (names := hook()) is not None:
-        return frozenset(names)
-    cls = task.family.task
-    if issubclass(cls, ClassificationTask):
-        # a class count the config does not state (an image folder's) may be above 10 or not
-        return frozenset(accuracy_metrics(task.spec_fields().get("num_classes") or TOP5_ABOVE + 1))
-    if cls.finish_metrics is not Task.finish_metrics:
-        return None
-    return frozenset(cls.metric_names)
-
-
 def metric_problem(metric: str, task: TaskConfigBase) -> str | None:
     """Why runs of ``task`` cannot be compared on ``metric`` (the loss always can), as the end of
     a sentence; None when they can, or when only their built task knows its metrics."""
-    known = reported_metrics(task)
+    names = task.reported_metrics()
+    known = None if names is None else frozenset(names)
     if metric == "loss" or known is None or metric in known:
         return None
     hint = difflib.get_close_matches(metric, [*known, "loss"], n=1)

@@ -40,9 +40,8 @@ from pydantic import Field
 from headwise.config import Config, deep_merge, set_dotted
 from headwise.errors import HeadwiseError
 from headwise.spec import ModelSpec
-from headwise.tasks.family import TaskConfigBase
 from headwise.train.config import RunConfig, resolve_spec
-from headwise.train.init_from import HEAD_FIELDS
+from headwise.train.init_from import HEAD_FIELDS, TOKEN_ENCODERS
 
 if TYPE_CHECKING:
     from headwise.study.layout import StudyRecord
@@ -50,9 +49,6 @@ if TYPE_CHECKING:
 STAGES_DIR = "stages"
 #: a stage's run config tables that come from the variant's config unless the stage gives them
 INHERITED = ("log",)
-#: the output heads of models with a token encoder to fine-tune (those ``train.init_from`` takes:
-#: :func:`headwise.train.init_from.check_init_source`)
-TOKEN_ENCODERS = ("mlm", "lm")
 
 
 class Stage(Config):
@@ -118,7 +114,7 @@ def source_problem(stage: Stage, run: RunConfig, source: str, kind: str, spec: M
     vocabulary = task.vocabulary_run()
     reads_vocabulary = bool(vocabulary) and os.path.abspath(vocabulary) == source
     if reads_vocabulary:
-        kinds = vocabulary_kinds(task)
+        kinds = task.vocabulary_kinds
         if kinds is not None and kind not in kinds:
             return (f"its {task.kind!r} task reads its vocabulary from a {' or '.join(map(repr, kinds))} run, and "
                     f"the study's runs are {kind!r} runs: start the stage from a study of such runs")
@@ -143,12 +139,6 @@ def source_problem(stage: Stage, run: RunConfig, source: str, kind: str, spec: M
                     f"{task.kind!r} task's model has {key} = {value!r}: a stage fine-tunes an encoder of its "
                     "source's own shape")
     return None
-
-
-def vocabulary_kinds(task: TaskConfigBase) -> tuple[str, ...] | None:
-    """The task kinds whose runs ``task`` can read its vocabulary from, as its family's config
-    class declares them (a ``vocabulary_kinds`` class attribute); None where it does not say."""
-    return getattr(type(task), "vocabulary_kinds", None)
 
 
 def _plain(value: Any) -> Any:

@@ -19,7 +19,9 @@ know about a family is in its :class:`TaskFamily` record:
 What a family's runs can do besides is asked of its config, never of its kind: whether a run has
 a tokenizer (:meth:`TaskConfigBase.run_tokenizer`), held-out text
 (:meth:`TaskConfigBase.held_out_texts`), text options for ``headwise data``
-(:meth:`TaskConfigBase.data_options`) or a cache of its own (:meth:`TaskConfigBase.cache`).
+(:meth:`TaskConfigBase.data_options`), a cache of its own (:meth:`TaskConfigBase.cache`), the
+metrics it records (:meth:`TaskConfigBase.reported_metrics`) or the runs whose vocabulary it
+reads (:attr:`TaskConfigBase.vocabulary_kinds`).
 
 A new family is a folder of :mod:`headwise.families` (or a package named by a
 ``headwise.families`` entry point) whose task module ends with ``register_family(TaskFamily(...))``;
@@ -32,7 +34,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, Iterator, NamedTuple
 
 from headwise.config import Config
 from headwise.errors import HeadwiseError
@@ -58,6 +60,10 @@ class TaskConfigBase(Config):
     """Base of every ``[task]`` table; subclasses add ``kind: Literal["name"]`` and their fields."""
 
     kind: str
+    #: the task kinds of the runs whose vocabulary this table can read (a fine-tuning task's
+    #: :meth:`vocabulary_run`), so that a study refuses a stage on other runs when it is resolved;
+    #: None where the family does not say
+    vocabulary_kinds: ClassVar[tuple[str, ...] | None] = None
 
     @property
     def family(self) -> "TaskFamily":
@@ -108,6 +114,16 @@ class TaskConfigBase(Config):
         """For ``headwise data info --config``: where this table's own cache is and whether it is
         ready, without building it; None when the task has no such cache."""
         return None
+
+    def reported_metrics(self) -> tuple[str, ...] | None:
+        """The eval metrics besides the loss that runs of this table record, known from the config
+        alone (a study's claims and tuning metric are checked against them); None when only the
+        built task knows them. By default the ``metric_names`` its family's task class declares,
+        and None for a task class that makes its metrics from the whole evaluation set (its own
+        ``finish_metrics``) without saying which: a family whose names depend on the table says so
+        here."""
+        task = self.family.task
+        return None if task.finish_metrics is not Task.finish_metrics else tuple(task.metric_names)
 
     def vocabulary_run(self) -> str | None:
         """The pretraining run whose vocabulary this table's inputs are encoded in (a fine-tuning

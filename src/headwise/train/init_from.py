@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, TypeVar
 
-from headwise.errors import HeadwiseError
-from headwise.model.pretrained import load_pretrained, read_spec
+from headwise.errors import HeadwiseError, RunFailure
+from headwise.model.pretrained import DamagedFile, load_pretrained, read_spec, verify_model_dir
 from headwise.model.transformer import Transformer
 from headwise.run.layout import RunDir
 from headwise.spec import ModelSpec
@@ -22,6 +22,10 @@ from headwise.spec import ModelSpec
 if TYPE_CHECKING:
     from headwise.families.lm.tokenizer import Tokenizer
 
+T = TypeVar("T")
+
+#: the output heads of models with a token encoder that fine-tuning can start from (a masked or causal LM)
+TOKEN_ENCODERS = ("mlm", "lm")
 #: spec fields that do not shape the encoder's weights: the output head's, padding and dropout
 HEAD_FIELDS = frozenset({"outputs", "num_classes", "pooling", "classifier_hidden", "pad_id", "dropout", "drop_path"})
 
@@ -42,7 +46,8 @@ def check_init_source(init_from: str, checkpoint: str | None, spec: ModelSpec,
     saved model (or the named checkpoint) whose encoder has the same shape, which trained with
     ``tokenizer`` (the one the task encodes its text with: the hashes must be equal, the same size is
     not the same vocabulary), and which is the run whose vocabulary the task reads (``vocabulary_run``,
-    when the task names one). Raises HeadwiseError in one line naming the first difference otherwise."""
+    when the task names one). Raises HeadwiseError in one line naming the first difference otherwise,
+    and RunFailure naming a damaged file of the source's model (its files are verified here)."""
     run = RunDir(Path(init_from))
     if not run.has_run():
         raise HeadwiseError(f"train.init_from = {init_from!r} is not a headwise run (no {run.config}): give the "
@@ -52,8 +57,8 @@ def check_init_source(init_from: str, checkpoint: str | None, spec: ModelSpec,
         what = "has no final model (did it finish?)" if checkpoint is None else f"has no checkpoint {checkpoint!r}"
         raise HeadwiseError(f"train.init_from run {init_from} {what}: give a finished run or name one of its "
                             f"checkpoints in train.init_checkpoint")
-    source = read_spec(model_dir / "spec.json")
-    if source.output_head not in ("mlm", "lm") or source.vocab_size is None:
+    source = _checked(lambda: read_spec(model_dir / "spec.json"), init_from, checkpoint)
+    if source.output_head not in TOKEN_ENCODERS or source.vocab_size is None:
         raise HeadwiseError(f"train.init_from run {init_from} is a {source.output_head!r} model without a token "
                             "encoder to fine-tune: give a masked-LM (outputs \"mlm\") pretraining run")
     mine, theirs = spec.model_dump(), source.model_dump()
@@ -67,7 +72,20 @@ def check_init_source(init_from: str, checkpoint: str | None, spec: ModelSpec,
         # embeddings belong to their own run's tokenizer: a copy of it is still another run to keep in step
         raise HeadwiseError(f"train.init_from = {init_from!r} but the task's tokenizer_from = {vocabulary_run!r}: "
                             "the encoder's embeddings belong to its own run's vocabulary; name the same run in both")
+    # last, as it reads every byte: a cut or altered weights file is found before the run writes
+    # anything, not when the weights are loaded
+    _checked(lambda: verify_model_dir(model_dir), init_from, checkpoint)
     return InitSource(run.path, model_dir, checkpoint)
+
+
+def _checked(read: Callable[[], T], init_from: str, checkpoint: str | None) -> T:
+    """``read()`` of the source's model folder, a damaged file in it a RunFailure naming it."""
+    try:
+        return read()
+    except DamagedFile as exc:
+        other = "another of its checkpoints" if checkpoint is not None else "one of its checkpoints"
+        raise RunFailure(f"{exc}, so train.init_from run {init_from} cannot be fine-tuned from: restore the file "
+                         f"from a copy of the run, or name {other} in train.init_checkpoint") from None
 
 
 def _check_same_tokenizer(source: Path, tokenizer: "Tokenizer", vocabulary_run: str | None) -> None:
@@ -90,7 +108,7 @@ def _check_same_tokenizer(source: Path, tokenizer: "Tokenizer", vocabulary_run: 
 def load_encoder(model: Transformer, source: InitSource) -> None:
     """Copy the source model's weights into ``model``, all but the output heads' modules: every
     encoder tensor must be there with its shape, the new head keeps its fresh initialisation."""
-    pretrained = load_pretrained(source.model_dir)
+    pretrained = load_pretrained(source.model_dir, verify=False)  # check_init_source verified the files
     theirs = {name for name, _ in pretrained.named_children()}
     mine = {name for name, _ in model.named_children()}
     # the source's head (lm_head) is not in this model; this model's head (pooler, classifier) not in the source

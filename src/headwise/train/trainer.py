@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import random
-import shutil
 import signal
 import sys
 import threading
@@ -28,18 +27,19 @@ from headwise.errors import HeadwiseError, RunFailure
 from headwise.model import Transformer, save_pretrained
 from headwise.params import count_params, flops_per_token
 from headwise.run import RunDir, RunStatus, RunSummary, write_summary
-from headwise.run.tokenizer import check_resumed_tokenizer, save_run_tokenizer, task_tokenizer, tokenizer_record
+from headwise.run.tokenizer import task_tokenizer, tokenizer_record
 from headwise.tasks.base import Task
 from headwise.tasks.union import build_task
 from headwise.train.allocator import tune_cpu_allocator
-from headwise.train.checkpoint import clean_uncommitted, latest_checkpoint, rng_state, save_checkpoint, set_rng_state
+from headwise.train.checkpoint import latest_checkpoint, rng_state, save_checkpoint, set_rng_state
 from headwise.train.config import RunConfig, batch_layout, min_lr, resolve_spec, resolved_config, warmup_steps
 from headwise.train.distributed import DistContext, init_distributed, resolve_device
 from headwise.train.init_from import check_init_source, load_encoder
 from headwise.train.metrics import MetricsLog, Progress, peak_memory_bytes
 from headwise.train.optim import build_optimizer, build_scheduler
 from headwise.train.peak import default_peak_flops
-from headwise.train.resume import ResumePoint, check_resume, commit_fallback, config_difference, saved_config
+from headwise.train.resume import ResumePoint
+from headwise.train.run_folder import NewFolder, ResumedConfig, check_run_dir, prepare_run_dir
 from headwise.train.trackers import open_trackers
 
 # Sentinel for "no non-finite loss yet" in the on-device first-bad-step tracker.
@@ -55,7 +55,8 @@ def run_training(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, o
     ``cfg.task`` (the config's task table is then only recorded). Under ``torchrun`` every
     process calls this; rank 0 writes the files.
 
-    Raises HeadwiseError on bad input (nothing on disk changed) and RunFailure when the loss
+    Raises HeadwiseError on bad input (nothing on disk changed: a new run refused once its folder
+    is written, before any checkpoint, takes back what it added) and RunFailure when the loss
     becomes non-finite (``summary.json`` then says ``diverged``; the last good checkpoint stays)
     or when ``resume`` finds no checkpoint that verifies (nothing on disk changed; a damaged
     newer checkpoint is skipped, see :mod:`headwise.train.resume`).
@@ -66,7 +67,12 @@ def run_training(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, o
         raise HeadwiseError("--resume and --overwrite contradict each other: choose one")
     ctx = init_distributed(cfg.train.device)
     try:
-        summary = Trainer(cfg, Path(out_dir), ctx, resume=resume, overwrite=overwrite, task=task).run()
+        trainer = Trainer(cfg, Path(out_dir), ctx, resume=resume, overwrite=overwrite, task=task)
+        try:
+            summary = trainer.run()
+        except (HeadwiseError, RunFailure) as exc:
+            trainer.take_back(exc)
+            raise
         # No process tears its group down while another still communicates (a gloo rank that did
         # aborted now and then); after a failure the others may never arrive, so only here.
         ctx.barrier()
@@ -101,45 +107,36 @@ class Trainer:
         self.peak_flops, self.peak_source = (
             (t.peak_flops, "train.peak_flops") if t.peak_flops else default_peak_flops(self.device, t.precision)
         )
-        self.resume_from = self._check_run_dir(resume, overwrite)
+        self.resume_from = check_run_dir(self.run_dir, self.cfg, self.spec, self.tokenizer, ctx.world_size,
+                                         resume=resume, overwrite=overwrite)
         # Made (a missing extra refused) before anything is written, by every process so that
         # all refuse alike; rank 0 starts them in run().
         self.trackers = open_trackers(self.cfg.log, out)
         self.resume_notes: list[str] = []
         self._init_progress()
+        # The model, the init_from weights and the data streams too: what they refuse (a damaged
+        # source, a batch larger than the training split) must not leave a run folder behind.
+        self._build()
+        #: the step this invocation starts from (a resumed run's checkpoint's)
+        self.first_step = self.step
         # Every process has read the directory before rank 0 changes it.
         ctx.barrier()
+        #: what rank 0 wrote into the run folder, taken back if the run is refused before it trains
+        self.undo: NewFolder | ResumedConfig | None = None
         if ctx.is_main:
-            self._prepare_run_dir(overwrite)
+            self.undo, self.resume_notes = prepare_run_dir(self.run_dir, self.cfg, self.tokenizer,
+                                                           self.resume_from, overwrite)
         ctx.barrier()
 
-    def _check_run_dir(self, resume: bool, overwrite: bool) -> ResumePoint | None:
-        """Refuse what cannot be done, before anything is written. Returns the checkpoint to
-        resume, loaded and verified (:func:`headwise.train.resume.check_resume`)."""
-        out, has_run = self.out, self.run_dir.has_run()
-        if resume:
-            check_resumed_tokenizer(out, self.tokenizer)
-            return check_resume(self.run_dir, self.spec, self.cfg.to_dict(), self.ctx.world_size)
-        if out.exists() and not out.is_dir():
-            raise HeadwiseError(f"{out} is a file, not a run directory")
-        if out.is_dir() and any(out.iterdir()):
-            if not has_run:
-                raise HeadwiseError(f"{out} is not empty and holds no headwise run: choose another --out")
-            if not overwrite:
-                same = not config_difference(saved_config(self.run_dir.config), self.cfg.to_dict())
-                what = "this run already" if same else "a different run"
-                raise HeadwiseError(f"{out} holds {what}: pass --resume to continue it or --overwrite to replace it")
-        return None
-
-    def _prepare_run_dir(self, overwrite: bool) -> None:
-        if overwrite and self.run_dir.has_run():
-            shutil.rmtree(self.out)
-        if self.resume_from is not None:
-            self.resume_notes = commit_fallback(self.out, self.resume_from)
-            clean_uncommitted(self.out)
-        self.out.mkdir(parents=True, exist_ok=True)
-        self.cfg.save(self.run_dir.config)
-        save_run_tokenizer(self.out, self.tokenizer)  # before the summary that records its hash
+    def take_back(self, exc: HeadwiseError | RunFailure) -> None:
+        """Take back what this invocation wrote into the run folder (:mod:`headwise.train.run_folder`)
+        when the run is refused before it saved a checkpoint: on bad input, or on a failure before
+        its first step (a tracker that cannot start). A failure after that (a diverged loss) keeps
+        the run, whose summary says what happened."""
+        refused = isinstance(exc, HeadwiseError) or self.step == self.first_step
+        saved = self.last_saved != self.first_step or self.status is RunStatus.COMPLETED
+        if self.undo is not None and refused and not saved:
+            self.undo.take_back()
 
     def _init_progress(self) -> None:
         """Counters, timers and status of the run, before anything has trained (a resumed run
@@ -205,7 +202,6 @@ class Trainer:
 
     def run(self) -> RunSummary:
         """Train to the end (or to a stop signal); returns the summary it wrote last."""
-        self._build()
         self.wall_t0 = time.perf_counter()
         self.status = RunStatus.RUNNING
         resume_step = self.step if self.resume_from is not None else None

@@ -13,7 +13,7 @@ Each task is scored on its validation split; MNLI on ``validation_matched`` (``a
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -70,8 +70,18 @@ class GlueTaskConfig(TaskConfigBase):
     standin_seed: int = 0
     standin_eval_frac: float = Field(default=0.2, gt=0, lt=1)
 
+    #: the inputs are encoded in a masked-LM run's vocabulary ([PAD] [CLS] [SEP] [MASK] included)
+    vocabulary_kinds: ClassVar[tuple[str, ...] | None] = ("mlm",)
+
     def vocabulary_run(self) -> str:
         return self.tokenizer_from
+
+    def reported_metrics(self) -> tuple[str, ...]:
+        """The task's metrics on each evaluation split, a later split's with its suffix (MNLI's
+        ``accuracy`` and ``accuracy_mismatched``), as :class:`GlueFinetuneTask` names them."""
+        metrics = STANDIN_METRICS if self.task in STANDINS else TASKS[self.task].metrics
+        splits = EVAL_SPLITS.get(self.task, {"": "validation"})
+        return tuple(name + (f"_{suffix}" if suffix else "") for suffix in splits for name in metrics)
 
     def num_classes(self) -> int:
         return 2 if self.task in STANDINS else TASKS[self.task].num_labels

@@ -218,6 +218,10 @@ class LRATaskConfig(TaskConfigBase):
     def spec_fields(self) -> dict[str, Any]:
         return {"num_classes": TASKS[self.task].num_classes, "pad_id": PAD_ID}
 
+    def reported_metrics(self) -> tuple[str, ...]:
+        """Accuracy, and top-5 accuracy for a task of more than 10 classes."""
+        return accuracy_metrics(TASKS[self.task].num_classes)
+
     def setup_line(self, facts: dict[str, Any]) -> str:
         return (f"LRA {self.task} on {facts.get('data') or self.source}, {facts.get('classes', '?')} classes, "
                 f"sequences padded to {self.length} tokens (mean training length "

@@ -38,7 +38,7 @@ from headwise.data.cache_files import CacheInvalid
 from headwise.data.shuffled import ShuffledStream, evenly_spaced
 from headwise.errors import HeadwiseError
 from headwise.tasks.base import Batch, BatchStream
-from headwise.tasks.classify import ClassificationTask, accuracy_metrics
+from headwise.tasks.classify import TOP5_ABOVE, ClassificationTask, accuracy_metrics
 from headwise.tasks.family import Dims, TaskConfigBase, TaskFamily, register_family
 
 def cache_spec_fields(cache: ImageCache) -> dict[str, Any]:
@@ -234,6 +234,11 @@ class ImageTaskConfig(TaskConfigBase):
         """The image side, channels and classes this table states (the data is checked against them)."""
         fields = {"image_size": self.image_size, "channels": self.channels, "num_classes": self.num_classes}
         return {k: v for k, v in fields.items() if v is not None}
+
+    def reported_metrics(self) -> tuple[str, ...]:
+        """Accuracy, and top-5 accuracy above 10 classes: both when the table does not state its
+        class count (the data may have more or fewer)."""
+        return accuracy_metrics(self.num_classes or TOP5_ABOVE + 1)
 
     def setup_line(self, facts: dict[str, Any]) -> str:
         return (f"image classification on {facts.get('data') or self.source}, {facts.get('classes', '?')} classes at "

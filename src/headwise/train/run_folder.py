@@ -1,0 +1,125 @@
+"""The run folder ``headwise train`` writes: refused before it is touched, made, and taken back.
+
+:func:`check_run_dir` refuses what cannot be done with ``--out`` before anything is written;
+:func:`prepare_run_dir` then writes the run's ``config.toml`` and tokenizer. Everything the
+trainer can check is checked before that (the task's data, the model, an ``init_from`` source's
+weights, the first batches), but a refusal can still come after it: a tracker that cannot start,
+bad input found in the first steps. A run refused before it has saved a checkpoint takes back
+what its own invocation created (:class:`NewFolder`), so that the corrected command is not
+refused as "holds a different run" and ``--resume`` is not offered a run with nothing to resume;
+a resume puts its run's config back (:class:`ResumedConfig`).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from headwise.config import atomic_write_text
+from headwise.errors import HeadwiseError
+from headwise.run import RunDir
+from headwise.run.tokenizer import check_resumed_tokenizer, save_run_tokenizer
+from headwise.spec import ModelSpec
+from headwise.train.checkpoint import clean_uncommitted
+from headwise.train.config import RunConfig
+from headwise.train.resume import ResumePoint, check_resume, commit_fallback, config_difference, saved_config
+
+if TYPE_CHECKING:
+    from headwise.families.lm.tokenizer import Tokenizer
+
+
+def check_run_dir(run_dir: RunDir, cfg: RunConfig, spec: ModelSpec, tokenizer: "Tokenizer | None",
+                  world_size: int, *, resume: bool, overwrite: bool) -> ResumePoint | None:
+    """Refuse what cannot be done with ``run_dir``, before anything is written. Returns the
+    checkpoint to resume, loaded and verified (:func:`headwise.train.resume.check_resume`)."""
+    out = run_dir.path
+    if resume:
+        check_resumed_tokenizer(out, tokenizer)
+        return check_resume(run_dir, spec, cfg.to_dict(), world_size)
+    if out.exists() and not out.is_dir():
+        raise HeadwiseError(f"{out} is a file, not a run directory")
+    if out.is_dir() and any(out.iterdir()):
+        if not run_dir.has_run():
+            raise HeadwiseError(f"{out} is not empty and holds no headwise run: choose another --out")
+        if not overwrite:
+            same = not config_difference(saved_config(run_dir.config), cfg.to_dict())
+            what = "this run already" if same else "a different run"
+            raise HeadwiseError(f"{out} holds {what}: pass --resume to continue it or --overwrite to replace it")
+    return None
+
+
+class NewFolder:
+    """What one invocation adds to the file system for a new run at ``out``: the folders it makes
+    (``out`` and any missing parents) or, where ``out`` is a folder already, the entries it writes
+    there. Taken before anything is written; :meth:`take_back` removes exactly that."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        #: the entries of ``out`` when it is a folder already (None when this invocation makes it)
+        self.kept: set[str] | None = {p.name for p in out.iterdir()} if out.is_dir() else None
+        #: the folders this invocation makes, deepest first (none when ``out`` exists)
+        self.made: list[Path] = []
+        path = out
+        while not path.exists() and path != path.parent:
+            self.made.append(path)
+            path = path.parent
+
+    def take_back(self) -> None:
+        """Remove what this invocation added: the run folder it made, each parent it made that is
+        still empty (another run may have been started in one since), or the entries it wrote into
+        a folder that was there, never one that was there before."""
+        if self.kept is not None:
+            for entry in self.out.iterdir():
+                if entry.name in self.kept:
+                    continue
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+            return
+        if self.made:
+            shutil.rmtree(self.made[0], ignore_errors=True)
+        for parent in self.made[1:]:
+            try:
+                parent.rmdir()
+            except OSError:  # not empty: someone else's run is in it now
+                return
+
+
+class ResumedConfig:
+    """A resumed run's ``config.toml`` as it was before the resume wrote its own (which may change
+    what it records: ``log``, ``eval``, ``checkpoint``); :meth:`take_back` writes it back, so that
+    a resume refused before it trains leaves the run as resumable as it found it. The repairs it
+    made to the checkpoints (:func:`~headwise.train.resume.commit_fallback`) stay: they hold."""
+
+    def __init__(self, run_dir: RunDir) -> None:
+        self.path = run_dir.config
+        self.text = self.path.read_text(encoding="utf-8")
+
+    def take_back(self) -> None:
+        """Write the config back as it was."""
+        atomic_write_text(self.path, self.text)
+
+
+def prepare_run_dir(run_dir: RunDir, cfg: RunConfig, tokenizer: "Tokenizer | None", resume_from: ResumePoint | None,
+                    overwrite: bool) -> tuple[NewFolder | ResumedConfig, list[str]]:
+    """Write the run's config and tokenizer into ``run_dir`` (replacing the run there with
+    ``overwrite``; for a resume, commit the checkpoint it continues from). Returns what to take
+    back should the run be refused before it trains (:class:`NewFolder`, or for a resume
+    :class:`ResumedConfig`) and the resume's notes."""
+    out, notes = run_dir.path, []
+    if overwrite and run_dir.has_run():
+        shutil.rmtree(out)
+    undo = NewFolder(out) if resume_from is None else ResumedConfig(run_dir)
+    try:
+        if resume_from is not None:
+            notes = commit_fallback(out, resume_from)
+            clean_uncommitted(out)
+        out.mkdir(parents=True, exist_ok=True)
+        cfg.save(run_dir.config)
+        save_run_tokenizer(out, tokenizer)  # before the summary that records its hash
+    except BaseException:
+        undo.take_back()
+        raise
+    return undo, notes
