@@ -160,6 +160,17 @@ def pick_quiet(mask: list[bool], minimum: int = 2) -> tuple[list[int], str]:
     return list(range(len(mask))), f"all {len(mask)} ({len(quiet)} quiet)"
 
 
+def rate_result(seconds: list[float], stall: list[float | None], per_sample: int,
+                unit: str = "tokens") -> dict[str, Any]:
+    """One case's samples as rates (``per_sample`` units per sample, e.g. tokens or images):
+    ``{unit}_per_s`` per sample and ``{unit}_per_s_median`` over its quiet samples when it has
+    two or more (see :func:`pick_quiet`), beside the raw seconds and CPU stall."""
+    rates = [per_sample / s for s in seconds]
+    use, basis = pick_quiet(quiet_mask(stall))
+    return {"seconds": seconds, "cpu_stall": stall, f"{unit}_per_s": rates, "basis": basis,
+            f"{unit}_per_s_median": median([rates[i] for i in use])}
+
+
 def ratio_stats(numerator: list[float], denominator: list[float],
                 quiet: list[bool] | None = None) -> dict[str, Any]:
     """Compare two per-round rate series measured in the same rounds.

@@ -34,7 +34,7 @@ from torch import nn
 
 from headwise.bench.cases import share_parameters
 from headwise.bench.settings import BenchConfig
-from headwise.bench.core import interleave, median, pick_quiet, quiet_mask, ratio_stats, synchronize
+from headwise.bench.core import interleave, quiet_mask, rate_result, ratio_stats, synchronize
 from headwise.model.transformer import Attention
 from headwise.spec import ModelSpec
 
@@ -187,7 +187,7 @@ def bench_nystrom(cfg: BenchConfig, device: torch.device, log: Callable[[str], N
         steps[name] = repeated(fn, meta[name]["repeats"])
     timings = interleave(steps, cfg.nystrom_rounds, 0, device, seed=cfg.seed + 11,
                          idle_wait=cfg.nystrom_idle_wait, progress=lambda s: log(f"{prefix} {s}"))
-    cases = {name: {**m, **_case_result(timings.seconds[name], timings.stall[name],
+    cases = {name: {**m, **rate_result(timings.seconds[name], timings.stall[name],
                                         batch * m["seq_len"] * m["repeats"])} for name, m in meta.items()}
     section = {
         "device": str(device), "precision": "fp32", "batch": batch, "seq_lens": list(cfg.nystrom_seq_lens),
@@ -205,15 +205,6 @@ def bench_nystrom(cfg: BenchConfig, device: torch.device, log: Callable[[str], N
     }
     section["comparisons"] = compare_nystrom(section)
     return section
-
-
-def _case_result(seconds: list[float], stall: list[float | None], tokens: int) -> dict[str, Any]:
-    """Tokens/s of one case (``tokens`` per sample); the median over its quiet samples when it
-    has two or more."""
-    rates = [tokens / s for s in seconds]
-    use, basis = pick_quiet(quiet_mask(stall))
-    return {"seconds": seconds, "cpu_stall": stall, "tokens_per_s": rates, "basis": basis,
-            "tokens_per_s_median": median([rates[i] for i in use])}
 
 
 def compare_nystrom(section: dict[str, Any]) -> list[dict[str, Any]]:

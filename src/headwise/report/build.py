@@ -11,14 +11,13 @@ from typing import Callable
 
 from headwise.errors import HeadwiseError
 from headwise.report import sections
-from headwise.report.data import load_study_runs
+from headwise.report.data import load_stage_runs, load_study_runs
 from headwise.report.document import Document
 from headwise.report.probes import Probes
 from headwise.report.registry import get_layout
 from headwise.report.tuning import tuning_section
 from headwise.report.verdicts import check_claims, verdict_section
 from headwise.study.nuisance import read_choices
-from headwise.study.stages import saved_stages, stage_record
 from headwise.study.layout import REPORT_DIR, STUDY_TOML, load_study_record
 
 REPORT_FILE = "report.md"
@@ -47,7 +46,7 @@ def write_report(
         spec = spec.with_kind(task.family.report_layout)
     # everything that can refuse the report is read before its folder is touched
     claims, nuisance = record.claims, record.nuisance  # each parses study.toml's table
-    stages = {s.name: load_study_runs(stage_record(record, s.name)) for s in saved_stages(record)} if claims else {}
+    stages = load_stage_runs(record) if claims else {}
     check_claims(study, claims, stages, str(record.path / STUDY_TOML))
     choices = read_choices(record.path) if nuisance is not None else []
     out = record.path / REPORT_DIR

@@ -21,6 +21,7 @@ from headwise.report import stats
 from headwise.run import RunStatus, RunSummary, read_metrics
 from headwise.study.layout import StudyRecord
 from headwise.study.results import RunResult, collect_results
+from headwise.study.stages import saved_stages, stage_record
 from headwise.tasks.union import parse_task_config
 from headwise.tasks.family import TaskConfigBase
 
@@ -284,3 +285,8 @@ def _task_of(config: dict[str, Any] | None) -> TaskConfigBase | None:
         return parse_task_config(config["task"])
     except HeadwiseError:
         return None
+
+
+def load_stage_runs(record: StudyRecord) -> dict[str, StudyRuns]:
+    """Each ``[[stages]]`` entry's runs, by stage name (empty for a study without stages)."""
+    return {s.name: load_study_runs(stage_record(record, s.name)) for s in saved_stages(record)}

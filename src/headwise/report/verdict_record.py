@@ -16,10 +16,9 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from headwise.report.data import load_study_runs
+from headwise.report.data import load_stage_runs, load_study_runs
 from headwise.report.verdicts import compare_claim
 from headwise.study.layout import load_study_record
-from headwise.study.stages import saved_stages, stage_record
 
 
 @dataclass(frozen=True)
@@ -50,7 +49,7 @@ def verdict_rows(study_dir: str | Path) -> list[VerdictRow]:
     """Every comparison of every claim of a finished study, judged as its report judges it."""
     record = load_study_record(study_dir)
     runs = load_study_runs(record)
-    stages = {s.name: load_study_runs(stage_record(record, s.name)) for s in saved_stages(record)}
+    stages = load_stage_runs(record)
     rows = []
     for claim in record.claims:
         for c in compare_claim(stages[claim.stage] if claim.stage else runs, claim):

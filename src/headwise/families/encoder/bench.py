@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from headwise.bench.cases import plan_label, share_parameters
-from headwise.bench.core import interleave, median, pick_quiet, quiet_mask, ratio_stats
+from headwise.bench.core import interleave, quiet_mask, rate_result, ratio_stats
 from headwise.bench.settings import BenchConfig
 from headwise.bench.training import make_optimizer
 from headwise.families.encoder.masking import CLS_ID, NUM_SPECIAL, SEP_ID, mask_tokens
@@ -157,7 +157,7 @@ def bench_encoder(cfg: BenchConfig, device: torch.device, log: Callable[[str], N
     prefix = f"[{device.type} fp32 encoder B={cfg.encoder_batch} T={cfg.encoder_seq_len}]"
     timings = interleave(steps, cfg.encoder_rounds, cfg.encoder_warmup, device, seed=cfg.seed + 11,
                          idle_wait=cfg.encoder_idle_wait, progress=lambda s: log(f"{prefix} {s}"))
-    cases = {name: {**m, **_case_result(timings.seconds[name], timings.stall[name], tokens)}
+    cases = {name: {**m, **rate_result(timings.seconds[name], timings.stall[name], tokens)}
              for name, m in meta.items()}
     spec = encoder_spec(cfg, plans[0].heads)
     section = {
@@ -174,15 +174,6 @@ def bench_encoder(cfg: BenchConfig, device: torch.device, log: Callable[[str], N
     }
     section["comparisons"] = compare_encoder(section)
     return section
-
-
-def _case_result(seconds: list[float], stall: list[float | None], tokens: int) -> dict[str, Any]:
-    """Tokens/s of one case (every position of the batch); the median over its quiet samples when
-    it has two or more."""
-    rates = [tokens / s for s in seconds]
-    use, basis = pick_quiet(quiet_mask(stall))
-    return {"seconds": seconds, "cpu_stall": stall, "tokens_per_s": rates, "basis": basis,
-            "tokens_per_s_median": median([rates[i] for i in use])}
 
 
 def compare_encoder(section: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:

@@ -19,7 +19,7 @@ from torch import nn
 
 from headwise.bench.cases import share_parameters
 from headwise.bench.settings import BenchConfig
-from headwise.bench.core import interleave, median, pick_quiet, quiet_mask, ratio_stats
+from headwise.bench.core import interleave, quiet_mask, rate_result, ratio_stats
 from headwise.bench.training import make_optimizer
 from headwise.model import Transformer
 from headwise.params import count_params
@@ -105,7 +105,7 @@ def bench_vision(cfg: BenchConfig, device: torch.device, log: Callable[[str], No
     prefix = f"[{device.type} fp32 vision B={batch}]"
     timings = interleave(steps, cfg.vision_rounds, cfg.vision_warmup, device, seed=cfg.seed + 7,
                          idle_wait=cfg.vision_idle_wait, progress=lambda s: log(f"{prefix} {s}"))
-    cases = {name: {**m, **_case_result(timings.seconds[name], timings.stall[name], batch)}
+    cases = {name: {**m, **rate_result(timings.seconds[name], timings.stall[name], batch, "images")}
              for name, m in meta.items()}
     spec = vision_spec(cfg, cfg.vision_heads[0])
     section = {
@@ -122,14 +122,6 @@ def bench_vision(cfg: BenchConfig, device: torch.device, log: Callable[[str], No
     }
     section["comparisons"] = compare_vision(section)
     return section
-
-
-def _case_result(seconds: list[float], stall: list[float | None], images: int) -> dict[str, Any]:
-    """Images/s of one case; the median over its quiet samples when it has two or more."""
-    rates = [images / s for s in seconds]
-    use, basis = pick_quiet(quiet_mask(stall))
-    return {"seconds": seconds, "cpu_stall": stall, "images_per_s": rates, "basis": basis,
-            "images_per_s_median": median([rates[i] for i in use])}
 
 
 def compare_vision(section: dict[str, Any]) -> dict[str, Any]:
