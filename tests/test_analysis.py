@@ -81,10 +81,11 @@ def _manual_attention(attn, x):
     """softmax(q k^T * scale) v per head with a hand-built mask, written independently of the model."""
     qkv = F.linear(x, attn.qkv.weight, attn.qkv.bias)
     t, width, d = x.shape[1], attn.heads * attn.head_dim, attn.head_dim
+    window = getattr(attn, "window", None)  # set on local layers by their kind
     allowed = torch.zeros(t, t, dtype=torch.bool)
     for i in range(t):
         for j in range(t):
-            allowed[i, j] = (not attn.causal or j <= i) and (attn.window is None or i - j < attn.window)
+            allowed[i, j] = (not attn.causal or j <= i) and (window is None or i - j < window)
     outs, probs = [], []
     for h in range(attn.heads):
         q = qkv[..., h * d:(h + 1) * d]

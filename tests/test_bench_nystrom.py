@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from headwise.bench import core
-from headwise.bench.settings import SECTIONS, BenchConfig
+from headwise.bench.sections import SECTIONS
+from headwise.bench.settings import BenchConfig
 from headwise.bench.nystrom import _layers, compare_nystrom, nystrom_spec
 from headwise.bench.report import evaluate_targets, render_markdown
 from helpers import one_thread, run_sections  # noqa: F401  (one_thread: autouse, one torch thread)
@@ -41,7 +42,7 @@ def test_default_section_is_the_briefs_layer():
 def test_layers_share_weights_and_match_hf_at_every_length():
     ours, softmax, theirs = _layers(TINY, torch.device("cpu"))
     assert softmax.qkv.weight is ours.qkv.weight and softmax.out.bias is ours.out.bias
-    assert ours.nystrom and not softmax.nystrom and ours.conv is None
+    assert (ours.kind.name, softmax.kind.name) == ("nystrom", "global") and ours.conv is None
     assert theirs[64].attention.query.weight is theirs[32].attention.query.weight
     assert theirs[64].attention.seq_len == 64 and theirs[32].attention.conv_kernel_size is None
     torch.testing.assert_close(theirs[32].attention.value.weight, ours.qkv.weight[32:48], atol=0, rtol=0)

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from headwise.bench import core
-from headwise.bench.settings import SECTIONS, BenchConfig
+from headwise.bench.sections import SECTIONS
+from headwise.bench.settings import BenchConfig
 from headwise.bench.report import evaluate_targets, render_markdown
 from headwise.families.vision.bench import _models, compare_vision, vision_spec
 from headwise.params import count_params

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import headwise.families.lm.token_cache as cache_mod
+import headwise.text.token_cache as cache_mod
 from headwise.data.cache_files import CacheInvalid, default_cache_dir, install, list_caches
-from headwise.families.lm.token_cache import TokenCache, prepare, token_dtype
-from headwise.families.lm.data_plan import DataConfig
-from headwise.families.lm.tokenizer import Tokenizer
+from headwise.text.token_cache import TokenCache, prepare, token_dtype
+from headwise.text.data_plan import DataConfig
+from headwise.text.tokenizer import Tokenizer
 from headwise.errors import HeadwiseError
 from test_data_sources import (  # noqa: F401
     STORIES,

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from headwise.families.lm.token_cache import prepare
-from headwise.families.lm.packing import PackedStream, num_blocks
-from headwise.families.lm.data_plan import DataConfig
+from headwise.text.token_cache import prepare
+from headwise.text.packing import PackedStream, num_blocks
+from headwise.text.data_plan import DataConfig
 from headwise.errors import HeadwiseError
 from headwise.tasks.base import TaskShape
 from headwise.families.lm.task import LMTaskConfig

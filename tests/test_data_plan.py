@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from headwise.families.lm.data_plan import DEFAULT_HOLDOUT, DataConfig, parse_validation, plan_data
+from headwise.text.data_plan import DEFAULT_HOLDOUT, DataConfig, parse_validation, plan_data
 from headwise.errors import HeadwiseError
 from test_data_sources import (  # noqa: F401
     STORIES,

@@ -114,25 +114,32 @@ def test_auto_classes_know_headwise_and_save_load_round_trips(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), back.state_dict().values()))
 
 
-def test_the_bundled_code_imports_only_torch_transformers_and_itself():
-    sources = bundled_sources()
-    assert {"modeling_headwise.py", "configuration_headwise.py", "spec_view.py", "transformer.py"} <= set(sources)
+@pytest.mark.parametrize("kind", ["global", "local", "nystrom"])
+def test_the_bundled_code_imports_only_torch_transformers_and_itself(kind):
+    # docs/architecture.md, "What exported model code may import": the standard library, these
+    # four, and the sibling files the folder carries
+    bidirectional = dict(causal=False, outputs="classes", num_classes=3, nystrom_conv=3)
+    sources = bundled_sources(_model(heads=[2, 4, 2], attention=kind, **(bidirectional if kind == "nystrom" else {})))
+    assert {"modeling_headwise.py", "configuration_headwise.py", "spec_view.py", "transformer.py",
+            "registry.py", "errors.py", "attention.py", f"attention_{kind}.py"} <= set(sources)
     for name, text in sources.items():
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.ImportFrom):
                 assert node.level == 1 or node.module.split(".")[0] != "headwise", (name, node.module)
                 if node.level == 1:
                     assert f"{node.module}.py" in sources, (name, node.module)
+                else:
+                    assert node.module.split(".")[0] in ALLOWED_IMPORTS | sys.stdlib_module_names, (name, node.module)
             elif isinstance(node, ast.Import):
-                assert all(a.name.split(".")[0] != "headwise" for a in node.names), name
+                assert all(a.name.split(".")[0] in ALLOWED_IMPORTS | sys.stdlib_module_names for a in node.names), name
     assert ALLOWED_IMPORTS == {"torch", "transformers", "safetensors", "numpy"}
 
 
 def test_the_spec_view_names_what_headwise_spec_names():
     from headwise.hf.models import spec_view
-    from headwise.spec import CLASSIFIER_OUTPUTS, LayerShape
+    from headwise.spec import GATED_ACTIVATIONS, LayerShape
 
-    assert spec_view.CLASSIFIER_OUTPUTS == CLASSIFIER_OUTPUTS
+    assert spec_view.GATED_ACTIVATIONS == GATED_ACTIVATIONS
     assert [f for f in spec_view.LayerShape.__dataclass_fields__] == [f for f in LayerShape.__dataclass_fields__]
 
 
@@ -327,7 +334,7 @@ def test_an_exported_vit_run_loads_in_a_fresh_process(tmp_path, idx_folder):
 
 
 @pytest.mark.parametrize("line, error", [
-    ("import headwise.families.lm.tokenizer", "imports headwise.families.lm.tokenizer, which an exported folder cannot carry"),
+    ("import headwise.text.tokenizer", "imports headwise.text.tokenizer, which an exported folder cannot carry"),
     ("from ..spec import ModelSpec", "imports ..spec, which an exported folder cannot carry"),
     ("from headwise.spec import NotInTheView", "imports NotInTheView from spec_view"),
     ("from .kernels import not_a_kernel", "imports not_a_kernel from kernels"),
@@ -337,12 +344,13 @@ def test_model_code_an_export_cannot_carry_is_refused_at_export(monkeypatch, tmp
     from headwise.hf import export
 
     original = export._source_of
-    heads = original("outputs").read_text(encoding="utf-8")
+    heads = original("headwise.model.outputs").read_text(encoding="utf-8")
     patched = tmp_path / "outputs.py"
     patched.write_text(heads.replace("import torch\n", f"import torch\n{line}\n", 1), encoding="utf-8")
-    monkeypatch.setattr(export, "_source_of", lambda name: patched if name == "outputs" else original(name))
+    monkeypatch.setattr(export, "_source_of",
+                        lambda module: patched if module == "headwise.model.outputs" else original(module))
     with pytest.raises(RunFailure, match=error):
-        export.bundled_sources()
+        export.bundled_sources(_model(heads=[2, 4, 2]))
 
 
 def test_generate_stops_where_the_positions_end_by_default():

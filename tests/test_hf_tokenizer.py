@@ -14,7 +14,7 @@ import pytest
 
 from conftest import shared_data_dir
 from headwise.cli import main
-from headwise.families.lm.tokenizer import EOT_TEXT, BPETokenizer, gpt_neo_tokenizer
+from headwise.text.tokenizer import EOT_TEXT, BPETokenizer, gpt_neo_tokenizer
 
 pytest.importorskip("transformers")
 

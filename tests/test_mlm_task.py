@@ -148,7 +148,7 @@ def test_stream_rows_do_not_overlap(task):
     """Each row holds 126 consecutive cache tokens; the rows of an epoch cover disjoint chunks."""
     tokens = task.cache.tokens("train")
     stream = MaskedStream(tokens, task.vocab, 128, 0.25, 3, seed=1)
-    blocks = stream.order.block_indices(0)
+    blocks = stream.order.indices(0)
     batch = next(stream)
     original = torch.where(batch.targets != -100, batch.targets, batch.inputs)
     for row, block in zip(original, blocks, strict=True):

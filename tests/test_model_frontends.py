@@ -12,13 +12,18 @@ from headwise.hf.gpt_neo import gpt_neo_incompatibility
 from headwise.model.outputs import OutputHead
 from headwise.model import FRONT_ENDS, OUTPUT_HEADS, SequenceTooLong, Transformer, load_pretrained, save_pretrained
 from headwise.params import count_params, param_breakdown
+from headwise.parts import FRONT_END_PARTS, OUTPUT_HEAD_PARTS, OutputHeadPart
 from headwise.spec import ModelSpec, front_ends, output_heads
 
 
 def test_registries_name_what_the_spec_allows():
-    assert front_ends() is FRONT_ENDS and output_heads() is OUTPUT_HEADS
-    assert {f.default_outputs for f in FRONT_ENDS.values()} <= set(OUTPUT_HEADS)
-    with pytest.raises(ValueError, match="Input should be 'tokens', 'vectors', 'images' or 'token_pairs'"):
+    assert front_ends() is FRONT_END_PARTS and output_heads() is OUTPUT_HEAD_PARTS
+    # every declared part has its model code, and what the model code reads of itself is its declaration's
+    assert FRONT_ENDS.names() == FRONT_END_PARTS.names() and OUTPUT_HEADS.names() == OUTPUT_HEAD_PARTS.names()
+    assert {part.default_outputs for _, part in FRONT_END_PARTS.items()} <= set(OUTPUT_HEAD_PARTS.names())
+    for name, part in OUTPUT_HEAD_PARTS.items():
+        assert (OUTPUT_HEADS[name].vocabulary, OUTPUT_HEADS[name].pooled) == (part.vocabulary, part.pooled), name
+    with pytest.raises(ValueError, match="Input should be 'images', 'token_pairs', 'tokens' or 'vectors'"):
         ModelSpec(inputs="audio", d_model=8, n_layers=1, heads=[2])
 
 
@@ -30,7 +35,7 @@ def _random_spec(rng: random.Random) -> ModelSpec:
     inputs = rng.choice(list(FRONT_ENDS))
     tokens = inputs in ("tokens", "token_pairs")
     outputs = rng.choice([None] + [o for o in OUTPUT_HEADS if tokens or not OUTPUT_HEADS[o].vocabulary])
-    head = outputs or FRONT_ENDS[inputs].default_outputs
+    head = outputs or FRONT_END_PARTS[inputs].default_outputs
     fields = {"max_seq_len": rng.randint(4, 32), "causal": head == "lm" or (head != "mlm" and rng.random() < 0.5)}
     if inputs == "images":  # positions follow from the image and patch sizes
         patch = rng.choice([1, 2, 3])
@@ -139,9 +144,11 @@ class _MeanPoolClassifier(OutputHead):
 
 
 def test_a_registered_head_is_all_a_new_family_adds(monkeypatch):
-    # Registered in place of a name the spec already allows, as a new family would register its own.
-    monkeypatch.setitem(OUTPUT_HEADS, "vectors", _MeanPoolClassifier)
-    spec = ModelSpec(vocab_size=30, d_model=8, n_layers=2, heads=[2, 1], outputs="vectors")
+    # Its declaration and its model code, registered as a family's model module registers them
+    # (here into the registries' tables, so that the test leaves them as they were).
+    monkeypatch.setitem(OUTPUT_HEAD_PARTS._items, "mean_classes", OutputHeadPart())
+    monkeypatch.setitem(OUTPUT_HEADS._items, "mean_classes", _MeanPoolClassifier)
+    spec = ModelSpec(vocab_size=30, d_model=8, n_layers=2, heads=[2, 1], outputs="mean_classes")
     model = Transformer(spec)
     assert model(torch.randint(0, 30, (4, 6))).shape == (4, 3)
     assert count_params(spec) == model.num_params() and param_breakdown(spec)["classifier"] == 27

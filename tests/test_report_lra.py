@@ -14,7 +14,7 @@ from headwise.cli import main
 from headwise.errors import HeadwiseError
 from headwise.plans import plan_heads
 from headwise.report import write_report
-from headwise.report.options import ReportSpec
+from headwise.report.options import ReportSpec, study_report
 from headwise.run import RunStatus, RunSummary
 from headwise.study import load_study
 from headwise.study.layout import run_dir, save_study
@@ -231,7 +231,8 @@ def test_lra_dry_run_needs_no_data(monkeypatch, capsys):
     assert main(["study", "lra", "--preset", "tiny", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "12 variants" in out and "listops-l1-h4" in out and "fmnist-l2-h8" in out
-    report_spec = load_study("lra", preset="tiny").config.report
+    study = load_study("lra", preset="tiny")
+    report_spec = study_report(study.config.report, study.source)
     assert report_spec.kind == "lra" and report_spec.options.paper.table == "Table 3"
     assert len(report_spec.options.paper.rows) == 10
 

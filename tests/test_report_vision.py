@@ -191,4 +191,4 @@ def test_vit_dry_run_needs_no_data(monkeypatch, capsys):
     assert main(["study", "vit", "--preset", "tiny", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "17 variants" in out and "l3-h6-m2" in out
-    assert load_study("vit", preset="tiny").config.report.kind == "vision"
+    assert load_study("vit", preset="tiny").config.report["kind"] == "vision"

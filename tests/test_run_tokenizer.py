@@ -30,8 +30,8 @@ from headwise.families.encoder.glue_task import encode_pair  # noqa: E402
 from headwise.families.encoder.masking import CLS_ID, NUM_SPECIAL, SEP_ID, MaskedVocab  # noqa: E402
 from headwise.families.encoder.task import MLMTaskConfig  # noqa: E402
 from headwise.families.lm.task import LMTaskConfig  # noqa: E402
-from headwise.families.lm.token_cache import prepare  # noqa: E402
-from headwise.families.lm.tokenizer import GPT_NEO_FILES, gpt_neo_tokenizer  # noqa: E402
+from headwise.text.token_cache import prepare  # noqa: E402
+from headwise.text.tokenizer import GPT_NEO_FILES, gpt_neo_tokenizer  # noqa: E402
 from headwise.run import RunSummary, read_summary  # noqa: E402
 from headwise.run.tokenizer import read_run_tokenizer  # noqa: E402
 from headwise.train.generate import generate, held_out_predictions, load_run_model, run_config, run_task  # noqa: E402

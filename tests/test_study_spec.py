@@ -134,7 +134,7 @@ def test_builtin_studies_resolve_and_every_variant_validates(name, preset):
 def test_builtin_study_sizes():
     # the blog's nine plans at the paper's scale, and its "~190 heads" constant run
     paper = load_study("progression", preset="paper")
-    assert len(paper.variants) == 9 and paper.config.report.at_heads == 180
+    assert len(paper.variants) == 9 and paper.config.report["at_heads"] == 180
     quick = load_study("progression", preset="quick")
     assert [v.name for v in quick.variants] == ["constant-h90", "ascending-h90", "descending-h90"]
     assert len(load_study("progression", preset="tiny").variants) == 9

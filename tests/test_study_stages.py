@@ -92,7 +92,7 @@ def test_bad_stages_are_refused_when_the_study_is_resolved(change, says):
 def test_the_builtin_encoder_study_resolves(preset):
     raw, source = load_study_file("encoder")
     study = resolve_study(raw, source, preset)
-    assert study.config.report.kind == "encoder" and study.config.stages
+    assert study.config.report["kind"] == "encoder" and study.config.stages
     for stage in study.config.stages:
         assert stage.source_keys == ["train.init_from", "task.tokenizer_from"]
         assert stage.config["task"]["kind"] == "glue"
@@ -164,7 +164,7 @@ def test_a_rerun_finds_every_run_and_stage_run_finished(ran, capsys):
 def test_a_stage_waits_for_a_source_run_that_did_not_complete_and_skips_a_diverged_one(tmp_path):
     from headwise.plans import Plan
     from headwise.run import RunStatus, RunSummary, write_summary
-    from headwise.study.runner import plan_stage_jobs
+    from headwise.study.jobs import plan_stage_jobs
 
     study = resolve_study(_study(), "test")
     (tmp_path / "runs" / "l2-h2" / "seed0").mkdir(parents=True)  # started, no summary: failed or killed

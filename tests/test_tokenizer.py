@@ -9,7 +9,7 @@ import pytest
 from conftest import shared_data_dir
 
 from headwise.data.sources import open_source
-from headwise.families.lm.tokenizer import (
+from headwise.text.tokenizer import (
     BPETokenizer,
     gpt_neo_files,
     gpt_neo_tokenizer,

@@ -1,6 +1,7 @@
 """Adding a family edits no existing file: a toy family written as one new folder (its task and
-``[task]`` config, a front end, an output head and a report layout), outside headwise and found
-through the ``headwise.families`` entry point, is trained and reported by the ordinary CLI."""
+``[task]`` config, a front end and an output head with their declarations, and a report layout),
+outside headwise and found through the ``headwise.families`` entry point, is trained and reported
+by the ordinary CLI."""
 
 from __future__ import annotations
 
@@ -23,48 +24,10 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from headwise.model.inputs import FrontEnd, add_positions, position_embedding, position_params
-from headwise.model.inputs import register_front_end
-from headwise.model.outputs import OutputHead, register_output_head
 from headwise.tasks.base import Batch, BatchStream, Task
 from headwise.tasks.family import TaskConfigBase, TaskFamily, register_family
-
-
-class ScalarInputs(FrontEnd):
-    """Numbers [B, T], each embedded by one linear map, plus learned positions."""
-
-    default_outputs = "mean"
-    vocabulary = False
-
-    @staticmethod
-    def build(spec):
-        return {"scalar_emb": nn.Linear(1, spec.d_model), "pos_emb": position_embedding(spec)}
-
-    @staticmethod
-    def param_counts(spec):
-        return {"scalar_embedding": 2 * spec.d_model, "position_embedding": position_params(spec)}
-
-    @staticmethod
-    def forward(model, inputs, past):
-        return add_positions(model, model.scalar_emb(inputs.unsqueeze(-1)), past)
-
-
-class MeanHead(OutputHead):
-    """One number per sequence, read from the mean of the final states."""
-
-    @staticmethod
-    def build(spec, model):
-        return {"mean_out": nn.Linear(spec.d_model, 1)}
-
-    @staticmethod
-    def param_counts(spec):
-        return {"mean_head": spec.d_model + 1}
-
-    @staticmethod
-    def forward(model, x, pad_vocab, key_mask=None):
-        return model.mean_out(x.mean(1)).squeeze(-1)
 
 
 class MeanStream(BatchStream):
@@ -128,9 +91,59 @@ class MeanTaskConfig(TaskConfigBase):
         return MeanTask(self.length)
 
 
-register_front_end("scalars", ScalarInputs)
-register_output_head("mean", MeanHead)
 register_family(TaskFamily(kind="mean", config=MeanTaskConfig, task=MeanTask, report_layout="means"))
+'''
+
+MODEL = '''
+"""The toy family's model code: its front end and its output head."""
+
+from torch import nn
+
+from headwise.model.inputs import FRONT_ENDS, FrontEnd, add_positions, position_embedding, position_params
+from headwise.model.outputs import OUTPUT_HEADS, OutputHead
+
+
+@FRONT_ENDS.register("scalars")
+class ScalarInputs(FrontEnd):
+    """Numbers [B, T], each embedded by one linear map, plus learned positions."""
+
+    @staticmethod
+    def build(spec):
+        return {"scalar_emb": nn.Linear(1, spec.d_model), "pos_emb": position_embedding(spec)}
+
+    @staticmethod
+    def param_counts(spec):
+        return {"scalar_embedding": 2 * spec.d_model, "position_embedding": position_params(spec)}
+
+    @staticmethod
+    def forward(model, inputs, past):
+        return add_positions(model, model.scalar_emb(inputs.unsqueeze(-1)), past)
+
+
+@OUTPUT_HEADS.register("mean")
+class MeanHead(OutputHead):
+    """One number per sequence, read from the mean of the final states."""
+
+    @staticmethod
+    def build(spec, model):
+        return {"mean_out": nn.Linear(spec.d_model, 1)}
+
+    @staticmethod
+    def param_counts(spec):
+        return {"mean_head": spec.d_model + 1}
+
+    @staticmethod
+    def forward(model, x, pad_vocab, key_mask=None):
+        return model.mean_out(x.mean(1)).squeeze(-1)
+'''
+
+MODEL_PARTS = '''
+"""What the spec knows of the toy family's front end and head."""
+
+from headwise.parts import FRONT_END_PARTS, OUTPUT_HEAD_PARTS, FrontEndPart, OutputHeadPart
+
+FRONT_END_PARTS.register("scalars", FrontEndPart(default_outputs="mean", vocabulary=False))
+OUTPUT_HEAD_PARTS.register("mean", OutputHeadPart())
 '''
 
 LAYOUT = '''
@@ -156,6 +169,8 @@ def test_a_family_from_one_new_folder_trains_and_reports(tmp_path):
     # the family: one folder, plus the one line of packaging metadata that names it
     (tmp_path / "toyfam").mkdir()
     (tmp_path / "toyfam" / "__init__.py").write_text(textwrap.dedent(PACKAGE))
+    (tmp_path / "toyfam" / "model.py").write_text(textwrap.dedent(MODEL))
+    (tmp_path / "toyfam" / "model_parts.py").write_text(textwrap.dedent(MODEL_PARTS))
     (tmp_path / "toyfam" / "report.py").write_text(textwrap.dedent(LAYOUT))
     dist = tmp_path / "toyfam-0.1.dist-info"
     dist.mkdir()

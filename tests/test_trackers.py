@@ -319,7 +319,8 @@ def test_a_tracker_failing_mid_run_is_dropped_with_one_warning(tmp_path, capsys)
 
 
 def test_an_mlflow_resume_whose_run_is_not_in_the_store_starts_a_new_run(tmp_path, capsys):
-    from headwise.train.trackers import MlflowTracker, save_id
+    from headwise.train.trackers import save_id
+    from headwise.train.trackers.mlflow import MlflowTracker
 
     save_id(tmp_path, "mlflow", "0123456789abcdef")  # a run of a store this URI does not point at
     tracker = MlflowTracker(LogConfig(trackers=["mlflow"], mlflow_uri=f"file:{tmp_path / 'other'}"), tmp_path)

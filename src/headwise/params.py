@@ -7,6 +7,7 @@ without building models.
 
 from __future__ import annotations
 
+from headwise.model.attention import ATTENTION_KINDS
 from headwise.model.inputs import FRONT_ENDS, position_params
 from headwise.model.outputs import OUTPUT_HEADS
 from headwise.spec import GATED_ACTIVATIONS, LayerShape, ModelSpec
@@ -18,14 +19,12 @@ def norm_params(spec: ModelSpec) -> int:
 
 
 def attention_params(spec: ModelSpec, shape: LayerShape) -> int:
-    """q, k, v (d_model -> width, fused), the output projection (width -> d_model), and a Nyström
-    layer's convolution."""
+    """q, k, v (d_model -> width, fused), the output projection (width -> d_model), and what the
+    layer's attention kind adds (a Nyström layer's convolution)."""
     d, w = spec.d_model, shape.width
     qkv = 3 * d * w + (3 * w if spec.qkv_bias else 0)
     out = w * d + (d if spec.out_bias else 0)
-    # a nystrom layer's depthwise convolution on values: one kernel per head, no bias
-    conv = shape.heads * spec.nystrom_conv if shape.attention == "nystrom" and spec.nystrom_conv else 0
-    return qkv + out + conv
+    return qkv + out + ATTENTION_KINDS[shape.attention].params(spec, shape)
 
 
 def mlp_params(spec: ModelSpec, shape: LayerShape) -> int:
@@ -64,17 +63,10 @@ def count_params(spec: ModelSpec) -> int:
 
 def attention_flops(spec: ModelSpec, shape: LayerShape, t: int) -> float:
     """Training FLOPs (forward and backward: 6 per multiply-add) of one layer's attention products
-    over a sequence of ``t`` positions, beyond its projections. Softmax attention: q k^T and the
-    weighted sum of v, 2 t^2 width multiply-adds. A Nyström layer with m landmarks: the two
-    kernels against the landmarks, B v and F (Z B v) take 4 t m width, Z (B v) m^2 width, and the
-    pseudo-inverse's iterations 4 m^3 each per head; its convolution, kernel x t x width."""
-    if shape.attention != "nystrom":
-        return 6 * 2 * t * t * shape.width
-    m = min(spec.landmarks, t)
-    mult_adds = shape.width * (4 * t * m + m * m) + shape.heads * 4 * spec.pinv_iterations * m**3
-    if spec.nystrom_conv:
-        mult_adds += spec.nystrom_conv * t * shape.width
-    return 6 * mult_adds
+    over a sequence of ``t`` positions, beyond its projections, as its kind counts them
+    (:meth:`~headwise.model.attention.AttentionKind.flops`; softmax attention: q k^T and the
+    weighted sum of v, 2 t^2 width multiply-adds)."""
+    return ATTENTION_KINDS[shape.attention].flops(spec, shape, t)
 
 
 def flops_per_token(spec: ModelSpec, seq_len: int) -> int:

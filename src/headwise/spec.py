@@ -1,53 +1,90 @@
 """``ModelSpec``: the full description of a transformer whose layers may differ in heads and head width.
 
-A spec is pure data. Per-layer fields accept one value for every layer or a list with one value
-per layer; :meth:`ModelSpec.layer` resolves them for one layer. Validation names the layer, the
-value and what would be valid.
+A spec is data, checked without the model code: what it knows of a front end or an output head
+is that part's declaration (:mod:`headwise.parts`), so importing this module and checking a spec of
+built-in parts load no torch and no family. Per-layer fields accept one value for every layer or a
+list with one value per layer; :meth:`ModelSpec.layer` resolves them for one layer. Validation
+names the layer, the value and what would be valid.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, create_model, field_validator, model_validator
 
 from headwise.config import Config
+import headwise.model as model_package
+from headwise.model.attention import ATTENTION_KINDS, AttentionKind
+from headwise.parts import FRONT_END_PARTS, OUTPUT_HEAD_PARTS, FrontEndPart, OutputHeadPart
+from headwise.registry import Registry
 
 Activation = Literal["gelu_new", "gelu", "relu", "geglu"]
 #: Gated activations: the MLP's first map makes ``mlp_hidden`` channels, a value half and a gate
 #: half, and the second map reads the ``mlp_hidden / 2`` products (the exported model code's
 #: ``spec_view`` keeps the same tuple; a test checks it).
 GATED_ACTIVATIONS = ("geglu",)
-AttentionKind = Literal["global", "local", "nystrom"]
-#: Output heads that classify a pooled sequence (the exported model code's ``spec_view`` keeps the
-#: same tuple; a test checks it).
-CLASSIFIER_OUTPUTS = ("classes", "pair_classes")
 
 
-def front_ends() -> dict[str, Any]:
-    """The registered input front ends by name, every family's included: the single source of
-    the names ``inputs`` accepts (:data:`headwise.model.inputs.FRONT_ENDS`)."""
-    from headwise.model.inputs import FRONT_ENDS
-    from headwise.tasks.family import families
-
-    families()  # a family may register its own
-    return FRONT_ENDS
-
-
-def output_heads() -> dict[str, Any]:
-    """The registered output heads by name, every family's included: the single source of the
-    names ``outputs`` accepts (:data:`headwise.model.outputs.OUTPUT_HEADS`)."""
-    from headwise.model.outputs import OUTPUT_HEADS
-    from headwise.tasks.family import families
-
-    families()
-    return OUTPUT_HEADS
+def _built_in_kinds() -> dict[str, type[AttentionKind]]:
+    """The attention kinds of ``headwise.model``'s ``attention_*`` modules (each registers its
+    kind on import: found by listing the folder, so no file lists them)."""
+    for info in pkgutil.iter_modules(model_package.__path__, f"{model_package.__name__}."):
+        if info.name.rsplit(".", 1)[1].startswith("attention_"):
+            importlib.import_module(info.name)
+    return dict(ATTENTION_KINDS.items())
 
 
-def _registered(name: str, registry: dict[str, Any]) -> str:
+#: The built-in attention kinds: their options are ModelSpec's fields, checked in every spec.
+_BUILT_IN_KINDS = _built_in_kinds()
+#: The kind of every layer of a spec that names none: the built-in kind declared ``default``.
+DEFAULT_KIND = next(name for name, kind in _BUILT_IN_KINDS.items() if kind.default)
+
+
+def attention_kinds() -> Registry[type[AttentionKind]]:
+    """Every attention kind, every family's included: the names ``attention`` accepts. A family's
+    kinds register when its model modules load (imported here: the families, and torch, load
+    only when a name is not a built-in kind's)."""
+    from headwise.families import import_family_modules
+    from headwise.parts import FAMILY_MODULES
+
+    import_family_modules(FAMILY_MODULES)
+    return ATTENTION_KINDS
+
+
+def _known_kind(name: str) -> str:
+    """``name`` if it names a registered attention kind whose options are ModelSpec fields."""
+    if name not in ATTENTION_KINDS and name not in attention_kinds():
+        raise ValueError(ATTENTION_KINDS.unknown(name))
+    missing = sorted(set(ATTENTION_KINDS[name].options) - set(ModelSpec.model_fields))
+    if missing:
+        raise ValueError(f"attention kind {name!r} declares options {', '.join(missing)}, which ModelSpec does not "
+                         "have: only headwise.model's kinds add fields; a family's kind reads the fields there are")
+    return name
+
+
+#: The name of a registered attention kind (:data:`headwise.model.attention.ATTENTION_KINDS`).
+AttentionKindName = Annotated[str, AfterValidator(_known_kind)]
+
+
+def front_ends() -> Registry[FrontEndPart]:
+    """The declared input front ends by name, every family's included: the single source of the
+    names ``inputs`` accepts (:data:`headwise.parts.FRONT_END_PARTS`)."""
+    return FRONT_END_PARTS
+
+
+def output_heads() -> Registry[OutputHeadPart]:
+    """The declared output heads by name, every family's included: the single source of the
+    names ``outputs`` accepts (:data:`headwise.parts.OUTPUT_HEAD_PARTS`)."""
+    return OUTPUT_HEAD_PARTS
+
+
+def _registered(name: str, registry: Registry[Any]) -> str:
     if name not in registry:
-        names = [repr(n) for n in registry]
+        names = [repr(n) for n in registry.names()]
         raise ValueError(f"Input should be {', '.join(names[:-1])} or {names[-1]}")
     return name
 
@@ -59,7 +96,7 @@ class LayerShape:
     heads: int
     head_dim: int
     mlp_hidden: int
-    attention: AttentionKind
+    attention: str
 
     @property
     def width(self) -> int:
@@ -94,9 +131,9 @@ class ModelSpec(Config):
     mlp_hidden: int | list[int] | None = None
     mlp_ratio: float = Field(default=4.0, gt=0)
     activation: Activation = "gelu_new"
-    #: Per-layer attention layout (one kind given alone: every layer); None: every layer global.
-    attention: list[AttentionKind] | AttentionKind | None = None
-    window: int = Field(default=256, gt=0)
+    #: Per-layer attention kinds (one kind given alone: every layer); None: every layer the default
+    #: kind (``global``). Each kind's options are fields too, after these (:func:`_kind_fields`).
+    attention: list[AttentionKindName] | AttentionKindName | None = None
     causal: bool = True
     score_scale: Literal["none", "inv_sqrt"] = "none"
     norm: Literal["layernorm_pre", "unitnorm_post"] = "layernorm_pre"
@@ -128,19 +165,11 @@ class ModelSpec(Config):
     classifier_hidden: int | None = Field(default=None, gt=0)
     #: token inputs: the id of padding, which attention and pooling ignore (bidirectional only)
     pad_id: int | None = Field(default=None, ge=0)
-    #: ``nystrom`` layers: landmarks (segment means), pseudo-inverse iterations, and the kernel of
-    #: the depthwise convolution on values (None: none)
-    landmarks: int = Field(default=64, gt=0)
-    pinv_iterations: int = Field(default=6, gt=0)
-    nystrom_conv: int | None = Field(default=None, gt=0)
-    #: ``nystrom`` layers: where the pseudo-inverse's start ``A^T / c`` takes its maximum ``c``:
-    #: per sample and head, or once over the whole batch (the Nystromformer code's "original")
-    pinv_init: Literal["per_head", "original"] = "per_head"
 
     @model_validator(mode="before")
     @classmethod
     def _vector_inputs(cls, data):
-        # `attention = "nystrom"`: that kind in every layer (a study varies depth with it set once)
+        # `attention = "<kind>"`: that kind in every layer (a study varies depth with it set once)
         if isinstance(data, dict) and isinstance(data.get("attention"), str) and isinstance(data.get("n_layers"), int):
             data = {**data, "attention": [data["attention"]] * data["n_layers"]}
         # Either spelling selects a vector model; TOML cannot store None, so `inputs` is what
@@ -148,11 +177,12 @@ class ModelSpec(Config):
         if isinstance(data, dict):
             if "vocab_size" in data and data["vocab_size"] is None and data.get("inputs") is None:
                 data = {**data, "inputs": "vectors"}
-            inputs = front_ends().get(data.get("inputs"))
+            inputs = _declared(data.get("inputs"), FRONT_END_PARTS)
             if inputs is not None and not inputs.vocabulary:
                 data = {**data, "vocab_size": None}
-            if data.get("inputs") == "images":
-                data = _image_positions(data)
+            if inputs is not None and inputs.complete is not None:
+                head = _declared(data.get("outputs") or inputs.default_outputs, OUTPUT_HEAD_PARTS)
+                data = inputs.complete(data, head)
         return data
 
     @field_validator("inputs")
@@ -176,13 +206,10 @@ class ModelSpec(Config):
             value = getattr(self, name)
             if isinstance(value, list) and len(value) != n:
                 raise ValueError(f"{name} has {len(value)} entries but n_layers is {n}: give one per layer")
-        if not self.causal and "local" in (self.attention or []):
-            raise ValueError("local attention layers need causal = true (the window is defined for decoders)")
-        if self.causal and "nystrom" in (self.attention or []):
-            raise ValueError("nystrom attention layers are bidirectional: set causal = false")
-        if self.nystrom_conv is not None and self.nystrom_conv % 2 == 0:
-            raise ValueError(f"nystrom_conv = {self.nystrom_conv}: the convolution's kernel must be odd (it keeps "
-                             "the length)")
+        # every built-in kind checks its options; a kind in use, what its layers need
+        used = set(self.attention or [])
+        for name, kind in sorted({**_BUILT_IN_KINDS, **{k: ATTENTION_KINDS[k] for k in used}}.items()):
+            kind.check(self, name in used)
         if self.pad_id is not None and self.causal:
             raise ValueError("pad_id masks padding in bidirectional models: set causal = false or remove pad_id")
         if self.pad_id is not None and self.vocab_size is not None and self.pad_id >= self.vocab_size:
@@ -203,13 +230,11 @@ class ModelSpec(Config):
             for i, v in enumerate(value if isinstance(value, list) else []):
                 if v < 1:
                     raise ValueError(f"layer {i}: {name} = {v}; it must be a positive integer")
-        head = output_heads()[self.output_head]
-        if getattr(head, "vocabulary", False) and self.vocab_size is None:
+        head = OUTPUT_HEAD_PARTS[self.output_head]
+        if head.vocabulary and self.vocab_size is None:
             raise ValueError(f"outputs = {self.output_head!r} needs token inputs with a vocab_size; a vector model "
                              "has no vocabulary")
-        if getattr(head, "causal", None) is not None and head.causal != self.causal:
-            want = str(head.causal).lower()
-            raise ValueError(f"outputs = {self.output_head!r} needs causal = {want}: set causal = {want}")
+        _check_causal("outputs", self.output_head, head.causal, self.causal)
         if self.activation in GATED_ACTIVATIONS:
             odd = [(i, s.mlp_hidden) for i, s in enumerate(self.layers()) if s.mlp_hidden % 2]
             if odd:
@@ -219,10 +244,9 @@ class ModelSpec(Config):
         if self.positions == "scaled_sinusoid" and self.d_model % 2:
             raise ValueError(f"positions = 'scaled_sinusoid' pairs a sine and a cosine per frequency: d_model "
                              f"{self.d_model} must be even")
-        if self.output_head in CLASSIFIER_OUTPUTS and self.num_classes is None:
+        if head.pooled and self.num_classes is None:
             raise ValueError(f"outputs = {self.output_head!r} needs num_classes (set it, or let the task's data set it)")
-        if self.inputs == "images" and self.causal:
-            raise ValueError("image models attend both ways: set causal = false")
+        _check_causal("inputs", self.inputs, FRONT_END_PARTS[self.inputs].causal, self.causal)
         return self
 
     def _per_layer(self, value: int | list[int] | None) -> list[int | None]:
@@ -238,7 +262,7 @@ class ModelSpec(Config):
             head_dim = self.d_model // heads
         if mlp is None:
             mlp = int(round(self.mlp_ratio * self.d_model))
-        attention = (self.attention or ["global"] * self.n_layers)[i]
+        attention = (self.attention or [DEFAULT_KIND] * self.n_layers)[i]
         return LayerShape(heads=heads, head_dim=head_dim, mlp_hidden=mlp, attention=attention)
 
     def layers(self) -> list[LayerShape]:
@@ -248,7 +272,7 @@ class ModelSpec(Config):
     @property
     def output_head(self) -> str:
         """The output head: ``outputs``, or the default of the inputs when it is not set."""
-        return self.outputs or front_ends()[self.inputs].default_outputs
+        return self.outputs or FRONT_END_PARTS[self.inputs].default_outputs
 
     @property
     def total_heads(self) -> int:
@@ -266,27 +290,35 @@ class ModelSpec(Config):
         return len(set(self.heads)) == 1 and len(set(self.head_dims)) == 1
 
 
-def _image_positions(data: dict) -> dict:
-    """An image spec's ``max_seq_len``: its patches plus the class token, checked where given."""
-    size, patch, channels = data.get("image_size"), data.get("patch_size"), data.get("channels")
-    missing = [k for k, v in (("image_size", size), ("patch_size", patch), ("channels", channels)) if v is None]
-    if missing:
-        raise ValueError(f"image inputs need {', '.join(missing)} (a task's data sets image_size and channels)")
-    if not all(isinstance(v, int) and v > 0 for v in (size, patch)):
-        return data  # the field checks say what is wrong
-    if size % patch:
-        valid = ", ".join(str(p) for p in divisors(size) if p < size)
-        raise ValueError(f"image_size {size} is not divisible by patch_size {patch}; patch sizes that divide it: {valid}")
-    cls = data.get("pooling", "cls") == "cls" and (data.get("outputs") or "classes") in CLASSIFIER_OUTPUTS
-    positions = (size // patch) ** 2 + cls
-    given = data.get("max_seq_len")
-    if given is not None and given != positions:
-        raise ValueError(
-            f"max_seq_len {given} differs from the image's {positions} positions ({size // patch}x{size // patch} "
-            f"patches{' and the class token' if cls else ''}): remove max_seq_len (an image model's is set from "
-            "image_size and patch_size)"
-        )
-    return {**data, "max_seq_len": positions}
+def _kind_fields() -> dict[str, Any]:
+    """The options of the built-in attention kinds as ModelSpec fields, name -> (type, Field),
+    each declared once in its kind's module."""
+    fields: dict[str, Any] = {}
+    for name, kind in _BUILT_IN_KINDS.items():
+        for key, option in kind.options.items():
+            if key in fields or key in ModelSpec.model_fields:
+                raise TypeError(f"attention kind {name!r} declares option {key!r}, which is already a ModelSpec field")
+            fields[key] = (option.type, Field(default=option.default, gt=option.gt, description=option.doc))
+    return fields
+
+
+# The kinds' options (``window``, ``landmarks``, ...) follow the fields above: flat keys of
+# ``[model]``, as saved configs hold them, while no kind is named here.
+ModelSpec = create_model("ModelSpec", __base__=ModelSpec, __module__=__name__, __doc__=ModelSpec.__doc__,
+                         **_kind_fields())
+
+
+def _declared(name: object, parts: Registry[Any]) -> Any:
+    """The declaration of a part named in a spec's raw fields; None for a missing or unknown name
+    (which the field's own check refuses)."""
+    return parts[name] if isinstance(name, str) and name in parts else None
+
+
+def _check_causal(field: str, name: str, needed: bool | None, causal: bool) -> None:
+    """Refuse a ``causal`` setting the part named by ``field`` cannot work with."""
+    if needed is not None and needed != causal:
+        want = str(needed).lower()
+        raise ValueError(f"{field} = {name!r} needs causal = {want}: set causal = {want}")
 
 
 def divisors(n: int) -> list[int]:

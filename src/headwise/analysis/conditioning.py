@@ -14,8 +14,8 @@ then ``inf`` too; its median stays finite while fewer than half of the sequences
 deficient, and ``rankdef_layer{i}`` gives the fraction of rank-deficient sequences.
 
 Per head we also recompute the attention probabilities from the layer's ``qkv`` output under
-the model's own scale, causal mask and local window, and report their entropy (nats, mean over
-queries) and the effective rank of the head's output ``A_i`` (Roy & Vetterli 2007:
+the model's own scale and the keys its attention kind lets each query see, and report their
+entropy (nats, mean over queries) and the effective rank of the head's output ``A_i`` (Roy & Vetterli 2007:
 ``exp(H(p))`` with ``p = sigma / sum(sigma)``). Statistics are reduced inside the hooks, so no
 attention map outlives its micro-batch.
 """
@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from headwise.errors import HeadwiseError
-from headwise.model import FRONT_ENDS, attention_mask
+from headwise.model import FRONT_ENDS
 
 #: Upper bound on the attention probabilities held at once (bytes), to size micro-batches.
 PROBS_BUDGET_BYTES = 256 * 2**20
@@ -77,16 +77,17 @@ def effective_rank(a: Tensor | np.ndarray) -> Tensor:
 
 def attention_probabilities(attn: nn.Module, qkv: Tensor, key_mask: Tensor | None = None) -> Tensor:
     """The attention probabilities ``[B, heads, T, T]`` of a headwise ``Attention`` layer from its
-    ``qkv`` projection output ``[B, T, 3 * width]``, under the layer's own scale, causal mask and
-    local window (the rules of :class:`headwise.model.Attention` for a fresh sequence); keys where
-    ``key_mask`` [B, T] is False (padding) get none. For a Nyström layer these are the exact
-    softmax probabilities its approximation stands for."""
+    ``qkv`` projection output ``[B, T, 3 * width]``, under the layer's own scale and the keys its
+    kind lets each position of a fresh sequence see
+    (:meth:`~headwise.model.attention.AttentionKind.allowed_keys`: a causal mask, a local
+    window); keys where ``key_mask`` [B, T] is False (padding) get none. For a Nyström layer these
+    are the exact softmax probabilities its approximation stands for."""
     b, t, _ = qkv.shape
     work = torch.promote_types(qkv.dtype, torch.float32)  # bf16 probabilities are too coarse
     q, k, _ = qkv.to(work).view(b, t, 3, attn.heads, attn.head_dim).permute(2, 0, 3, 1, 4)
     scores = (q @ k.transpose(-1, -2)) * attn.scale
-    if attn.causal:
-        allowed = attention_mask(0, t, attn.window, qkv.device)
+    allowed = attn.kind.allowed_keys(attn, t, qkv.device)
+    if allowed is not None:
         scores = scores.masked_fill(~allowed, -math.inf)
     if key_mask is not None:
         scores = scores.masked_fill(~key_mask[:, None, None, :], -math.inf)
@@ -96,7 +97,8 @@ def attention_probabilities(attn: nn.Module, qkv: Tensor, key_mask: Tensor | Non
 def uniform_entropy(attn: nn.Module, t: int) -> float:
     """Entropy (nats, mean over ``t`` queries) of uniform attention under the layer's mask: the
     largest mean entropy the layer can have, a reference for :func:`attention_entropy`."""
-    keys = attention_mask(0, t, attn.window, torch.device("cpu")).sum(-1) if attn.causal else torch.full((t,), t)
+    allowed = attn.kind.allowed_keys(attn, t, torch.device("cpu"))
+    keys = allowed.sum(-1) if allowed is not None else torch.full((t,), t)
     return float(torch.log(keys.double()).mean())
 
 
@@ -115,7 +117,7 @@ def _unwrap(model: nn.Module) -> nn.Module:
     return getattr(model, "module", model)
 
 
-_ATTN_ATTRS = ("qkv", "out", "heads", "head_dim", "scale", "window", "causal")
+_ATTN_ATTRS = ("qkv", "out", "heads", "head_dim", "scale", "causal", "kind")
 
 
 def attention_layers(model: nn.Module) -> list[tuple[int, nn.Module]]:
@@ -404,8 +406,7 @@ def analyze_model(
         acc = accs[i]
         stats.append(LayerStats(
             index=i, heads=acc.heads, head_dim=acc.head_dim,
-            attention=("nystrom" if getattr(attn, "nystrom", False) else
-                       "global" if attn.window is None else f"local({attn.window})"),
+            attention=attn.kind.label(attn),
             cond=np.concatenate(acc.cond), entropy=acc.entropy_sum / acc.sequences,
             erank=np.concatenate(acc.erank).mean(0), entropy_uniform=acc.uniform_sum / acc.sequences,
         ))

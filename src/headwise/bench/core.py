@@ -189,6 +189,27 @@ def ratio_stats(numerator: list[float], denominator: list[float],
     }
 
 
+def case_ratio(cases: dict[str, dict[str, Any]], numerator: str, denominator: str,
+               unit: str = "tokens") -> dict[str, Any]:
+    """:func:`ratio_stats` of two cases of one section (their ``{unit}_per_s``), over the rounds
+    in which both were quiet."""
+    a, b = cases[numerator], cases[denominator]
+    return ratio_stats(a[f"{unit}_per_s"], b[f"{unit}_per_s"], quiet_mask(a["cpu_stall"], b["cpu_stall"]))
+
+
+def optimizer_settings(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The AdamW settings a section records (learning rate, betas, decay, implementation)."""
+    return {k: optimizer.defaults.get(k) for k in ("lr", "betas", "weight_decay", "fused", "foreach")}
+
+
+def versus_hf(hf_model: torch.nn.Module, attn_implementation: str, optimizer: torch.optim.Optimizer,
+              timings: Timings, cases: dict[str, Any]) -> dict[str, Any]:
+    """The fields that end a section timed against a Hugging Face model: its parameters and
+    attention implementation, headwise's AdamW settings, the wait for quiet, and the cases."""
+    return {"hf_params": sum(p.numel() for p in hf_model.parameters()), "hf_attn_implementation": attn_implementation,
+            "optimizer": optimizer_settings(optimizer), "idle_wait_s": timings.waited, "cases": cases}
+
+
 def machine_info(device: torch.device) -> dict[str, Any]:
     """What the numbers were measured on: CPU, cores, threads, memory, libraries, GPU."""
     info: dict[str, Any] = {

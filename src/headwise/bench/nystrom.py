@@ -33,8 +33,10 @@ import torch
 from torch import nn
 
 from headwise.bench.cases import share_parameters
+from headwise.bench.core import case_ratio, interleave, rate_result, synchronize
+from headwise.bench.report import number, quiet_count, ratio_cell, ratio_shown, target
+from headwise.bench.sections import BenchSection, SuiteRun, register_section
 from headwise.bench.settings import BenchConfig
-from headwise.bench.core import interleave, quiet_mask, rate_result, ratio_stats, synchronize
 from headwise.model.transformer import Attention
 from headwise.spec import ModelSpec
 
@@ -209,19 +211,69 @@ def bench_nystrom(cfg: BenchConfig, device: torch.device, log: Callable[[str], N
 
 def compare_nystrom(section: dict[str, Any]) -> list[dict[str, Any]]:
     """Per length: headwise nystrom / hf nystrom and headwise nystrom / headwise softmax (each a
-    median of per-round ratios, see :func:`ratio_stats`)."""
+    median of per-round ratios, see :func:`~headwise.bench.core.ratio_stats`)."""
     c = section["cases"]
-
-    def ratio(a: str, b: str) -> dict[str, Any]:
-        both = quiet_mask(c[a]["cpu_stall"], c[b]["cpu_stall"])
-        return ratio_stats(c[a]["tokens_per_s"], c[b]["tokens_per_s"], both)
-
     rows = []
     for t in section["seq_lens"]:
-        ours = case_name("headwise nystrom", t)
+        ours, softmax, hf = (case_name(impl, t) for impl in IMPLS)
         rows.append({"seq_len": t,
-                     "vs_hf": {"reference": case_name("hf nystrom", t), **ratio(ours, case_name("hf nystrom", t))},
-                     "vs_softmax": {"reference": case_name("headwise softmax", t),
-                                    **ratio(ours, case_name("headwise softmax", t))}})
+                     "vs_hf": {"reference": hf, **case_ratio(c, ours, hf)},
+                     "vs_softmax": {"reference": softmax, **case_ratio(c, ours, softmax)}})
     return rows
+
+
+def measure_nystrom(run: SuiteRun) -> None:
+    """The ``nystrom`` section on the CPU."""
+    run.result["nystrom"] = bench_nystrom(run.cfg, torch.device("cpu"), run.log)
+    run.snapshot("after nystrom")
+
+
+def nystrom_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """At every length, headwise's layer at least as fast as HF's; from ``softmax_target_from`` on,
+    faster than softmax attention."""
+    nys = result.get("nystrom")
+    if nys is None:
+        return []
+    targets = []
+    for row in nys["comparisons"]:
+        t, hf, soft = row["seq_len"], row["vs_hf"], row["vs_softmax"]
+        targets.append(target(f"Nyström layer vs HF NystromformerSelfAttention, fwd+bwd tokens/s, T={t}: "
+                              f"headwise / HF", ">= 1.0x", hf["ratio"], hf["ratio"] >= 1.0, ratio_shown(hf)))
+        if t >= nys["softmax_target_from"]:
+            targets.append(target(f"Nyström layer vs softmax attention (SDPA), fwd+bwd tokens/s, T={t}: "
+                                  f"nystrom / softmax", "> 1.0x", soft["ratio"], soft["ratio"] > 1.0,
+                                  ratio_shown(soft)))
+    return targets
+
+
+def nystrom_table(result: dict[str, Any]) -> list[str]:
+    """The three layers' tokens/s and ratios per length, and the difference from HF's output."""
+    n = result.get("nystrom")
+    if n is None:
+        return []
+    comp = {r["seq_len"]: r for r in n["comparisons"]}
+    cases = n["cases"]
+    lines = [f"## Nyström attention layer, forward + backward ({n['device']}, {n['precision']}, B={n['batch']})", "",
+             f"One layer: qkv projection, attention, output projection (with biases); d_model {n['d_model']}, "
+             f"{n['heads']} heads of width {n['head_dim']}, {n['landmarks']} landmarks, {n['pinv_iterations']} "
+             "pseudo-inverse iterations (per-head start), no conv. Softmax = the same headwise module with "
+             "attention = global (SDPA), same weights; HF = transformers NystromformerSelfAttention (conv off) + "
+             "Linear, a copy of the weights. A sample is several passes (forward, backward to the input and the "
+             f"weights); waited {n.get('idle_wait_s', 0):.0f} s in all for the machine to go quiet before rounds.", "",
+             "| T | quiet | headwise nyström tok/s | softmax tok/s | HF nyström tok/s | nyström / HF | "
+             "nyström / softmax | max abs diff vs HF |",
+             "|---|---|---|---|---|---|---|---|"]
+    for t in n["seq_lens"]:
+        ours, soft, hf = (cases[case_name(impl, t)] for impl in IMPLS)
+        lines.append(f"| {t} | {quiet_count(ours)} | {number(ours['tokens_per_s_median'])} | "
+                     f"{number(soft['tokens_per_s_median'])} | {number(hf['tokens_per_s_median'])} | "
+                     f"{ratio_cell(comp[t]['vs_hf'])} | {ratio_cell(comp[t]['vs_softmax'])} | "
+                     f"{n['max_abs_diff'][str(t)]['hf']:.1e} |")
+    lines.append("")
+    return lines
+
+
+register_section(BenchSection(
+    "nystrom", "one Nystrom attention layer, forward + backward tokens/s at 1k-4k tokens, vs softmax attention "
+               "and transformers' NystromformerSelfAttention", 80, measure_nystrom, nystrom_targets, nystrom_table))
 

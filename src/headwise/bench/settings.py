@@ -1,25 +1,9 @@
-"""What one benchmark run measures: its sections and its sizes (:class:`BenchConfig`)."""
+"""The sizes of one benchmark run (:class:`BenchConfig`): every section's (the sections themselves
+are :mod:`headwise.bench.sections`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-SECTIONS: tuple[str, ...] = ("hf", "penalty", "mfu", "bf16", "generate", "tokenize", "vision", "nystrom", "encoder",
-                             "gpu")
-SECTION_HELP = {
-    "hf": "training tokens/s vs transformers' GPTNeoForCausalLM (eager attention)",
-    "penalty": "tokens/s of every plan of the blog's grid relative to 4 x 12 heads",
-    "mfu": "model FLOP/s over the measured matmul peak",
-    "bf16": "bf16 autocast training vs fp32",
-    "generate": "generation tokens/s with and without the KV cache",
-    "tokenize": "GPT-Neo tokenization tokens/s (headwise.families.lm.bench)",
-    "vision": "ViT training images/s vs transformers' ViTForImageClassification (SDPA) at 3 and 12 heads",
-    "nystrom": "one Nystrom attention layer, forward + backward tokens/s at 1k-4k tokens, vs softmax attention "
-               "and transformers' NystromformerSelfAttention",
-    "encoder": "masked-LM training tokens/s of Crammed BERT (16 x 12, B=8 x 128) vs transformers' BertForMaskedLM "
-               "(SDPA, same shape and parameters) at the preset's and per-layer head plans",
-    "gpu": "the training sections at bf16 with peak memory, when CUDA is available",
-}
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The training sections: tokens/s of one training step for every case, interleaved.
+"""The training sections (``hf``, ``penalty``, ``mfu``, ``bf16``): tokens/s of one training step of
+the blog's GPT-Neo for every case, interleaved; one pass times the cases of every chosen section.
 
 All plans of one sequence length are timed in the same interleaved rounds on one batch of token
 ids. The headwise models of every plan share one set of weights (every plan of the blog's grid
@@ -10,6 +11,7 @@ from the same weights and see the same data, and memory stays at two models' wor
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import time
 from collections.abc import Callable
@@ -27,18 +29,23 @@ from headwise.bench.cases import (
     model_spec,
     plan_label,
     share_parameters,
+    training_cases,
 )
-from headwise.bench.settings import BenchConfig
 from headwise.bench.core import (
     Timings,
+    case_ratio,
     cpu_stall_seconds,
     interleave,
     matmul_peak,
     median,
+    optimizer_settings,
     pick_quiet,
     quiet_mask,
-    ratio_stats,
+    rate_result,
 )
+from headwise.bench.sections import BenchSection, SuiteRun, register_section
+from headwise.bench.settings import BenchConfig
+from headwise.bench.training_report import training_tables, training_targets
 from headwise.model import Transformer
 from headwise.model.loss import cross_entropy
 from headwise.params import count_params, flops_per_token
@@ -70,21 +77,29 @@ def make_optimizer(model: nn.Module, device: torch.device) -> torch.optim.Optimi
     return build_optimizer(model, OptimConfig(), device)
 
 
+def optimizer_step(loss: Callable[[], torch.Tensor], optimizer: torch.optim.Optimizer) -> Callable[[], None]:
+    """One optimiser step: ``loss()`` (forward and loss), backward, the optimiser's step, gradients released."""
+
+    def step() -> None:
+        loss().backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
 def make_train_step(forward: Callable[[torch.Tensor], torch.Tensor], optimizer: torch.optim.Optimizer,
                     inputs: torch.Tensor, targets: torch.Tensor, autocast: torch.dtype | None,
                     device: torch.device, loss_fn: Loss = headwise_loss) -> Callable[[], None]:
     """One optimiser step: forward, next-token cross-entropy (``loss_fn``: the LM task's by
     default), backward, AdamW step, gradients released."""
 
-    def step() -> None:
+    def loss() -> torch.Tensor:
         ctx = torch.autocast(device.type, dtype=autocast) if autocast else contextlib.nullcontext()
         with ctx:
-            loss = loss_fn(forward(inputs), targets)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+            return loss_fn(forward(inputs), targets)
 
-    return step
+    return optimizer_step(loss, optimizer)
 
 
 @dataclass
@@ -205,19 +220,14 @@ def _run_rounds(cases: _Cases, device: torch.device, rounds: int, warmup: int, p
 
 def _case_result(seconds: list[float], stall: list[float | None], tokens: int, flops: int,
                  peak: float) -> dict[str, Any]:
-    """Rates and MFU of one case; medians over its quiet samples when it has two or more."""
-    rates = [tokens / s for s in seconds]
-    use, basis = pick_quiet(quiet_mask(stall))
-    rate = median([rates[i] for i in use])
+    """Rates (:func:`~headwise.bench.core.rate_result`) and MFU of one case."""
+    rates = rate_result(seconds, stall, tokens)
+    rate = rates["tokens_per_s_median"]
     return {
-        "seconds": seconds,
-        "cpu_stall": stall,
-        "tokens_per_s": rates,
-        "basis": basis,
-        "tokens_per_s_median": rate,
+        **rates,
         "flops_per_token": flops,
         "model_flops_per_s_median": flops * rate,
-        "mfu": [flops * r / peak for r in rates],
+        "mfu": [flops * r / peak for r in rates["tokens_per_s"]],
         "mfu_median": flops * rate / peak,
     }
 
@@ -275,7 +285,7 @@ def bench_training(cfg: BenchConfig, device: torch.device, seq_len: int, cases: 
         "device": str(device), "precision": precision, "seq_len": seq_len, "batch": batch,
         "tokens_per_step": tokens, "rounds": rounds, "warmup": warmup,
         "params": count_params(model_spec(cfg, cases.plans[0].heads)),
-        "optimizer": {k: opt.defaults.get(k) for k in ("lr", "betas", "weight_decay", "fused", "foreach")},
+        "optimizer": optimizer_settings(opt),
         "peak_flops": dict(measured.peaks),
         "peak_cpu_stall": measured.peak_stall,
         "peak_flops_median": peak_ref,
@@ -291,19 +301,38 @@ def compare(section: dict[str, Any], cases: TrainingCases, grid: list[Plan]) -> 
     c = section["cases"]
     out: dict[str, list[dict]] = {"vs_hf": [], "penalty": [], "bf16": []}
     base = f"headwise {plan_label(cases.plans[0])}"
-
-    def ratio(a: str, b: str) -> dict[str, Any]:
-        both = quiet_mask(c[a]["cpu_stall"], c[b]["cpu_stall"])
-        return ratio_stats(c[a]["tokens_per_s"], c[b]["tokens_per_s"], both)
-
     for plan in cases.plans:
         label = plan_label(plan)
         name = f"headwise {label}"
         ref = hf_reference(plan, cases, grid)
         if ref in c:
-            out["vs_hf"].append({"plan": label, "heads": list(plan.heads), "reference": ref, **ratio(name, ref)})
+            out["vs_hf"].append({"plan": label, "heads": list(plan.heads), "reference": ref,
+                                 **case_ratio(c, name, ref)})
         if name != base:
-            out["penalty"].append({"plan": label, "heads": list(plan.heads), "baseline": base, **ratio(name, base)})
+            out["penalty"].append({"plan": label, "heads": list(plan.heads), "baseline": base,
+                                   **case_ratio(c, name, base)})
         if f"{name} bf16" in c:
-            out["bf16"].append({"plan": label, "heads": list(plan.heads), **ratio(f"{name} bf16", name)})
+            out["bf16"].append({"plan": label, "heads": list(plan.heads), **case_ratio(c, f"{name} bf16", name)})
     return out
+
+
+def measure_training(run: SuiteRun) -> None:
+    """The chosen training sections, in one pass per sequence length: fp32 on the CPU, with the
+    bf16 twins at the longest length only (their target is one ratio; it saves time)."""
+    cfg, cpu = run.cfg, torch.device("cpu")
+    cases = training_cases(cfg, run.sections)
+    for t in cfg.seq_lens:
+        t_cases = cases if t == max(cfg.seq_lens) else dataclasses.replace(cases, bf16_totals=[])
+        run.result["training"].append(bench_training(
+            cfg, cpu, t, t_cases, precision="fp32", tokens_per_step=cfg.tokens_per_step,
+            rounds=cfg.rounds, warmup=cfg.warmup, peak_n=cfg.peak_n, log=run.log))
+        run.snapshot(f"after training T={t}")
+
+
+for _name, _order, _help in (
+    ("hf", 10, "training tokens/s vs transformers' GPTNeoForCausalLM (eager attention)"),
+    ("penalty", 20, "tokens/s of every plan of the blog's grid relative to 4 x 12 heads"),
+    ("mfu", 30, "model FLOP/s over the measured matmul peak"),
+    ("bf16", 40, "bf16 autocast training vs fp32"),
+):
+    register_section(BenchSection(_name, _help, _order, measure_training, training_targets, training_tables))

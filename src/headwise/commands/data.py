@@ -1,11 +1,18 @@
-"""``headwise data``: tokenize text (or decode images) into caches and inspect them.
+"""``headwise data``: tokenize text (or prepare a task's own data, such as images) into caches and
+inspect them.
 
     headwise data prepare tinystories-train-sample.txt --tokenizer bpe:4096 --validation tinystories-valid-sample.txt
-    headwise data prepare --config run.toml          # the run's [task] table (text or images)
+    headwise data prepare --config run.toml          # the run's [task] table (text, images, ...)
     headwise data info tinystories-train-sample.txt  # the plan and whether its cache is ready
     headwise data info ~/.cache/headwise/<cache>     # a cache's contents, checked
     headwise data list
     headwise data verify ~/.cache/headwise/<cache>   # every file's sha256 (default: every cache)
+
+Text is the shared text layer's (:mod:`headwise.text`: a data request, a token cache), whichever
+family's ``[task]`` names it (:meth:`~headwise.tasks.family.TaskConfigBase.data_options`); a
+``[task]`` with data of another kind prepares its own cache
+(:meth:`~headwise.tasks.family.TaskConfigBase.cache`), and ``info``, ``list`` and ``verify`` open
+a cache folder by the kind its metadata records, through the families' ``caches``.
 
 Opening an image cache (a run start, ``info``) checks its metadata and file sizes only, which is
 quick at any size; ``verify`` reads every byte of every file and exits 1 if any cache is damaged.
@@ -26,13 +33,14 @@ from typing import Any
 from headwise.config import read_toml
 from headwise.data.cache_files import META, CacheInvalid, default_cache_dir, list_caches
 from headwise.errors import HeadwiseError, RunFailure
-from headwise.families.lm.data_plan import DataConfig, plan_data
-from headwise.families.lm.token_cache import TokenCache, cache_name, prepare
-from headwise.tasks.union import parse_task_config
 from headwise.tasks.family import families
+from headwise.tasks.union import parse_task_config
+from headwise.text.data_plan import DataConfig, plan_data
+from headwise.text.token_cache import TokenCache, cache_name, prepare
 
 NAME = "data"
-HELP = "prepare token caches from TinyStories (hub or local files), or image caches from a run config, and inspect them"
+HELP = ("prepare token caches from text (TinyStories by default; hub or local files), or a run config's own data "
+        "cache (images, sequences), and inspect them")
 
 # DataConfig fields that have a command-line option of the same name
 _OPTIONS = ("format", "field", "split", "tokenizer", "subset", "subset_order", "validation", "seed", "cache_dir")
@@ -102,9 +110,9 @@ def _a(kind: str) -> str:
 def _open_cache(path: Path, verify: bool | None = None) -> Any:
     """A cache folder of any family's kind (see :attr:`~headwise.tasks.family.TaskFamily.caches`),
     found by the ``kind`` its metadata records (none: the caches that record none); ``verify``
-    None opens it as a run does (image caches cheaply, token and sequence caches hashed). A
-    ``meta.json`` that does not parse, or records a kind no family makes, is CacheInvalid naming
-    no kind: its kind is unknown (a damaged image cache is no token cache)."""
+    None opens it as a run does (as its class decides: image caches cheaply, token and sequence
+    caches hashed). A ``meta.json`` that does not parse, or records a kind no family makes, is
+    CacheInvalid naming no kind: its kind is unknown (a damaged image cache is no token cache)."""
     kinds = {cls.KIND: cls for family in families().values() for cls in family.caches}
     kind = None
     if (path / META).is_file():

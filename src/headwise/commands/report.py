@@ -32,12 +32,13 @@ def _check_at_heads(study_dir: str, at_heads: float) -> None:
     """Refuse --at-heads for a study whose report layout fits no curves over total heads (it
     would be ignored)."""
     from headwise.errors import HeadwiseError
+    from headwise.report.options import study_report
     from headwise.report.registry import get_layout
-    from headwise.study.layout import load_study_record
+    from headwise.study.layout import STUDY_TOML, load_study_record
     from headwise.tasks.union import parse_task_config
 
     record = load_study_record(study_dir)
-    kind = record.report.kind
+    kind = study_report(record.definition.get("report"), str(record.path / STUDY_TOML)).kind
     if kind is None:
         try:
             kind = parse_task_config(dict(record.definition.get("base", {}).get("task", {}))).family.report_layout

@@ -5,10 +5,12 @@
     headwise study my-study.toml --seeds 3 --backend ray --address auto
     headwise study --list
 
-Before any run starts and before the study directory is made, the study checks what its runs
+Before any run starts and before the study directory is made, the study's ``[report]`` table is
+checked by the report (:func:`headwise.report.study_report`) and the study checks what its runs
 share (see :mod:`headwise.study.preflight`): its data is prepared (tokenized into the token cache),
 CUDA runs need a CUDA device, ``--out`` must be usable. A study that fails a check is refused
-with one line (exit 2) and leaves nothing behind. ``--dry-run`` checks only the variants' specs.
+with one line (exit 2) and leaves nothing behind. ``--dry-run`` checks only the variants' specs,
+and loads nothing of the report.
 """
 
 from __future__ import annotations
@@ -57,7 +59,6 @@ def _list() -> int:
 
 def run(args: argparse.Namespace) -> int:
     from headwise.errors import HeadwiseError
-    from headwise.report import write_report
     from headwise.study import load_study
     from headwise.study.runner import describe_plan, run_study
 
@@ -67,8 +68,13 @@ def run(args: argparse.Namespace) -> int:
         raise HeadwiseError("name a study (e.g. `headwise study progression --preset quick`) or pass --list")
     study = load_study(args.study, preset=args.preset, seeds=args.seeds, overrides=args.overrides)
     if args.dry_run:
-        print(describe_plan(study))
+        print(describe_plan(study))  # the variants alone: nothing of the report loads
         return 0
+    # imported past the dry run, which lists variants only; the report refuses a bad [report]
+    # table before any run starts
+    from headwise.report import study_report, write_report
+
+    study_report(study.config.report, study.source)
     run_study(study, args.out, jobs=args.jobs, threads=args.threads, backend=args.backend, address=args.address,
               seeds_given=args.seeds is not None, report=None if args.no_report else write_report)
     return 0

@@ -1,5 +1,5 @@
 """The batch types every task hands the trainer, defined here so that the data layer (which
-produces them, :mod:`headwise.families.lm.packing`) does not depend on the tasks that use it.
+produces them, :mod:`headwise.text.packing`) does not depend on the tasks that use it.
 
 :mod:`headwise.tasks.base` re-exports both; tasks and the trainer may import them from either.
 """

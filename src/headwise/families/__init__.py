@@ -1,21 +1,31 @@
 """The task families, one folder each: everything that belongs to one kind of task.
 
-    families/lm/        language modelling (TinyStories): task, token caches, tokenizers, packing,
-                        the heads and depth report layouts, the progression and depth-for-heads studies
-    families/nearest/   the nearest-neighbour target (Amsel et al.): task, the rank layout and study
+    families/lm/        language modelling (TinyStories): task, presets, the bench section, the
+                        heads and depth report layouts, the progression and depth-for-heads studies
+    families/nearest/   the nearest-neighbour target (Amsel et al.): task, presets, the rank
+                        layout and study
     families/vision/    image classification (ViTs): task, image readers and caches, augmentation,
-                        the vision layout, the vit study, the vision bench section
+                        presets, the vision layout, the vit study, the vision bench section
     families/lra/       Long Range Arena: task and its one task table, readers, ListOps, the
                         sequence cache, the lra layout and study
     families/encoder/   Crammed BERT: masked-LM pretraining, GLUE fine-tuning and its offline
-                        stand-ins, the encoder layout (Table 1) and study
+                        stand-ins, presets, the bench section, the encoder layout (Table 1) and study
 
 A family folder's ``__init__`` registers its :class:`~headwise.tasks.family.TaskFamily` (by
-importing its task module); its ``report*`` modules register its report layouts
-(:mod:`headwise.report.registry`) and its ``*.toml`` files are built-in studies
-(:func:`headwise.study.definition.builtin_studies`). What the families share (batches, cache files,
-shuffling, sources and hub access, classification) lives in :mod:`headwise.data` and
-:mod:`headwise.tasks`.
+importing its task module). Its other parts are found by the name of the module or file that
+holds them, each registry importing every family's modules of one name on its first listing or
+its first lookup of a name not registered yet (:func:`import_family_modules`):
+
+    report, report_*     report layouts (:mod:`headwise.report.registry`)
+    model, model_*       model front ends and output heads (:mod:`headwise.parts`) and attention
+                         kinds (:mod:`headwise.model.attention`)
+    presets              model presets (:mod:`headwise.presets`)
+    bench                bench sections (:mod:`headwise.bench.sections`)
+    *.toml               built-in studies (:func:`headwise.study.definition.builtin_studies`,
+                         through :func:`family_files`)
+
+What the families share (batches, cache files, shuffling, sources and hub access, text,
+classification) lives in :mod:`headwise.data`, :mod:`headwise.text` and :mod:`headwise.tasks`.
 
 Families are found, never listed: :func:`family_packages` is every subpackage of this package,
 then every package named by an installed distribution's ``headwise.families`` entry point (so a
@@ -28,7 +38,9 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from functools import cache
+from importlib import resources
 from importlib.metadata import entry_points
+from importlib.resources.abc import Traversable
 from types import ModuleType
 
 #: the entry-point group through which installed distributions add families
@@ -47,3 +59,23 @@ def family_packages() -> tuple[str, ...]:
 def load_families() -> list[ModuleType]:
     """Import every family package (each registers its family on import); returns them."""
     return [importlib.import_module(name) for name in family_packages()]
+
+
+def import_family_modules(stem: str) -> list[ModuleType]:
+    """Import every family's modules named ``stem`` or ``stem_*`` (``report``, ``report_depth``),
+    each of which registers its parts on import; returns them. The one walk over the families'
+    folders that every registry's discovery uses."""
+    modules = []
+    for name in family_packages():
+        package = importlib.import_module(name)
+        for info in pkgutil.iter_modules(package.__path__):
+            if info.name == stem or info.name.startswith(f"{stem}_"):
+                modules.append(importlib.import_module(f"{name}.{info.name}"))
+    return modules
+
+
+def family_files(suffix: str) -> list[Traversable]:
+    """Every family folder's files whose names end in ``suffix`` (``".toml"``: the built-in
+    studies), folder by folder in :func:`family_packages` order."""
+    return [entry for name in family_packages() for entry in resources.files(name).iterdir()
+            if entry.is_file() and entry.name.endswith(suffix)]

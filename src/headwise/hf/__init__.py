@@ -3,7 +3,8 @@ the modules that need it, never by training):
 
 - :mod:`~headwise.hf.gpt_neo`, :mod:`~headwise.hf.vit`: exact conversion to and from
   ``GPTNeoForCausalLM`` and ``ViTForImageClassification`` for the specs they express, on the
-  shared key mapping of :mod:`~headwise.hf.keys`;
+  shared skeleton of :mod:`~headwise.hf.convert` (the checks, the attention kinds' names there,
+  the copy of the weights);
 - :mod:`~headwise.hf.models`: every spec as a ``transformers`` model (``HeadwiseConfig``,
   ``HeadwiseFor...``; importing it registers the Auto classes);
 - :mod:`~headwise.hf.tokenizer`: a run's tokenizer as a ``transformers`` tokenizer;

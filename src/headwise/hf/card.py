@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from headwise.model.attention import ATTENTION_KINDS
 from headwise.params import count_params
 from headwise.run.metrics import read_metrics
 from headwise.run.summary import read_summary
@@ -63,9 +64,8 @@ def _plan(spec: ModelSpec) -> list[str]:
     return [
         "| layer | heads | head width | attention width | attention | MLP width |",
         "|---|---|---|---|---|---|",
-        *(f"| {i} | {s.heads} | {s.head_dim} | {s.width} | {s.attention}"
-          f"{f' (window {spec.window})' if s.attention == 'local' else ''} | {s.mlp_hidden} |"
-          for i, s in enumerate(layers)),
+        *(f"| {i} | {s.heads} | {s.head_dim} | {s.width} | {ATTENTION_KINDS[s.attention].describe(spec)} | "
+          f"{s.mlp_hidden} |" for i, s in enumerate(layers)),
         "",
         f"d_model {spec.d_model}, {spec.total_heads} heads in all, {count_params(spec):,} parameters, {inputs}"
         f"{outputs}, {spec.max_seq_len} positions, {'causal' if spec.causal else 'bidirectional'}, {spec.norm} "

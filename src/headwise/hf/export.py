@@ -7,7 +7,8 @@ as a ``transformers`` tokenizer and ``generation_config.json``, a masked-LM enco
 vocabulary with ``[PAD] [CLS] [SEP] [MASK]`` (:mod:`headwise.hf.masked_tokenizer`), a fine-tuned
 encoder's that of its pretraining run (``tokenizer_from``). Each is built from the tokenizer the
 run saved in its folder (:mod:`headwise.run.tokenizer`), never from its training text again. The
-modelling code is headwise's own model modules, copied with their ``headwise`` imports pointed at
+modelling code is headwise's own modules that the model uses (the model's, its parts' wherever
+they are written, and what these import), copied flat with their ``headwise`` imports pointed at
 sibling files (and the spec read from ``config.json`` through :mod:`headwise.hf.models.spec_view`):
 the exported model computes exactly what headwise does, and
 ``AutoModelForCausalLM.from_pretrained(OUT, trust_remote_code=True)`` (``AutoModelForMaskedLM``
@@ -19,14 +20,15 @@ for specs GPT-Neo expresses.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
-import headwise.hf.models as hf_models_package
-import headwise.model as model_package
+from torch import nn
+
 from headwise.paths import nearest_existing
 from headwise.errors import HeadwiseError, RunFailure
 from headwise.hf.models import from_headwise, hf_class, run_model
@@ -35,72 +37,104 @@ from headwise.run.layout import RunDir
 from headwise.spec import ModelSpec
 
 #: The modules whose classes ``auto_map`` names, and where the bundled code starts from
-ENTRY_MODULES = ("configuration_headwise", "modeling_headwise")
-#: Top-level packages the exported code may import: what a transformers user has
+ENTRY_MODULES = ("headwise.hf.models.configuration_headwise", "headwise.hf.models.modeling_headwise")
+#: Top-level packages the exported code may import besides the standard library: what a
+#: transformers user has (docs/architecture.md, "What exported model code may import")
 ALLOWED_IMPORTS = {"torch", "transformers", "safetensors", "numpy"}
+#: Modules carried as another: the exported code reads the spec from config.json, without pydantic
+_VIEWS = {"headwise.spec": "headwise.hf.models.spec_view"}
+_HEADWISE_IMPORT = re.compile(r"^(\s*)from (headwise(?:\.\w+)+) import", re.MULTILINE)
+_RULE = (f"exported model code may import only the standard library, {', '.join(sorted(ALLOWED_IMPORTS))}, and "
+         "headwise modules as `from headwise.<module> import <names>`")
 
-_PACKAGES = {"headwise.model": Path(model_package.__file__).parent,
-             "headwise.hf.models": Path(hf_models_package.__file__).parent}
-_SPEC_MODULE = "headwise.spec"
-_IMPORT = re.compile(r"^(\s*)from (headwise\.(?:model|hf\.models)\.(\w+)|headwise\.spec) import", re.MULTILINE)
 
-
-def _source_of(name: str) -> Path:
-    """The file of a bundled module, by its flat name (``transformer``, ``spec_view``)."""
-    for directory in _PACKAGES.values():
-        if (directory / f"{name}.py").is_file():
-            return directory / f"{name}.py"
-    raise RunFailure(f"the exported model code needs a module {name!r} that headwise does not have")
+def _source_of(module: str) -> Path:
+    """The file of the headwise module ``module`` (a module carried as a view: the view's)."""
+    found = importlib.util.find_spec(_VIEWS.get(module, module))
+    if found is None or found.origin is None or found.submodule_search_locations is not None:
+        raise RunFailure(f"the exported model code needs the module {module}, which is not a headwise module file "
+                         "(import names from the module that defines them, not from a package)")
+    return Path(found.origin)
 
 
 def _flat_name(module: str) -> str:
-    return "spec_view" if module == _SPEC_MODULE else module.rsplit(".", 1)[1]
+    """The file name (without ``.py``) a headwise module has in the exported folder: its last part."""
+    return _VIEWS.get(module, module).rsplit(".", 1)[-1]
 
 
-def bundled_sources() -> dict[str, str]:
-    """The exported modelling code, file name -> text: the entry modules and every headwise
-    module they import, transitively, with those imports made relative to the folder. Each
-    file may import only the standard library, :data:`ALLOWED_IMPORTS` and names its sibling
-    files define; anything else is a :class:`RunFailure` here rather than in a user's process."""
+def bundled_sources(model: nn.Module) -> dict[str, str]:
+    """The exported modelling code of ``model``, file name -> text: the entry modules, the modules
+    that define the model's parts (its front end, output head and attention kinds, wherever they
+    are written: ``headwise.model`` or a family's folder), and every headwise module these import,
+    transitively, each flat-named (``headwise.families.x.heads`` -> ``heads.py``) with its
+    headwise imports made relative to the folder. A part's module that nothing imports is imported
+    at the end of ``modeling_headwise.py``, so that it registers there too. Each file may import
+    only what :data:`_RULE` says, and names its sibling files define; anything else, or two
+    modules of one flat name, is a :class:`RunFailure` here rather than in a user's process."""
+    carried: dict[str, str] = {}  # flat name -> the module it is
     sources: dict[str, str] = {}
-    wanted: list[tuple[str, str, list[str]]] = []  # (importing file, sibling module, names)
-    todo = list(ENTRY_MODULES)
-    while todo:
-        name = todo.pop()
-        if f"{name}.py" in sources:
-            continue
-        text = _IMPORT.sub(lambda m: f"{m.group(1)}from .{_flat_name(m.group(2))} import",
-                           _source_of(name).read_text(encoding="utf-8"))
-        for module, names in _imports(name, text):
-            wanted.append((name, module, names))
-            todo.append(module)
-        sources[f"{name}.py"] = text
-    for name, module, names in wanted:
-        missing = set(names) - _defined_names(sources[f"{module}.py"])
+    wanted: list[tuple[str, str, list[str]]] = []  # (importing file, sibling, names)
+
+    def carry(todo: list[str]) -> None:
+        while todo:
+            module = todo.pop()
+            module, flat = _VIEWS.get(module, module), _flat_name(module)
+            if carried.setdefault(flat, module) != module:
+                raise RunFailure(f"the exported model code needs {carried[flat]} and {module}, which would both be "
+                                 f"{flat}.py in the exported folder: rename one of them")
+            if f"{flat}.py" in sources:
+                continue
+            text = _source_of(module).read_text(encoding="utf-8")
+            for dependency, names in _imports(module, text):
+                wanted.append((flat, _flat_name(dependency), names))
+                todo.append(dependency)
+            relative = _HEADWISE_IMPORT.sub(lambda m: f"{m.group(1)}from .{_flat_name(m.group(2))} import", text)
+            sources[f"{flat}.py"] = relative
+
+    carry(list(ENTRY_MODULES))
+    entry = _flat_name(ENTRY_MODULES[-1])
+    classes = [part if isinstance(part, type) else type(part) for part in _parts(model)]
+    unreached = sorted({(c.__module__, c.__name__) for c in classes if c.__module__ not in carried.values()})
+    if unreached:
+        sources[f"{entry}.py"] += (
+            "\n\n# Added by headwise export: the modules of this model's parts that nothing above imports, so that\n"
+            "# they register (and transformers copies them beside this file)\n"
+            + "".join(f"from .{_flat_name(module)} import {name}  # noqa: E402,F401\n" for module, name in unreached))
+        wanted += [(entry, _flat_name(module), [name]) for module, name in unreached]
+        carry([module for module, _ in unreached])
+    for name, sibling, names in wanted:
+        missing = set(names) - _defined_names(sources[f"{sibling}.py"])
         if missing:
-            raise RunFailure(f"{name}.py imports {', '.join(sorted(missing))} from {module}, which the exported "
-                             f"{module}.py does not define")
+            raise RunFailure(f"{name}.py imports {', '.join(sorted(missing))} from {sibling}, which the exported "
+                             f"{sibling}.py does not define")
     return sources
 
 
-def _imports(name: str, text: str) -> list[tuple[str, list[str]]]:
-    """The sibling modules (and names) a bundled file imports; refuses any other import but the
-    standard library and :data:`ALLOWED_IMPORTS` (the model modules must stay self-contained)."""
-    siblings = []
+def _parts(model: nn.Module) -> list[object]:
+    """The registered parts ``model`` is built from: its front end, output head and attention kinds."""
+    return [model.front_end, model.output_head, *(block.attn.kind for block in model.blocks)]
+
+
+def _imports(module: str, text: str) -> list[tuple[str, list[str]]]:
+    """The headwise modules (and names) that the file of ``module`` imports, relative imports
+    resolved; refuses any other import but the standard library and :data:`ALLOWED_IMPORTS`."""
+    flat, package = _flat_name(module), module.rsplit(".", 1)[0]
+    found = []
     for node in ast.walk(ast.parse(text)):
-        modules = []
+        imported: list[str] = []
         if isinstance(node, ast.Import):
-            modules = [a.name for a in node.names]
+            imported = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module.split(".")[0] == "headwise":
+            found.append((node.module, [a.name for a in node.names]))
         elif isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
-            siblings.append((node.module, [a.name for a in node.names]))
+            found.append((f"{package}.{node.module}", [a.name for a in node.names]))
         elif isinstance(node, ast.ImportFrom):
-            modules = [f"{'.' * node.level}{node.module or ''}"]
-        for module in modules:
-            top = module.split(".")[0]
+            imported = [f"{'.' * node.level}{node.module or ''}"]
+        for name in imported:
+            top = name.split(".")[0]
             if top not in ALLOWED_IMPORTS and top not in sys.stdlib_module_names:
-                raise RunFailure(f"{name}.py imports {module}, which an exported folder cannot carry: "
-                                 "the model modules may import only torch, transformers and each other")
-    return siblings
+                raise RunFailure(f"{flat}.py imports {name}, which an exported folder cannot carry: {_RULE}")
+    return found
 
 
 def _defined_names(text: str) -> set[str]:
@@ -145,15 +179,9 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path |
         tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
         if gpt_neo:
             hf = _gpt_neo(model, eot_id)
+            hf.save_pretrained(tmp)
         else:
-            hf = from_headwise(model, eot_id)
-            hf.config.auto_map = {"AutoConfig": "configuration_headwise.HeadwiseConfig",
-                                  auto: f"modeling_headwise.{cls.__name__}"}
-            hf.config.architectures = [cls.__name__]
-        hf.save_pretrained(tmp)
-        if not gpt_neo:
-            for name, text in bundled_sources().items():
-                (tmp / name).write_text(text, encoding="utf-8")
+            hf = save_with_code(model, tmp, eot_id)
         if language:
             save_hf_tokenizer(run_dir, tmp)
         elif model.spec.output_head == "mlm":
@@ -176,6 +204,22 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path |
             folder.rmdir()
         raise
     return out_dir
+
+
+def save_with_code(model: nn.Module, folder: Path, eot_id: int | None = None) -> nn.Module:
+    """Save ``model`` into ``folder`` as its headwise ``transformers`` class with the code that
+    class runs (``config.json`` with ``auto_map``, ``model.safetensors``, :func:`bundled_sources`):
+    what loads with ``trust_remote_code=True`` where headwise is not installed. Returns the
+    ``transformers`` model; ``eot_id``: a language model's end-of-text id."""
+    auto, cls = hf_class(model.spec)
+    hf = from_headwise(model, eot_id)
+    hf.config.auto_map = {"AutoConfig": "configuration_headwise.HeadwiseConfig",
+                          auto: f"modeling_headwise.{cls.__name__}"}
+    hf.config.architectures = [cls.__name__]
+    hf.save_pretrained(folder)
+    for name, text in bundled_sources(model).items():
+        (folder / name).write_text(text, encoding="utf-8")
+    return hf
 
 
 def _check_out_dir(out_dir: Path) -> None:

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
-from headwise.errors import HeadwiseError
-from headwise.hf.keys import block_pairs, fixed_field_problem
-from headwise.model import Transformer
+from headwise.hf.convert import (
+    Layout, block_pairs, check_expressible, fixed_field_problem, from_architecture, kind_problem, kinds_from_arch,
+    kinds_to_arch, options_from_arch, options_to_arch, to_architecture,
+)
+from headwise.model.transformer import Transformer
 from headwise.spec import GATED_ACTIVATIONS, ModelSpec
 
 # What GPT-Neo's block fixes, as (spec field, required value, why)
@@ -42,17 +42,14 @@ def gpt_neo_incompatibility(spec: ModelSpec) -> str | None:
         return f"its layers have different MLP widths {sorted(hidden)}"
     if spec.activation in GATED_ACTIVATIONS:
         return f"activation = {spec.activation!r} is gated; GPT-Neo's MLP is not"
-    return fixed_field_problem(spec, _GPT_NEO_FIXED)
+    return fixed_field_problem(spec, _GPT_NEO_FIXED) or kind_problem(spec, "gpt_neo", "GPT-Neo")
 
 
 def to_gpt_neo_config(spec: ModelSpec) -> Any:
     """The ``GPTNeoConfig`` equal to ``spec``; a HeadwiseError if GPT-Neo cannot express it."""
     from transformers import GPTNeoConfig
 
-    reason = gpt_neo_incompatibility(spec)
-    if reason:
-        raise HeadwiseError(f"cannot convert to GPT-Neo: {reason}")
-    kinds = [s.attention for s in spec.layers()]
+    check_expressible(spec, gpt_neo_incompatibility, "GPT-Neo")
     return GPTNeoConfig(
         vocab_size=spec.vocab_size,
         max_position_embeddings=spec.max_seq_len,
@@ -60,8 +57,8 @@ def to_gpt_neo_config(spec: ModelSpec) -> Any:
         num_layers=spec.n_layers,
         num_heads=spec.heads[0],
         intermediate_size=spec.layer(0).mlp_hidden,
-        attention_types=[[[k], 1] for k in kinds],
-        window_size=spec.window,
+        attention_types=[[[k], 1] for k in kinds_to_arch(spec, "gpt_neo")],
+        **options_to_arch(spec, "gpt_neo"),
         activation_function=spec.activation,
         embed_dropout=spec.dropout,
         attention_dropout=spec.dropout,
@@ -85,8 +82,8 @@ def spec_from_gpt_neo_config(config: Any) -> ModelSpec:
         heads=[config.num_heads] * config.num_layers,
         mlp_hidden=config.intermediate_size or 4 * config.hidden_size,
         activation=config.activation_function,
-        attention=list(config.attention_layers),
-        window=config.window_size,
+        attention=kinds_from_arch(list(config.attention_layers), "gpt_neo"),
+        **options_from_arch(config, "gpt_neo"),
         layer_norm_eps=config.layer_norm_epsilon,
         dropout=config.resid_dropout,
         init_std=config.initializer_range,
@@ -94,47 +91,28 @@ def spec_from_gpt_neo_config(config: Any) -> ModelSpec:
     )
 
 
-def _key_map(n_layers: int) -> list[tuple[str, str]]:
+def _pairs(spec: ModelSpec) -> list[tuple[str, str]]:
     """(headwise name, GPT-Neo name) pairs for everything but the fused q/k/v."""
+    untied = [] if spec.tie_embeddings else [("lm_head.weight", "lm_head.weight")]
     return [("tok_emb.weight", "transformer.wte.weight"), ("pos_emb.weight", "transformer.wpe.weight"),
             ("norm_f.weight", "transformer.ln_f.weight"), ("norm_f.bias", "transformer.ln_f.bias"),
-            *block_pairs(n_layers, "transformer.h.", [("norm1", "ln_1"), ("norm2", "ln_2"),
-                                                      ("attn.out", "attn.attention.out_proj"),
-                                                      ("mlp.fc", "mlp.c_fc"), ("mlp.proj", "mlp.c_proj")])]
+            *block_pairs(spec.n_layers, "transformer.h.", [("norm1", "ln_1"), ("norm2", "ln_2"),
+                                                           ("attn.out", "attn.attention.out_proj"),
+                                                           ("mlp.fc", "mlp.c_fc"), ("mlp.proj", "mlp.c_proj")]),
+            *untied]
 
 
-@torch.no_grad()
+#: where GPT-Neo keeps headwise's weights
+LAYOUT = Layout(_pairs, lambda i, part: [f"transformer.h.{i}.attn.attention.{p}_proj.{part}" for p in "qkv"])
+
+
 def to_hf(model: Transformer) -> Any:
     """A ``GPTNeoForCausalLM`` with exactly ``model``'s weights."""
     from transformers import GPTNeoForCausalLM
 
-    spec = model.spec
-    hf = GPTNeoForCausalLM(to_gpt_neo_config(spec)).eval()
-    ours, theirs = model.state_dict(), hf.state_dict()
-    for a, b in _key_map(spec.n_layers):
-        theirs[b].copy_(ours[a])
-    d = spec.d_model
-    for i in range(spec.n_layers):
-        q, k, v = ours[f"blocks.{i}.attn.qkv.weight"].split(d, dim=0)
-        for name, w in (("q_proj", q), ("k_proj", k), ("v_proj", v)):
-            theirs[f"transformer.h.{i}.attn.attention.{name}.weight"].copy_(w)
-    if not spec.tie_embeddings:
-        theirs["lm_head.weight"].copy_(ours["lm_head.weight"])
-    return hf
+    return to_architecture(model, GPTNeoForCausalLM(to_gpt_neo_config(model.spec)), LAYOUT)
 
 
-@torch.no_grad()
 def from_hf(hf: Any) -> Transformer:
     """A headwise Transformer with exactly a ``GPTNeoForCausalLM``'s weights."""
-    spec = spec_from_gpt_neo_config(hf.config)
-    model = Transformer(spec).eval()
-    ours, theirs = model.state_dict(), hf.state_dict()
-    for a, b in _key_map(spec.n_layers):
-        ours[a].copy_(theirs[b])
-    for i in range(spec.n_layers):
-        p = f"transformer.h.{i}.attn.attention."
-        fused = torch.cat([theirs[p + "q_proj.weight"], theirs[p + "k_proj.weight"], theirs[p + "v_proj.weight"]])
-        ours[f"blocks.{i}.attn.qkv.weight"].copy_(fused)
-    if not spec.tie_embeddings:
-        ours["lm_head.weight"].copy_(theirs["lm_head.weight"])
-    return model
+    return from_architecture(hf, spec_from_gpt_neo_config(hf.config), LAYOUT)

@@ -19,7 +19,7 @@ from typing import Any
 
 from headwise.errors import HeadwiseError
 from headwise.families.encoder.masking import CLS_ID, MASK_ID, NUM_SPECIAL, SEP_ID, SPECIAL_TOKENS, MaskedVocab
-from headwise.families.lm.tokenizer import EOT_TEXT, Tokenizer
+from headwise.text.tokenizer import EOT_TEXT, Tokenizer
 from headwise.hf.tokenizer import _backend
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from headwise.families.lm.tokenizer import EOT_TEXT, BPETokenizer, GPTNeoTokenizer, Tokenizer, gpt_neo_files
+from headwise.text.tokenizer import EOT_TEXT, BPETokenizer, GPTNeoTokenizer, Tokenizer, gpt_neo_files
 from headwise.errors import HeadwiseError
 
 

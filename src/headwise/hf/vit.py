@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from headwise.errors import HeadwiseError
-from headwise.hf.keys import block_pairs, fixed_field_problem
-from headwise.model import Transformer
+from headwise.hf.convert import (
+    Layout, block_pairs, check_expressible, fixed_field_problem, from_architecture, kind_problem, to_architecture,
+)
+from headwise.model.transformer import Transformer
 from headwise.spec import ModelSpec
 
 # What ViT's architecture fixes, as (spec field, required value, why)
@@ -54,9 +54,9 @@ def vit_incompatibility(spec: ModelSpec) -> str | None:
     hidden = {s.mlp_hidden for s in spec.layers()}
     if len(hidden) != 1:
         return f"its layers have different MLP widths {sorted(hidden)}; ViT has one intermediate_size"
-    kinds = sorted({s.attention for s in spec.layers()} - {"global"})
+    kinds = kind_problem(spec, "vit", "ViT")
     if kinds:
-        return f"it has {' and '.join(kinds)} attention layers; ViT's layers are all global"
+        return kinds
     fixed = fixed_field_problem(spec, _VIT_FIXED)
     if fixed:
         return fixed
@@ -69,9 +69,7 @@ def to_vit_config(spec: ModelSpec) -> Any:
     """The ``ViTConfig`` equal to ``spec``; a HeadwiseError if ViT cannot express it."""
     from transformers import ViTConfig
 
-    reason = vit_incompatibility(spec)
-    if reason:
-        raise HeadwiseError(f"cannot convert to ViT: {reason}")
+    check_expressible(spec, vit_incompatibility, "ViT")
     shape = spec.layer(0)
     extra = {}
     if shape.head_dim * shape.heads != spec.d_model:
@@ -146,57 +144,37 @@ def spec_from_vit_config(config: Any) -> ModelSpec:
     )
 
 
-def _key_map(n_layers: int) -> list[tuple[str, str]]:
-    """(headwise name, ViT name) pairs for everything but the fused q/k/v and the positions."""
+def _pairs(spec: ModelSpec) -> list[tuple[str, str]]:
+    """(headwise name, ViT name) pairs for everything but the fused q/k/v."""
     return [("cls_token.weight", "vit.embeddings.cls_token"),
             ("patch_emb.weight", "vit.embeddings.patch_embeddings.projection.weight"),
             ("patch_emb.bias", "vit.embeddings.patch_embeddings.projection.bias"),
+            ("pos_emb.weight", "vit.embeddings.position_embeddings"),
             ("norm_f.weight", "vit.layernorm.weight"), ("norm_f.bias", "vit.layernorm.bias"),
             ("classifier.weight", "classifier.weight"), ("classifier.bias", "classifier.bias"),
-            *block_pairs(n_layers, "vit.layers.", [("norm1", "layernorm_before"), ("norm2", "layernorm_after"),
-                                                   ("attn.out", "attention.o_proj"), ("mlp.fc", "mlp.fc1"),
-                                                   ("mlp.proj", "mlp.fc2")])]
+            *block_pairs(spec.n_layers, "vit.layers.", [("norm1", "layernorm_before"), ("norm2", "layernorm_after"),
+                                                        ("attn.out", "attention.o_proj"), ("mlp.fc", "mlp.fc1"),
+                                                        ("mlp.proj", "mlp.fc2")])]
 
 
-def _qkv_names(i: int, kind: str) -> list[str]:
-    return [f"vit.layers.{i}.attention.{p}_proj.{kind}" for p in ("q", "k", "v")]
+#: where ViT keeps headwise's weights
+LAYOUT = Layout(_pairs, lambda i, part: [f"vit.layers.{i}.attention.{p}_proj.{part}" for p in "qkv"])
 
 
-@torch.no_grad()
 def to_hf_vit(model: Transformer, attn_implementation: str = "sdpa") -> Any:
     """A ``ViTForImageClassification`` with exactly ``model``'s weights (in eval mode), running
     ``attn_implementation`` ("sdpa", transformers' default on CPU, or "eager")."""
     from transformers import ViTForImageClassification
 
-    spec = model.spec
-    hf = ViTForImageClassification(to_vit_config(spec))
+    hf = ViTForImageClassification(to_vit_config(model.spec))
     hf.set_attn_implementation(attn_implementation)
-    hf.eval()
-    ours, theirs = model.state_dict(), hf.state_dict()
-    for a, b in _key_map(spec.n_layers):
-        theirs[b].copy_(ours[a])
-    theirs["vit.embeddings.position_embeddings"].copy_(ours["pos_emb.weight"][None])
-    width = spec.layer(0).width
-    for i in range(spec.n_layers):
-        for kind in ("weight", "bias") if spec.qkv_bias else ("weight",):
-            for name, part in zip(_qkv_names(i, kind), ours[f"blocks.{i}.attn.qkv.{kind}"].split(width, dim=0)):
-                theirs[name].copy_(part)
-    return hf
+    return to_architecture(model, hf, LAYOUT)
 
 
-@torch.no_grad()
 def from_hf_vit(hf: Any) -> Transformer:
     """A headwise Transformer (in eval mode) with exactly a ``ViTForImageClassification``'s weights."""
     spec = spec_from_vit_config(hf.config)
     reason = vit_incompatibility(spec)
     if reason:  # a config spec_from_vit_config accepts is expressible; kept as a guard
         raise HeadwiseError(f"cannot convert from ViT: {reason}")
-    model = Transformer(spec).eval()
-    ours, theirs = model.state_dict(), hf.state_dict()
-    for a, b in _key_map(spec.n_layers):
-        ours[a].copy_(theirs[b])
-    ours["pos_emb.weight"].copy_(theirs["vit.embeddings.position_embeddings"][0])
-    for i in range(spec.n_layers):
-        for kind in ("weight", "bias") if spec.qkv_bias else ("weight",):
-            ours[f"blocks.{i}.attn.qkv.{kind}"].copy_(torch.cat([theirs[n] for n in _qkv_names(i, kind)]))
-    return model
+    return from_architecture(hf, spec, LAYOUT)

@@ -9,41 +9,48 @@
 - :mod:`~headwise.model.cache`: key/value caches for decoding;
 - :mod:`~headwise.model.pretrained`: saving and loading (safetensors plus ``spec.json``).
 
-A task family that needs a new input or output (sequence classification, masked-LM pretraining,
-...; images are done this way: ``ImageInputs`` and ``ClassifierHead``) writes, in its own folder:
+Every front end and head is two things, each registered under the part's name: a declaration
+(:mod:`headwise.parts`: what the spec, generation, the model card and export know of it, without
+torch) and its model code here. The built-in ones are the token, token-pair, vector and image
+front ends and the ``lm``, ``mlm``, ``vectors``, ``classes``, ``pair_classes`` and ``cls_pooler``
+heads. A task family that needs another input or output writes both in ``model`` or ``model_*``
+modules of its own folder (the declarations apart from the model code, which an exported model
+carries), and edits no file here:
 
-1. a front end (a class with ``build``, ``param_counts``, ``forward``, the positions an input
-   gives the blocks, ``positions`` and ``input_positions``, and its ``default_outputs`` and
-   ``vocabulary``; see :class:`~headwise.model.inputs.FrontEnd`), registered with
-   :func:`~headwise.model.inputs.register_front_end`;
-2. a head (an :class:`~headwise.model.outputs.OutputHead` subclass; ``positions_read`` says when it
-   reads only the first positions, as a ViT's classifier does, ``padding_row`` which token
-   embedding row an encoder keeps at zero), registered with
-   :func:`~headwise.model.outputs.register_output_head`.
+1. a front end: a :class:`~headwise.model.inputs.FrontEnd` subclass (``build``, ``param_counts``,
+   ``forward``, the positions an input gives the blocks, ``positions`` and ``input_positions``)
+   registered in :data:`~headwise.model.inputs.FRONT_ENDS`, and its
+   :class:`~headwise.parts.FrontEndPart` (its default head, whether it reads a vocabulary, ...) in
+   :data:`~headwise.parts.FRONT_END_PARTS`;
+2. a head: an :class:`~headwise.model.outputs.OutputHead` subclass (``positions_read`` says when
+   it reads only the first positions, as a ViT's classifier does, ``padding_row`` which token
+   embedding row an encoder keeps at zero) registered in
+   :data:`~headwise.model.outputs.OUTPUT_HEADS`, and its :class:`~headwise.parts.OutputHeadPart`
+   in :data:`~headwise.parts.OUTPUT_HEAD_PARTS`.
 
-The registries are the single source of the names ``ModelSpec.inputs`` and ``outputs`` accept
-(:func:`headwise.spec.front_ends`, :func:`headwise.spec.output_heads`).
-Nothing else changes: the Transformer builds and calls whatever the spec names, and
-:func:`headwise.params.count_params` adds up their ``param_counts`` (a test checks that this equals
-the built model's count for every registered pair). The modules a front end or head builds sit on
-the Transformer under the names it gives them, and those names are the state-dict keys of saved
-models: choose them once.
+The declarations are the single source of the names ``ModelSpec.inputs`` and ``outputs`` accept;
+the first spec that names a family's part imports the family's ``model`` modules, and with them
+the part's model code. Nothing else changes: the Transformer builds and calls whatever the spec
+names, and :func:`headwise.params.count_params` adds up their ``param_counts`` (a test checks that
+this equals the built model's count for every registered pair). The modules a front end or head
+builds sit on the Transformer under the names it gives them, and those names are the state-dict
+keys of saved models: choose them once.
 """
 
-from headwise.model.cache import KVCache, LayerCache
-from headwise.model.inputs import FRONT_ENDS, SequenceTooLong
-from headwise.model.outputs import OUTPUT_HEADS
-from headwise.model.kernels import (
-    CPU_MIN_HEAD_DIM,
-    CPU_SPLIT_QUERIES,
-    VOCAB_PAD,
-    attention_mask,
-    causal_attention_in_halves,
-    padded_logits,
-    padded_vocab_size,
-)
-from headwise.model.pretrained import SPEC_FILE, WEIGHTS_FILE, load_pretrained, save_pretrained
-from headwise.model.transformer import MLP, Attention, Block, Transformer
+import importlib
+from typing import Any
+
+# Every name below, loaded from its module on first use (PEP 562): importing a module of this
+# package that needs no torch (the attention kinds, whose options headwise.spec reads) then does
+# not load torch and the whole model.
+_EXPORTS = {
+    "KVCache": "cache", "LayerCache": "cache", "FRONT_ENDS": "inputs", "SequenceTooLong": "inputs",
+    "OUTPUT_HEADS": "outputs", "CPU_MIN_HEAD_DIM": "kernels", "CPU_SPLIT_QUERIES": "kernels",
+    "VOCAB_PAD": "kernels", "attention_mask": "kernels", "causal_attention_in_halves": "kernels",
+    "padded_logits": "kernels", "padded_vocab_size": "kernels", "SPEC_FILE": "pretrained",
+    "WEIGHTS_FILE": "pretrained", "load_pretrained": "pretrained", "save_pretrained": "pretrained",
+    "MLP": "transformer", "Attention": "transformer", "Block": "transformer", "Transformer": "transformer",
+}
 
 __all__ = [
     "Transformer", "Attention", "MLP", "Block", "KVCache", "LayerCache", "SequenceTooLong",
@@ -51,3 +58,11 @@ __all__ = [
     "CPU_MIN_HEAD_DIM", "CPU_SPLIT_QUERIES", "VOCAB_PAD", "attention_mask", "causal_attention_in_halves",
     "padded_logits", "padded_vocab_size",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,6 +1,7 @@
 """Input front ends: what turns a batch of raw inputs into the sequence [B, T, d_model] the blocks
-read. ``ModelSpec.inputs`` names one in :data:`FRONT_ENDS`; see :mod:`headwise.model` for how a
-task family adds its own.
+read. ``ModelSpec.inputs`` names one in :data:`FRONT_ENDS`, whose declaration
+(:class:`headwise.parts.FrontEndPart`) says what the spec knows of it; see :mod:`headwise.model`
+for how a task family adds its own.
 """
 
 from __future__ import annotations
@@ -13,24 +14,27 @@ import torch
 from torch import Tensor, nn
 
 from headwise.model.outputs import OUTPUT_HEADS
-from headwise.spec import CLASSIFIER_OUTPUTS, ModelSpec
+from headwise.registry import Registry
+from headwise.spec import ModelSpec
 
 
 class SequenceTooLong(ValueError):
     """The input is longer than the model's ``max_seq_len``."""
 
 
+#: ``ModelSpec.inputs`` -> its front end's model code, registered where it is written (a family's
+#: in a ``model`` module of its folder, which checking a spec that names it imports)
+FRONT_ENDS: Registry[type["FrontEnd"]] = Registry("front end")
+
+
 class FrontEnd(Protocol):
     """What a front end provides. Front ends are stateless classes: their parameters live in the
     modules :meth:`build` returns, which the Transformer holds under those names, so that state-dict
-    keys carry no prefix (``tok_emb.weight``, as saved models and :mod:`headwise.hf.gpt_neo` expect)."""
+    keys carry no prefix (``tok_emb.weight``, as saved models and :mod:`headwise.hf.gpt_neo` expect).
+    What the spec knows of it (its default head, whether it reads a vocabulary) is its declaration's."""
 
     #: how many sequences through the blocks one example is (2 for a pair of documents)
     sequences_per_example: int = 1
-    #: the output head of a spec that names none (``ModelSpec.outputs``)
-    default_outputs: str
-    #: whether the inputs are token ids (a spec without them has no ``vocab_size``)
-    vocabulary: bool = True
 
     @staticmethod
     def build(spec: ModelSpec) -> dict[str, nn.Module | None]:
@@ -69,8 +73,8 @@ class FrontEnd(Protocol):
 
 
 def has_class_token(spec: ModelSpec) -> bool:
-    """Whether the sequence starts with a learned class token: a classifier that reads it."""
-    return spec.output_head in CLASSIFIER_OUTPUTS and spec.pooling == "cls"
+    """Whether the sequence starts with a learned class token: a pooled classifier that reads it."""
+    return OUTPUT_HEADS[spec.output_head].pooled and spec.pooling == "cls"
 
 
 def class_token_params(spec: ModelSpec) -> int:
@@ -143,14 +147,13 @@ def add_positions(model: nn.Module, x: Tensor, past: int) -> Tensor:
     return x
 
 
+@FRONT_ENDS.register("tokens")
 class TokenInputs(FrontEnd):
     """Token ids [B, T]: token embeddings ``tok_emb`` plus positions ``pos_emb`` (GPT-Neo's
     ``wte`` and ``wpe`` when learned); a sequence classifier reading a class token gets ``cls_token`` first.
     With ``pad_id`` set, positions holding it are masked out of attention and pooling. An encoder's
     output head names a [PAD] row of ``tok_emb`` (:meth:`~headwise.model.outputs.OutputHead.padding_row`)
     that starts at zero and takes no gradient from the lookup, as cramming's embedding does."""
-
-    default_outputs = "lm"
 
     @staticmethod
     def build(spec: ModelSpec) -> dict[str, nn.Module | None]:
@@ -178,13 +181,12 @@ class TokenInputs(FrontEnd):
         return mask
 
 
+@FRONT_ENDS.register("token_pairs")
 class TokenPairInputs(TokenInputs):
     """Pairs of token sequences [B, 2, T] (LRA Retrieval's two documents): both sequences of each
     pair go through the same embeddings and blocks as a batch of 2B sequences (pair i's are rows
     2i and 2i + 1); the pair head combines their pooled vectors. A task's ``seq_len`` counts both
     documents (2T tokens an example)."""
-
-    default_outputs = "pair_classes"
 
     sequences_per_example = 2
 
@@ -211,12 +213,10 @@ def _pairs_as_rows(inputs: Tensor) -> Tensor:
     return inputs.reshape(-1, inputs.shape[-1])
 
 
+@FRONT_ENDS.register("vectors")
 class VectorInputs(FrontEnd):
     """Vectors [B, N, d_model], taken as they are (a classifier reading a class token gets
     ``cls_token`` first), plus positions if the spec has them."""
-
-    default_outputs = "vectors"
-    vocabulary = False
 
     @staticmethod
     def build(spec: ModelSpec) -> dict[str, nn.Module | None]:
@@ -231,14 +231,12 @@ class VectorInputs(FrontEnd):
         return add_positions(model, with_class_token(model, inputs), past)
 
 
+@FRONT_ENDS.register("images")
 class ImageInputs(FrontEnd):
     """Images [B, C, H, W] (float, normalised) as a ViT reads them: non-overlapping patches
     embedded by ``patch_emb`` (a convolution with stride = kernel = patch_size, i.e. one linear
     map per flattened patch), a learned class token ``cls_token`` first when ``pooling = "cls"``,
     and learned positions ``pos_emb`` over those ``max_seq_len`` positions."""
-
-    default_outputs = "classes"
-    vocabulary = False
 
     @staticmethod
     def build(spec: ModelSpec) -> dict[str, nn.Module | None]:
@@ -285,16 +283,3 @@ class ClassToken(nn.Module):
 
     def forward(self, batch: int) -> Tensor:
         return self.weight.expand(batch, -1, -1)
-
-
-#: ``ModelSpec.inputs`` -> its front end (a family adds its own with :func:`register_front_end`).
-FRONT_ENDS: dict[str, type[FrontEnd]] = {"tokens": TokenInputs, "vectors": VectorInputs, "images": ImageInputs,
-                                         "token_pairs": TokenPairInputs}
-
-
-def register_front_end(name: str, front_end: type[FrontEnd]) -> type[FrontEnd]:
-    """Make ``front_end`` the one of ``ModelSpec.inputs = name`` (once per name); returns it."""
-    if FRONT_ENDS.get(name, front_end) is not front_end:
-        raise ValueError(f"front end {name!r} is registered twice")
-    FRONT_ENDS[name] = front_end
-    return front_end

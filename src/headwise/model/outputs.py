@@ -1,5 +1,6 @@
 """Output heads: what the model returns for the final hidden states [B, T, d_model].
-``ModelSpec.outputs`` (by default the inputs' own head) names one in :data:`OUTPUT_HEADS`; see
+``ModelSpec.outputs`` (by default the inputs' own head) names one in :data:`OUTPUT_HEADS`, whose
+declaration (:class:`headwise.parts.OutputHeadPart`) says what the spec knows of it; see
 :mod:`headwise.model` for how a task family adds its own.
 """
 
@@ -11,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from headwise.model.kernels import padded_logits
+from headwise.registry import Registry
 from headwise.spec import ModelSpec
 
 #: [PAD] in a masked LM's vocabulary (the encoder family's ``masking.PAD_ID``): the token
@@ -19,15 +21,23 @@ from headwise.spec import ModelSpec
 MASKED_LM_PAD_ID = 0
 
 
+#: ``ModelSpec.output_head`` -> its head's model code, registered where it is written (a family's
+#: in a ``model`` module of its folder, which checking a spec that names it imports)
+OUTPUT_HEADS: Registry[type["OutputHead"]] = Registry("output head")
+
+
 class OutputHead(Protocol):
     """What an output head provides. Like front ends (:class:`~headwise.model.inputs.FrontEnd`),
     heads are stateless classes whose modules the Transformer holds under the names :meth:`build`
-    returns."""
+    returns. Its declaration says what the spec knows of it; the model reads these two
+    attributes, which are the declaration's (a test checks them): an exported model has no
+    declarations."""
 
-    #: whether the head reads a vocabulary (the spec needs token inputs with a ``vocab_size``)
+    #: whether the head decodes into the vocabulary (and so may decode selected positions only)
     vocabulary: bool = False
-    #: the ``causal`` setting the head needs; None: either
-    causal: bool | None = None
+    #: whether the head reads one vector pooled from the sequence (:func:`pool`): with
+    #: ``pooling = "cls"``, the class token the front end puts first
+    pooled: bool = False
 
     @staticmethod
     def build(spec: ModelSpec, model: nn.Module) -> dict[str, nn.Module | None]:
@@ -62,6 +72,7 @@ class OutputHead(Protocol):
         return None
 
 
+@OUTPUT_HEADS.register("lm")
 class LMHead(OutputHead):
     """Next-token logits [B, T, vocab] from ``lm_head``, whose weight is the token embedding's
     unless ``tie_embeddings = false``."""
@@ -84,6 +95,7 @@ class LMHead(OutputHead):
         return padded_logits(x, model.lm_head.weight) if pad_vocab else model.lm_head(x)
 
 
+@OUTPUT_HEADS.register("mlm")
 class MaskedLMHead(LMHead):
     """Masked-LM logits [B, T, vocab]: at each position, the token that position holds (BERT's
     objective), by a decoder without bias or transform whose weight is the token embedding's
@@ -94,14 +106,13 @@ class MaskedLMHead(LMHead):
     :func:`headwise.model.loss.masked_lm_loss`). [PAD]'s row of the token embedding starts at
     zero and takes no gradient from the lookup, as in cramming (:meth:`padding_row`)."""
 
-    causal = False
-
     @staticmethod
     def padding_row(spec: ModelSpec) -> int | None:
         """The spec's ``pad_id``, else :data:`MASKED_LM_PAD_ID` (a pretraining spec names none)."""
         return MASKED_LM_PAD_ID if spec.pad_id is None else spec.pad_id
 
 
+@OUTPUT_HEADS.register("vectors")
 class VectorOutputs(OutputHead):
     """The final hidden states themselves, [B, N, d_model] (no parameters)."""
 
@@ -145,9 +156,12 @@ def pool(spec: ModelSpec, x: Tensor, key_mask: Tensor | None) -> Tensor:
     return (x * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1)
 
 
+@OUTPUT_HEADS.register("classes")
 class ClassifierHead(OutputHead):
     """Class logits [B, num_classes] from ``classifier`` (linear, or with a ReLU hidden layer) of
     the pooled sequence (see :func:`pool`)."""
+
+    pooled = True
 
     @staticmethod
     def build(spec: ModelSpec, model: nn.Module) -> dict[str, nn.Module | None]:
@@ -167,10 +181,13 @@ class ClassifierHead(OutputHead):
         return 1 if spec.pooling == "cls" else None
 
 
+@OUTPUT_HEADS.register("pair_classes")
 class PairClassifierHead(OutputHead):
     """Class logits [B, num_classes] for pairs of sequences (rows 2i and 2i + 1 of the blocks'
     output, see :class:`~headwise.model.inputs.TokenPairInputs`): the pooled u and v combined
     as [u, v, u * v, u - v] (the LRA Retrieval models' rule), then ``classifier``."""
+
+    pooled = True
 
     @staticmethod
     def build(spec: ModelSpec, model: nn.Module) -> dict[str, nn.Module | None]:
@@ -191,6 +208,7 @@ class PairClassifierHead(OutputHead):
         return ClassifierHead.positions_read(spec)
 
 
+@OUTPUT_HEADS.register("cls_pooler")
 class ClsPoolerHead(OutputHead):
     """cramming's GLUE pooler (``config/eval/GLUE_sane.yaml`` ``pooler: zero_index``,
     ``crammed_bert.py`` PoolingComponent): the final state of position 0 (an encoder's ``[CLS]``),
@@ -225,17 +243,3 @@ class ClsPoolerHead(OutputHead):
     def padding_row(spec: ModelSpec) -> int | None:
         """The spec's ``pad_id`` (GLUE's [PAD]), as in the encoder this head fine-tunes."""
         return spec.pad_id
-
-
-#: ``ModelSpec.output_head`` -> its output head (a family adds its own with :func:`register_output_head`).
-OUTPUT_HEADS: dict[str, type[OutputHead]] = {"lm": LMHead, "vectors": VectorOutputs, "classes": ClassifierHead,
-                                             "pair_classes": PairClassifierHead, "mlm": MaskedLMHead,
-                                             "cls_pooler": ClsPoolerHead}
-
-
-def register_output_head(name: str, head: type[OutputHead]) -> type[OutputHead]:
-    """Make ``head`` the one of ``ModelSpec.outputs = name`` (once per name); returns it."""
-    if OUTPUT_HEADS.get(name, head) is not head:
-        raise ValueError(f"output head {name!r} is registered twice")
-    OUTPUT_HEADS[name] = head
-    return head

@@ -3,8 +3,9 @@
 One file, nanoGPT style: attention, MLP, block, and the Transformer that runs front end -> blocks
 -> final norm -> output head. With a uniform spec and GPT-Neo's options it is exactly Hugging
 Face's ``GPTNeoForCausalLM`` (see :mod:`headwise.hf.gpt_neo`). The front end and the head come from the
-spec through the registries of :mod:`headwise.model.inputs` and :mod:`headwise.model.outputs`;
-how attention runs fast on the CPU is :mod:`headwise.model.kernels`' business.
+spec through the registries of :mod:`headwise.model.inputs` and :mod:`headwise.model.outputs`, each
+layer's attention kind through :data:`headwise.model.attention.ATTENTION_KINDS`; how attention runs
+fast on the CPU is :mod:`headwise.model.kernels`' business.
 """
 
 from __future__ import annotations
@@ -13,11 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from headwise.model.attention import ATTENTION_KINDS
 from headwise.model.cache import KVCache, LayerCache
 from headwise.model.inputs import FRONT_ENDS
 from headwise.model.outputs import OUTPUT_HEADS
-from headwise.model.kernels import attention, split_qkv
-from headwise.model.nystrom import NystromConv, nystrom_attention
 from headwise.spec import GATED_ACTIVATIONS, LayerShape, ModelSpec
 
 
@@ -56,8 +56,9 @@ def make_norm(spec: ModelSpec) -> nn.Module:
 
 
 class Attention(nn.Module):
-    """All heads of a layer in one fused qkv projection and one SDPA call (or, for a ``nystrom``
-    layer, the Nyström approximation of softmax attention, :mod:`headwise.model.nystrom`)."""
+    """All heads of a layer in one fused qkv projection, attending as the layer's kind does
+    (:mod:`headwise.model.attention`: softmax attention in one SDPA call, a local window, the
+    Nyström approximation, ...), then one output projection."""
 
     def __init__(self, spec: ModelSpec, shape: LayerShape) -> None:
         super().__init__()
@@ -65,15 +66,15 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(spec.d_model, 3 * self.width, bias=spec.qkv_bias)
         self.out = nn.Linear(self.width, spec.d_model, bias=spec.out_bias)
         self.causal = spec.causal
-        self.window = spec.window if shape.attention == "local" else None
         self.scale = 1.0 if spec.score_scale == "none" else self.head_dim**-0.5
         self.dropout = spec.dropout
-        self.nystrom = shape.attention == "nystrom"
+        self.kind = ATTENTION_KINDS[shape.attention]
         #: whether the layer's output at a position is the same for any order of the others (a
-        #: bidirectional softmax layer: see :func:`selected_first`); Nyström landmarks are not
-        self.reorderable = not self.causal and shape.attention == "global"
-        self.landmarks, self.pinv_iterations, self.pinv_init = spec.landmarks, spec.pinv_iterations, spec.pinv_init
-        self.conv = NystromConv(self.heads, spec.nystrom_conv) if self.nystrom and spec.nystrom_conv else None
+        #: bidirectional layer of a reorderable kind: see :func:`selected_first`)
+        self.reorderable = not self.causal and self.kind.reorderable
+        # the kind's settings and modules, built after the projections (the order the weights
+        # are drawn in, which a seed reproduces)
+        self.kind.build(self, spec, shape)
 
     def forward(self, x: Tensor, cache: LayerCache | None = None, queries: int | None = None,
                 key_mask: Tensor | None = None) -> Tensor:
@@ -81,22 +82,10 @@ class Attention(nn.Module):
         only; ``key_mask`` [B, T]: False at padding, which no position attends to."""
         b, t, _ = x.shape
         qkv = self.qkv(x).view(b, t, 3, self.heads, self.head_dim)
-        if self.nystrom:
-            y = self._nystrom(qkv, key_mask)[:, :, :queries]
-        else:
-            y = attention(qkv, cache, self.causal, self.window, self.scale, self.dropout if self.training else 0.0,
-                          queries, key_mask)
+        y = self.kind.forward(self, qkv, cache, queries, key_mask)
         # SDPA's output is laid out [B, T, heads, head_dim] in memory: unless the kernel padded the
         # heads, this reshape copies nothing
         return self.out(y.transpose(1, 2).reshape(b, y.shape[2], self.width))
-
-    def _nystrom(self, qkv: Tensor, key_mask: Tensor | None) -> Tensor:
-        q, k, v = split_qkv(qkv)
-        y = nystrom_attention(q, k, v, self.landmarks, self.scale, self.pinv_iterations, key_mask=key_mask,
-                              pinv_init=self.pinv_init)
-        if self.conv is not None:
-            y = y + self.conv(v, key_mask)
-        return y
 
 
 def selected_first(x: Tensor, key_mask: Tensor | None, select: Tensor) -> tuple[Tensor, Tensor | None, int, Tensor]:

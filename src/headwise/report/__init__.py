@@ -8,22 +8,24 @@
 - :mod:`~headwise.report.stats`: fits, seed statistics and tests;
 - :mod:`~headwise.report.probes`: conditioning, samples and scores of the final models, cached;
 - :mod:`~headwise.report.sections`: the sections every report has;
-- :mod:`~headwise.report.registry`: one layout per study kind (``heads``, ``depth``, ``rank``,
-  ``vision``, ``lra``: each in its family's ``report*.py``), chosen by the study's ``[report] kind``;
+- :mod:`~headwise.report.registry`: one layout per study kind (``heads`` and ``depth`` in the lm
+  family's ``report_heads.py`` and ``report_depth.py``; ``rank``, ``vision``, ``lra`` and
+  ``encoder`` in their family's ``report.py``), chosen by the study's ``[report] kind``;
 - :mod:`~headwise.report.accuracy`: what the classification layouts share;
-- :mod:`~headwise.report.options`: :class:`ReportSpec`, the ``[report]`` table.
+- :mod:`~headwise.report.options`: :class:`ReportSpec`, the ``[report]`` table, which the study
+  keeps as written and :func:`study_report` checks (the study does not import the report).
 
-Importing the package is light (the study definition imports :class:`ReportSpec` from it); matplotlib
-loads only when a figure is drawn.
+Importing the package is light (``headwise study`` checks a study's ``[report]`` table through it
+before the runs start); matplotlib loads only when a figure is drawn.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from headwise.report.options import ReportSpec
+from headwise.report.options import ReportSpec, study_report
 
-__all__ = ["ReportSpec", "write_report"]
+__all__ = ["ReportSpec", "study_report", "write_report"]
 
 
 def __getattr__(name: str) -> Any:

@@ -13,6 +13,7 @@ from headwise.errors import HeadwiseError
 from headwise.report import sections
 from headwise.report.data import load_stage_runs, load_study_runs
 from headwise.report.document import Document
+from headwise.report.options import study_report
 from headwise.report.probes import Probes
 from headwise.report.registry import get_layout
 from headwise.report.tuning import tuning_section
@@ -37,7 +38,7 @@ def write_report(
     ``samples`` and ``conditioning`` switch off the sections that evaluate the final models."""
     record = load_study_record(study_dir)
     study = load_study_runs(record)
-    spec = record.report
+    spec = study_report(record.definition.get("report"), str(record.path / STUDY_TOML))
     if spec.kind is None:
         task = study.task
         if task is None:

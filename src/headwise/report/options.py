@@ -13,6 +13,9 @@ The shared keys are fields here; the layout's keys are validated by the layout's
 class, so that a new kind brings its keys without changing this class. Unknown keys are a
 one-line error with a "did you mean". Without ``kind`` the study is reported with the layout of
 its task family (:attr:`headwise.tasks.family.TaskFamily.report_layout`), at its defaults.
+
+The study keeps the table as written (it does not depend on the report): :func:`study_report`
+checks it, where ``headwise report`` reads a study and where ``headwise study`` starts one.
 """
 
 from __future__ import annotations
@@ -86,3 +89,16 @@ class ReportSpec(Config):
     def with_kind(self, kind: str) -> "ReportSpec":
         """This spec with ``kind`` as its layout when it names none (e.g. its task family's)."""
         return self if self.kind is not None else ReportSpec.parse({**self.to_dict(), "kind": kind})
+
+
+class _StudyTables(Config):
+    """The study's tables the report reads: its errors name the key as the study's own checks
+    name theirs (``report.kind: ...``)."""
+
+    report: ReportSpec = Field(default_factory=ReportSpec)
+
+
+def study_report(table: Any, source: str) -> ReportSpec:
+    """A study's ``[report]`` table as its definition keeps it (None: the study has none),
+    validated; a one-line HeadwiseError naming ``source`` and the key otherwise."""
+    return _StudyTables.parse({} if table is None else {"report": table}, source=source).report

@@ -10,21 +10,19 @@ folder (:mod:`headwise.families`) that registers itself::
 
         def sections(self, doc): ...     # its own sections; returns the findings
 
-Every family's report modules are imported the first time a kind is looked up, so a new study
-kind adds one module to its family's folder and touches no other file. The common sections (results table, time, eval
-curves, conditioning, samples) ask the layout how to group and label variants.
+Every family's report modules are imported the first time the kinds are listed or a kind not
+registered yet is looked up (:func:`headwise.families.import_family_modules`), so a new study kind
+adds one module to its family's folder and touches no other file. The common sections (results
+table, time, eval curves, conditioning, samples) ask the layout how to group and label variants.
 """
 
 from __future__ import annotations
 
-import difflib
-import importlib
-import pkgutil
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from headwise.config import Config
-from headwise.errors import HeadwiseError
-from headwise.families import family_packages
+from headwise.families import import_family_modules
+from headwise.registry import Registry
 
 if TYPE_CHECKING:
     from headwise.report.data import StudyRuns, VariantRuns
@@ -100,43 +98,21 @@ class Layout:
         return float(v.total_heads or 0)
 
 
-_LAYOUTS: dict[str, type[Layout]] = {}
-_discovered = False
+#: every layout by its ``[report] kind``; each family's ``report`` and ``report_*`` modules
+#: register theirs
+LAYOUTS: Registry[type[Layout]] = Registry("report kind", discover=lambda: import_family_modules("report"))
 
 
 def register_layout(cls: type[Layout]) -> type[Layout]:
     """Class decorator: make ``cls`` the layout of ``cls.kind`` (a kind is registered once)."""
-    old = _LAYOUTS.get(cls.kind)
-    if old is not None and old is not cls:
-        raise HeadwiseError(f"report kind {cls.kind!r} is registered twice ({old.__module__}, {cls.__module__})")
-    _LAYOUTS[cls.kind] = cls
-    return cls
-
-
-def _discover() -> None:
-    """Import every family's ``report`` and ``report_*`` modules (each registers its layouts)."""
-    global _discovered
-    if _discovered:
-        return
-    for name in family_packages():
-        package = importlib.import_module(name)
-        for info in pkgutil.iter_modules(package.__path__):
-            if info.name == "report" or info.name.startswith("report_"):
-                importlib.import_module(f"{name}.{info.name}")
-    _discovered = True
+    return LAYOUTS.register(cls.kind, cls)
 
 
 def layout_kinds() -> list[str]:
     """The registered kinds, sorted."""
-    _discover()
-    return sorted(_LAYOUTS)
+    return LAYOUTS.names()
 
 
 def get_layout(kind: str) -> type[Layout]:
     """The layout registered for ``kind``; an unknown kind is a one-line HeadwiseError."""
-    _discover()
-    if kind in _LAYOUTS:
-        return _LAYOUTS[kind]
-    hint = difflib.get_close_matches(kind, _LAYOUTS, n=1)
-    extra = f"; did you mean {hint[0]!r}?" if hint else ""
-    raise HeadwiseError(f"unknown report kind {kind!r}{extra} (kinds: {', '.join(sorted(_LAYOUTS))})")
+    return LAYOUTS.get(kind)

@@ -2,7 +2,7 @@
 
 A text run (``lm``, ``mlm``, ``glue``) writes the tokenizer it encodes its text with before it
 trains, and its summary records it (``summary.json``'s ``tokenizer``: spec, vocabulary size,
-end-of-text id and sha256, as :meth:`~headwise.families.lm.tokenizer.Tokenizer.describe` gives):
+end-of-text id and sha256, as :meth:`~headwise.text.tokenizer.Tokenizer.describe` gives):
 
 - a trained BPE (``bpe:N``) is ``tokenizer.json``, the ``tokenizers`` library's file, whose text
   with its spec (``"bpe:N\\n" + text``) is what the sha256 hashes;
@@ -29,12 +29,12 @@ from headwise.run.layout import RunDir
 from headwise.run.summary import read_summary
 
 if TYPE_CHECKING:
-    from headwise.families.lm.tokenizer import Tokenizer
+    from headwise.text.tokenizer import Tokenizer
 
 
 def task_tokenizer(task: Any) -> "Tokenizer | None":
     """The tokenizer a built task encodes its text with (its ``tokenizer``); None for tasks without text."""
-    from headwise.families.lm.tokenizer import Tokenizer
+    from headwise.text.tokenizer import Tokenizer
 
     tokenizer = getattr(task, "tokenizer", None)
     return tokenizer if isinstance(tokenizer, Tokenizer) else None
@@ -47,7 +47,7 @@ def tokenizer_record(tokenizer: "Tokenizer | None") -> dict[str, Any] | None:
 
 def save_run_tokenizer(run_dir: str | Path, tokenizer: "Tokenizer | None") -> None:
     """Write a trained BPE into the run folder (GPT-Neo's is recorded by name and hash only)."""
-    from headwise.families.lm.tokenizer import BPETokenizer
+    from headwise.text.tokenizer import BPETokenizer
 
     if isinstance(tokenizer, BPETokenizer):
         tokenizer.save(RunDir(run_dir).tokenizer)
@@ -75,7 +75,7 @@ def read_run_tokenizer(run_dir: str | Path, spec: str | None, older: Callable[[]
     headwise's) uses its saved file when it has one; else ``spec`` ``gpt-neo`` is GPT-Neo's and
     anything else is ``older()``, after one warning line saying ``how`` it is got instead.
     A recorded tokenizer that cannot be read back exactly is a RunFailure naming its file."""
-    from headwise.families.lm.tokenizer import gpt_neo_tokenizer, parse_tokenizer_spec
+    from headwise.text.tokenizer import gpt_neo_tokenizer, parse_tokenizer_spec
 
     run = RunDir(run_dir)
     summary = read_summary(run.path)
@@ -114,7 +114,7 @@ def _read_bpe(path: Path, spec: str | None) -> "Tokenizer":
     plus end-of-text); a RunFailure naming the file when it is not one."""
     from tokenizers import Tokenizer as Backend
 
-    from headwise.families.lm.tokenizer import BPETokenizer, parse_tokenizer_spec
+    from headwise.text.tokenizer import BPETokenizer, parse_tokenizer_spec
 
     try:
         text = path.read_text(encoding="utf-8")

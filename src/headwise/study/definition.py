@@ -38,9 +38,9 @@ A study file is TOML::
     threads = 1
 
     [report]                          # how ``headwise report`` lays the study out (not part of
-    kind = "heads"                    #   the study's identity); kind: a registered layout (heads,
-    series = "scheme"                 #   depth, rank; default: the task family's), the other keys
-    baseline = "constant"             #   are the layout's own (see the family's report module)
+    kind = "heads"                    #   the study's identity; kept as written, checked by the
+    series = "scheme"                 #   report: headwise.report.options); kind: a registered layout
+    baseline = "constant"             #   (default: the task family's), the other keys the layout's own
     [report.paper]                    # reference values the report quotes beside the study's
     at_heads = 180
 
@@ -86,10 +86,9 @@ from pydantic import Field, field_validator, model_validator
 
 from headwise.config import Config, deep_merge, parse_value, read_toml, set_dotted
 from headwise.errors import HeadwiseError
-from headwise.families import family_packages
+from headwise.families import family_files
 from headwise.plans import Plan
 from headwise.presets import preset_dict
-from headwise.report.options import ReportSpec
 from headwise.study.claims import Claim, check_metrics, unknown_variants
 from headwise.study.nuisance import Nuisance, check_tuning, overlapping_seeds
 from headwise.study.stages import Stage, apply_stage_defaults, check_stage_config
@@ -199,7 +198,8 @@ class StudyConfig(Config):
     axes: list[Axis] = Field(default_factory=list)
     grids: list[Grid] = Field(default_factory=list)
     variants: list[ExplicitVariant] = Field(default_factory=list)
-    report: ReportSpec = Field(default_factory=ReportSpec)
+    #: the ``[report]`` table as written: the report checks it (:func:`headwise.report.study_report`)
+    report: dict[str, Any] = Field(default_factory=dict)
     runner: RunnerDefaults = Field(default_factory=RunnerDefaults)
     claims: list[Claim] = Field(default_factory=list)
     nuisance: Nuisance | None = None
@@ -326,8 +326,7 @@ def _sanitize(text: str) -> str:
 
 def builtin_studies() -> dict[str, Any]:
     """Built-in study files by name: every family folder's ``*.toml`` (see :mod:`headwise.families`)."""
-    return {p.name[:-5]: p for name in family_packages() for p in resources.files(name).iterdir()
-            if p.name.endswith(".toml")}
+    return {p.name.removesuffix(".toml"): p for p in family_files(".toml")}
 
 
 def _read_builtin(entry: Any, name: str) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """One run of a study as a job: its paths, what to do with its directory (start, resume,
-restart or nothing) and the progress lines and results.csv updates as jobs end; shared by the
-local runner, the Ray backend and the nuisance tuning."""
+restart or nothing), the jobs of a study and of its stages, and the progress lines and results.csv
+updates as jobs end; shared by the local runner, the Ray backend and the nuisance tuning."""
 
 from __future__ import annotations
 
@@ -12,13 +12,16 @@ from typing import Any, Callable
 
 from headwise.errors import HeadwiseError
 from headwise.run import RunStatus, read_summary
+from headwise.study import layout
+from headwise.study.definition import RunSpec, Study
 from headwise.study.layout import StudyRecord
 from headwise.study.results import update_results
-from headwise.study.definition import RunSpec
+from headwise.study.stages import Stage, stage_config, stage_root
 from headwise.train.checkpoint import latest_checkpoint
 
 #: Statuses a rerun leaves alone.
 FINAL = (RunStatus.COMPLETED, RunStatus.DIVERGED)
+
 
 @dataclass
 class RunJob:
@@ -68,6 +71,48 @@ def plan_action(run: Path) -> str | None:
     if summary is not None and summary.status in FINAL:
         return None
     return "resume" if has_checkpoint(run) else "restart"
+
+
+def _unfinished(study: Study, root: Path) -> tuple[list[tuple[RunSpec, dict[str, Path], str]], list[str]]:
+    """The study's runs under ``root`` that are not finished, each with its paths and action
+    (:func:`plan_action`), and the keys of the finished ones."""
+    pending, done = [], []
+    for spec in study.runs():
+        paths = layout.run_paths(root, spec.variant, spec.seed)
+        action = plan_action(paths["run_dir"])
+        if action is None:
+            done.append(spec.key)
+        else:
+            pending.append((spec, paths, action))
+    return pending, done
+
+
+def plan_jobs(study: Study, study_dir: Path) -> tuple[list[RunJob], list[str]]:
+    """Jobs for every run that is not finished, and the keys of the finished ones."""
+    pending, done = _unfinished(study, study_dir)
+    return [RunJob(spec=spec, action=action, **paths) for spec, paths, action in pending], done
+
+
+def plan_stage_jobs(study: Study, study_dir: Path,
+                    stage: Stage) -> tuple[list[RunJob], list[str], list[str], list[str]]:
+    """Jobs for the stage's runs that are not finished and whose source runs have completed, and
+    the keys of its finished runs, of those waiting for a source run that has not completed yet
+    (it failed or was interrupted: a rerun retries it) and of those whose source diverged (they
+    never run)."""
+    pending, done = _unfinished(study, stage_root(study_dir, stage.name))
+    jobs, waiting, diverged = [], [], []
+    for spec, paths, action in pending:
+        source = layout.run_dir(study_dir, spec.variant, spec.seed)
+        summary = read_summary(source)
+        if summary is not None and summary.status is RunStatus.DIVERGED:
+            diverged.append(spec.key)
+        elif summary is None or summary.status is not RunStatus.COMPLETED:
+            waiting.append(spec.key)
+        else:
+            config = stage_config(stage, spec.config, source, spec.seed)
+            jobs.append(RunJob(spec=RunSpec(spec.variant, spec.seed, dict(spec.labels), config), action=action,
+                               stage=stage.name, **paths))
+    return jobs, done, waiting, diverged
 
 
 class Progress:

@@ -23,7 +23,7 @@ from headwise.config import atomic_write_text, read_toml
 from headwise.errors import HeadwiseError
 from headwise.study.claims import Claim
 from headwise.study.nuisance import Nuisance
-from headwise.study.definition import ReportSpec, Study
+from headwise.study.definition import Study
 
 STUDY_TOML = "study.toml"
 RESULTS_CSV = "results.csv"
@@ -69,10 +69,6 @@ class StudyRecord:
     #: what the runs' numbers depend on beyond their configs: torch threads per run, torch's
     #: version (empty for studies saved before it was kept)
     environment: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def report(self) -> ReportSpec:
-        return ReportSpec.parse(self.definition.get("report", {}), source=str(self.path / STUDY_TOML))
 
     @property
     def claims(self) -> list[Claim]:

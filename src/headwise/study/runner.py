@@ -39,14 +39,14 @@ import tomli_w
 
 from headwise.config import atomic_write_text
 from headwise.errors import HeadwiseError, RunFailure
-from headwise.run import RunStatus, read_summary
+from headwise.run import RunStatus
 from headwise.study import layout
-from headwise.study.jobs import Progress, RunJob, open_log, plan_action
+from headwise.study.jobs import Progress, RunJob, open_log, plan_jobs, plan_stage_jobs
 from headwise.study.layout import StudyRecord, load_study_record, save_study
 from headwise.study.preflight import check_data, check_devices, check_out_dir
 from headwise.study.results import RunResult, update_results
 from headwise.study.definition import RunSpec, Study, study_identity
-from headwise.study.stages import Stage, preflight_config, stage_config, stage_record, stage_root
+from headwise.study.stages import preflight_config, stage_record
 from headwise.study.tuning import tune, tuning_specs
 from headwise.train import trackers
 from headwise.train.config import LogConfig
@@ -148,50 +148,11 @@ def resolve_environment(study_dir: Path, threads: int | None, fallback: int) -> 
     return {"threads": threads or recorded.get("threads") or fallback, "torch": torch_version}
 
 
-def plan_jobs(study: Study, study_dir: Path) -> tuple[list[RunJob], list[str]]:
-    """Jobs for every run that is not finished, and the keys of the finished ones."""
-    jobs, done = [], []
-    for spec in study.runs():
-        paths = layout.run_paths(study_dir, spec.variant, spec.seed)
-        action = plan_action(paths["run_dir"])
-        if action is None:
-            done.append(spec.key)
-            continue
-        jobs.append(RunJob(spec=spec, action=action, **paths))
-    return jobs, done
-
-
 def stage_specs(study: Study) -> list[RunSpec]:
     """One run per stage and variant, for the checks before anything runs (see
     :func:`~headwise.study.stages.preflight_config`)."""
     return [RunSpec(v.name, 0, dict(v.labels), preflight_config(stage, v.config))
             for stage in study.config.stages for v in study.variants]
-
-
-def plan_stage_jobs(study: Study, study_dir: Path, stage: Stage) -> tuple[list[RunJob], list[str], list[str], list[str]]:
-    """Jobs for the stage's runs that are not finished and whose source runs have completed, and
-    the keys of its finished runs, of those waiting for a source run that has not completed yet
-    (it failed or was interrupted: a rerun retries it) and of those whose source diverged (they
-    never run)."""
-    root = stage_root(study_dir, stage.name)
-    jobs, done, waiting, diverged = [], [], [], []
-    for spec in study.runs():
-        paths = layout.run_paths(root, spec.variant, spec.seed)
-        action = plan_action(paths["run_dir"])
-        if action is None:
-            done.append(spec.key)
-            continue
-        source = layout.run_dir(study_dir, spec.variant, spec.seed)
-        summary = read_summary(source)
-        if summary is not None and summary.status is RunStatus.DIVERGED:
-            diverged.append(spec.key)
-        elif summary is None or summary.status is not RunStatus.COMPLETED:
-            waiting.append(spec.key)
-        else:
-            config = stage_config(stage, spec.config, source, spec.seed)
-            jobs.append(RunJob(spec=RunSpec(spec.variant, spec.seed, dict(spec.labels), config), action=action,
-                               stage=stage.name, **paths))
-    return jobs, done, waiting, diverged
 
 
 def run_stages(study: Study, record: StudyRecord, runner: Any, log: LogConfig,

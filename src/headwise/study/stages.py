@@ -39,9 +39,10 @@ from pydantic import Field
 
 from headwise.config import Config, deep_merge, set_dotted
 from headwise.errors import HeadwiseError
+from headwise.parts import OUTPUT_HEAD_PARTS
 from headwise.spec import ModelSpec
 from headwise.train.config import RunConfig, resolve_spec
-from headwise.train.init_from import HEAD_FIELDS, TOKEN_ENCODERS
+from headwise.train.init_from import HEAD_FIELDS
 
 if TYPE_CHECKING:
     from headwise.study.layout import StudyRecord
@@ -126,7 +127,7 @@ def source_problem(stage: Stage, run: RunConfig, source: str, kind: str, spec: M
     if vocabulary and not reads_vocabulary:
         return (f"it takes their encoder (train.init_from) but its task's vocabulary from {vocabulary}, and an "
                 "encoder's embeddings belong to its own run's vocabulary: add the task's key to source_keys")
-    if spec.output_head not in TOKEN_ENCODERS or spec.vocab_size is None:
+    if not OUTPUT_HEAD_PARTS[spec.output_head].token_encoder or spec.vocab_size is None:
         return (f"it fine-tunes their encoder (train.init_from), and the study's {kind!r} runs train "
                 f"{spec.output_head!r} models without a token encoder")
     theirs = spec.model_dump()

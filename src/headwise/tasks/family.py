@@ -1,15 +1,15 @@
 """Task families, registered in one place each.
 
 A family is a kind of task: language modelling, the nearest-neighbour target, images, Long Range
-Arena sequences (and next, encoder pretraining). Everything the rest of headwise needs to
-know about a family is in its :class:`TaskFamily` record:
+Arena sequences, masked-LM pretraining and GLUE fine-tuning (the encoder family registers both).
+Everything the rest of headwise needs to know about a family is in its :class:`TaskFamily` record:
 
 - ``config``: its ``[task]`` table (a :class:`TaskConfigBase` subclass whose ``kind`` field is the
   family's name), which knows the task's shape without preparing data, prepares the data once
   for a study, and builds the task;
 - ``task``: the :class:`~headwise.tasks.base.Task` class (batches, loss, metrics), which names the
   model front end its inputs need and the output head its loss scores (``inputs``/``outputs``,
-  names in the registries of :mod:`headwise.model`);
+  names of the model's parts, :mod:`headwise.parts`);
 - ``report_layout``: the report layout its studies use unless the study file names one (a name
   in the registry of :mod:`headwise.report`);
 - ``generates_text``: its models continue text (``headwise generate`` writes text, ``headwise
@@ -25,8 +25,8 @@ reads (:attr:`TaskConfigBase.vocabulary_kinds`).
 
 A new family is a folder of :mod:`headwise.families` (or a package named by a
 ``headwise.families`` entry point) whose task module ends with ``register_family(TaskFamily(...))``;
-:func:`families` imports every family package the first time it is asked, which makes
-``[task] kind = "..."`` valid everywhere.
+:data:`FAMILIES` imports every family package the first time it is asked for a kind it does not
+hold or for its list, which makes ``[task] kind = "..."`` valid everywhere.
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator, NamedTuple
 
 from headwise.config import Config
-from headwise.errors import HeadwiseError
+from headwise.registry import Registry
 from headwise.tasks.base import Task, TaskShape
 
 if TYPE_CHECKING:
-    from headwise.families.lm.tokenizer import Tokenizer
+    from headwise.text.tokenizer import Tokenizer
 
 
 class Dims(NamedTuple):
@@ -164,28 +164,28 @@ class TaskFamily:
     caches: tuple[type, ...] = ()
 
 
-#: the registered families by kind (complete once :func:`families` has run)
-FAMILIES: dict[str, TaskFamily] = {}
+def _discover() -> None:
+    # imported here, not at the top: the family packages import this module
+    from headwise.families import load_families
+
+    load_families()
+
+
+#: the registered families by kind; a family registers on import of its package
+FAMILIES: Registry[TaskFamily] = Registry("task kind", discover=_discover)
 
 
 def register_family(family: TaskFamily) -> TaskFamily:
-    """Add a family to the registry (once per kind); returns it."""
-    if family.kind in FAMILIES and FAMILIES[family.kind] != family:
-        raise ValueError(f"task family {family.kind!r} is registered twice")
-    FAMILIES[family.kind] = family
-    return family
+    """Add a family to the registry under its kind (once per kind); returns it."""
+    return FAMILIES.register(family.kind, family)
 
 
 def families() -> dict[str, TaskFamily]:
     """Every family by kind, each family package imported (see :mod:`headwise.families`)."""
-    from headwise.families import load_families
-
-    load_families()
-    return FAMILIES
+    return dict(FAMILIES.items())
 
 
 def family_of(kind: str) -> TaskFamily:
-    """The registered family of a ``[task] kind``; an unknown kind is a HeadwiseError."""
-    if kind not in families():
-        raise HeadwiseError(f"unknown task kind {kind!r}; use one of: {', '.join(sorted(FAMILIES))}")
-    return FAMILIES[kind]
+    """The registered family of a ``[task] kind``; an unknown kind is a one-line HeadwiseError
+    naming the kinds."""
+    return FAMILIES.get(kind)

@@ -1,6 +1,6 @@
 """The ``[task]`` table of a run config: one table per registered task family, told apart by ``kind``.
 
-    [task]                     # kind defaults to "lm"
+    [task]                     # no kind: the family whose config allows it (language modelling)
     source = "tinystories-train-sample.txt"
     tokenizer = "bpe:4096"
     validation = "tinystories-valid-sample.txt"
@@ -11,7 +11,9 @@
     n_points = 8
 
 The union of tables is built from the family registry (:func:`headwise.tasks.family.families`,
-which finds every family folder), so a new family is accepted here without a change.
+which finds every family folder), so a new family is accepted here without a change. A table
+without ``kind`` belongs to the one family whose config says so (``kind_optional``), so that
+configs written before there was more than one family still load.
 """
 
 from __future__ import annotations
@@ -28,10 +30,18 @@ from headwise.tasks.family import TaskConfigBase, families
 __all__ = ["TaskConfig", "build_task", "parse_task_config"]
 
 
+def implied_kind() -> str | None:
+    """The kind of a ``[task]`` table that names none: that of the family whose config sets
+    ``kind_optional`` (None when no family does; more than one is an error)."""
+    kinds = [kind for kind, f in families().items() if getattr(f.config, "kind_optional", False)]
+    if len(kinds) > 1:
+        raise HeadwiseError(f"task families {' and '.join(sorted(kinds))} both take a [task] table without kind")
+    return kinds[0] if kinds else None
+
+
 def _task_kind(value: Any) -> str | None:
-    # A [task] table without `kind` is a language task.
     if isinstance(value, dict):
-        return value.get("kind", "lm")
+        return value["kind"] if "kind" in value else implied_kind()
     return getattr(value, "kind", None)
 
 
@@ -45,6 +55,8 @@ def parse_task_config(data: dict[str, Any], source: str = "[task]") -> TaskConfi
     """Validate a ``[task]`` table on its own, raising a one-line HeadwiseError on failure."""
     kind = _task_kind(data)
     known = families()
+    if kind is None:
+        raise HeadwiseError(f"{source}: the table names no kind; use one of: {', '.join(sorted(known))}")
     if kind not in known:
         raise HeadwiseError(f"{source}: unknown task kind {kind!r}; use one of: {', '.join(sorted(known))}")
     return known[kind].config.parse(data, source=source)

@@ -15,10 +15,11 @@ import torch
 from torch import Tensor
 
 from headwise.config import read_toml
-from headwise.families.lm.tokenizer import Tokenizer
+from headwise.text.tokenizer import Tokenizer
 from headwise.errors import HeadwiseError
 from headwise.model import SPEC_FILE, WEIGHTS_FILE, SequenceTooLong, Transformer, load_pretrained
 from headwise.model.pretrained import DamagedFile
+from headwise.parts import FRONT_END_PARTS
 from headwise.spec import ModelSpec
 from headwise.tasks.base import Batch, Task
 from headwise.train.checkpoint import latest_checkpoint
@@ -60,7 +61,7 @@ def generate(model: Transformer, prompt_ids: list[int], max_new_tokens: int, *, 
     ``temperature`` 0 is greedy decoding; ``seed`` makes sampling reproducible. The model is put
     in eval mode (no dropout) and left there.
     """
-    if model.spec.inputs != "tokens":
+    if not FRONT_END_PARTS[model.spec.inputs].prompts:
         raise HeadwiseError(f"this model takes {model.spec.inputs}, not tokens: there is nothing to generate from a prompt")
     if not prompt_ids:
         raise HeadwiseError("the prompt is empty: give at least one token")
@@ -153,14 +154,14 @@ def run_spec(run_dir: Path, cfg: RunConfig) -> ModelSpec:
 
 #: The spec fields the data fixes (what the model reads and what it answers): a model that
 #: differs from a run's in one was trained on other data, which the run's tokenizer and task
-#: cannot feed (another vocabulary, image size, class count, ...). A vector model's width is
-#: its data's too.
+#: cannot feed (another vocabulary, image size, class count, ...). A front end may add its own
+#: (``data_fields``: a vector model's width is its data's too).
 DATA_FIELDS = ("inputs", "output_head", "vocab_size", "pad_id", "image_size", "channels", "num_classes")
 
 
 def _check_same_data(spec: ModelSpec, run: ModelSpec, checkpoint: Path, run_dir: Path) -> None:
     """Refuse a ``--checkpoint`` whose model was trained on other data than the run's."""
-    fields = DATA_FIELDS + (("d_model",) if run.inputs == "vectors" else ())
+    fields = DATA_FIELDS + FRONT_END_PARTS[run.inputs].data_fields
     for name in fields:
         theirs, ours = getattr(spec, name), getattr(run, name)
         if theirs != ours:

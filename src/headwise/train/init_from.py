@@ -20,7 +20,7 @@ from headwise.run.layout import RunDir
 from headwise.spec import ModelSpec
 
 if TYPE_CHECKING:
-    from headwise.families.lm.tokenizer import Tokenizer
+    from headwise.text.tokenizer import Tokenizer
 
 T = TypeVar("T")
 

@@ -26,7 +26,7 @@ from headwise.train.config import RunConfig
 from headwise.train.resume import ResumePoint, check_resume, commit_fallback, config_difference, saved_config
 
 if TYPE_CHECKING:
-    from headwise.families.lm.tokenizer import Tokenizer
+    from headwise.text.tokenizer import Tokenizer
 
 
 def check_run_dir(run_dir: RunDir, cfg: RunConfig, spec: ModelSpec, tokenizer: "Tokenizer | None",

@@ -23,7 +23,7 @@ from headwise.families.encoder.glue import TASKS, read_glue
 from headwise.families.encoder.glue_task import Examples, GlueFinetuneTask, GlueRegressionTask
 from headwise.families.encoder.masking import PAD_ID, MaskedVocab
 from headwise.families.encoder.standin import STANDIN_METRICS, order_splits, standin_splits
-from headwise.families.lm.tokenizer import Tokenizer
+from headwise.text.tokenizer import Tokenizer
 from headwise.run.layout import RunDir
 from headwise.tasks.family import Dims, TaskConfigBase, TaskFamily, register_family
 

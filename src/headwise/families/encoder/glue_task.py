@@ -39,7 +39,7 @@ from headwise.data.batch import Batch, BatchStream
 from headwise.data.shuffled import ShuffledStream
 from headwise.families.encoder.masking import CLS_ID, PAD_ID, SEP_ID, MaskedVocab
 from headwise.families.encoder.metrics import METRICS
-from headwise.families.lm.tokenizer import Tokenizer
+from headwise.text.tokenizer import Tokenizer
 from headwise.tasks.base import Task
 
 

@@ -1,7 +1,7 @@
 """Masked-LM rows and masking: packed ``[CLS] ... [SEP]`` rows of a token cache, masked 80/10/10.
 
-The vocabulary is the lm family's tokenizer (a ``bpe:N`` trained with ``tokenizers``, or
-GPT-Neo's) with four special tokens put in front of it: ``[PAD]`` 0, ``[CLS]`` 1, ``[SEP]`` 2,
+The vocabulary is a text tokenizer's (:mod:`headwise.text.tokenizer`: a ``bpe:N`` trained with
+``tokenizers``, or GPT-Neo's) with four special tokens put in front of it: ``[PAD]`` 0, ``[CLS]`` 1, ``[SEP]`` 2,
 ``[MASK]`` 3; ordinary token ``i`` becomes ``i + 4`` and the cache's end-of-text (a document
 boundary) becomes ``[SEP]``, as cramming's corpus rows end each text with ``<sep>``. A byte-level
 BPE encodes every text, so there is no ``[UNK]``. ``N`` cache tokens (end-of-text included) give
@@ -25,9 +25,9 @@ from torch import Tensor
 
 from headwise.data.batch import Batch, BatchStream
 from headwise.errors import HeadwiseError
-from headwise.families.lm.packing import PackedStream
-from headwise.families.lm.tokenizer import Tokenizer
 from headwise.model.loss import IGNORE_INDEX
+from headwise.text.packing import PackedStream
+from headwise.text.tokenizer import Tokenizer
 
 PAD_ID, CLS_ID, SEP_ID, MASK_ID = 0, 1, 2, 3
 SPECIAL_TOKENS = ("[PAD]", "[CLS]", "[SEP]", "[MASK]")
@@ -39,7 +39,7 @@ class MaskedVocab:
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
-        # ordinary ids are shifted by 4 and end-of-text dropped: it must be the last id (both lm tokenizers')
+        # ordinary ids are shifted by 4 and end-of-text dropped: it must be the last id (both text tokenizers')
         if tokenizer.eot_id != tokenizer.vocab_size - 1:
             raise HeadwiseError(f"tokenizer {tokenizer.spec}: end-of-text is not its last id")
         self.vocab_size = tokenizer.vocab_size + NUM_SPECIAL - 1
@@ -103,8 +103,8 @@ def batch_generator(seed: int, position: int, rank: int) -> torch.Generator:
 
 
 class MaskedStream(BatchStream):
-    """Endless seeded masked-LM batches for one data-parallel rank: the order of the lm family's
-    :class:`~headwise.families.lm.packing.PackedStream` over non-overlapping chunks, each batch
+    """Endless seeded masked-LM batches for one data-parallel rank: the order of a
+    :class:`~headwise.text.packing.PackedStream` over non-overlapping chunks, each batch
     masked by its own :func:`batch_generator`. Batches are ``Batch(inputs, labels)``."""
 
     def __init__(self, tokens: np.ndarray, vocab: MaskedVocab, block_size: int, rate: float, micro_batch: int,
@@ -120,10 +120,10 @@ class MaskedStream(BatchStream):
 
     def __next__(self) -> Batch:
         o = self.order
-        rows = rows_of(self.tokens, o.block_indices(o.position), self.block_size, self.vocab)
-        generator = batch_generator(o.seed, o.position, o.rank)
+        position = o.take_step()
+        rows = rows_of(self.tokens, o.indices(position), self.block_size, self.vocab)
+        generator = batch_generator(o.seed, position, o.rank)
         inputs, labels = mask_tokens(rows, self.rate, self.vocab.vocab_size, generator)
-        o.position += o.micro_batch * o.world_size
         return Batch(inputs=inputs, targets=labels)
 
     def state_dict(self) -> dict[str, Any]:

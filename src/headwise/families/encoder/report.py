@@ -23,14 +23,14 @@ import math
 import numpy as np
 from pydantic import Field
 
-from headwise.config import Config
 from headwise.families.encoder.metrics import TABLE1_COLUMNS
 from headwise.report import stats
 from headwise.report.accuracy import acc_cell, draw_accuracy
 from headwise.report.accuracy import statuses as _statuses
 from headwise.report.data import VariantRuns, load_study_runs
 from headwise.report.document import Document, fixed_ticks, fmt, fmt_params, new_figure
-from headwise.report.registry import Layout, LayoutOptions, PaperReference, register_layout
+from headwise.report.paper import BaselineOptions, PaperRow, PaperTable
+from headwise.report.registry import Layout, register_layout
 from headwise.report.sections import cpu_memory_note, missing_baseline_note
 from headwise.run import RunStatus
 from headwise.study.stages import Stage, saved_stages, stage_record
@@ -39,32 +39,23 @@ from headwise.study.stages import Stage, saved_stages, stage_record
 COLUMN = {task: (column, metric) for column, task, metric in TABLE1_COLUMNS}
 
 
-class PaperRow(Config):
-    """One model of a published GLUE table."""
+class GlueRow(PaperRow):
+    """One encoder of a published GLUE table: its score per task and their mean."""
 
-    shape: str
     #: column name (MNLI, SST-2, ...) -> score in points
     scores: dict[str, float] = Field(min_length=1)
     glue: float
-    params: float = Field(gt=0)
-    memory_gb: float | None = Field(default=None, gt=0)
 
 
-class EncoderReference(PaperReference):
+class EncoderReference(PaperTable[GlueRow]):
     """A published table of encoders fine-tuned on GLUE (Leaner Transformers' Table 1) and its claim."""
 
     #: how the published models were pretrained
     pretraining: str
-    rows: list[PaperRow] = Field(min_length=1)
-    claim: str = ""
 
 
-class EncoderOptions(LayoutOptions):
+class EncoderOptions(BaselineOptions[EncoderReference]):
     """The ``[report]`` keys of the encoder layout."""
-
-    baseline: str | None = None
-    table: list[str] | None = None
-    paper: EncoderReference | None = None
 
 
 def stage_column(stage: Stage) -> tuple[str, str]:

@@ -17,10 +17,10 @@ from headwise.errors import HeadwiseError
 from headwise.families.encoder.masking import (
     NUM_SPECIAL, MaskedStream, MaskedVocab, batch_generator, mask_tokens, rows_of,
 )
-from headwise.families.lm.packing import num_blocks
+from headwise.text.packing import num_blocks
 from headwise.families.lm.task import TextTaskConfig
-from headwise.families.lm.token_cache import TokenCache, prepare
-from headwise.families.lm.tokenizer import GPT_NEO_VOCAB, Tokenizer, parse_tokenizer_spec
+from headwise.text.token_cache import TokenCache, prepare
+from headwise.text.tokenizer import GPT_NEO_VOCAB, Tokenizer, parse_tokenizer_spec
 from headwise.model.loss import IGNORE_INDEX, cross_entropy, masked_lm_loss
 from headwise.tasks.base import Batch, BatchStream, Task
 from headwise.tasks.family import Dims, TaskFamily, register_family

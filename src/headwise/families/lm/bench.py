@@ -8,8 +8,8 @@ several repeats and reports the best and median tokens per second as JSON (targe
 2-core CPU). The data folder is ``--data``, else ``$HEADWISE_DATA``, else ``../shared/data`` from
 the current folder (the layout ``.ci/run`` uses, run from the repository root).
 
-The ``tokenize`` section of ``headwise bench`` runs this module as a subprocess
-(:func:`bench_tokenize`).
+The ``tokenize`` section of ``headwise bench`` (registered here) runs this module as a
+subprocess (:func:`bench_tokenize`).
 """
 
 from __future__ import annotations
@@ -27,8 +27,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from headwise.bench.report import target
+from headwise.bench.sections import BenchSection, SuiteRun, register_section
 from headwise.data.sources import data_root, open_source
-from headwise.families.lm.tokenizer import gpt_neo_tokenizer
+from headwise.text.tokenizer import gpt_neo_tokenizer
 
 SAMPLE = "tinystories-train-sample.txt"
 
@@ -102,6 +104,41 @@ def bench_tokenize(repeats: int, log: Callable[[str], None]) -> dict[str, Any]:
             why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
             return {"skipped": f"headwise.families.lm.bench failed: {why}"}
         return json.loads(out.read_text())
+
+
+def measure_tokenize(run: SuiteRun) -> None:
+    """The ``tokenize`` section."""
+    run.result["tokenize"] = bench_tokenize(run.cfg.tokenize_repeats, run.log)
+
+
+def tokenize_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """GPT-Neo tokenization at 1M tokens/s or more."""
+    tok = result.get("tokenize")
+    if tok is None:
+        return []
+    rate = tok.get("tokens_per_second_median")
+    return [target("GPT-Neo tokenization", ">= 1M tokens/s", rate, rate is not None and rate >= 1e6,
+                   f"{rate / 1e6:.2f}M tokens/s" if rate else f"skipped: {tok.get('skipped')}")]
+
+
+def tokenize_table(result: dict[str, Any]) -> list[str]:
+    """Tokens, stories and tokens/s (median and best), or why the section was skipped."""
+    tok = result.get("tokenize")
+    if tok is None:
+        return []
+    lines = ["## Tokenization (GPT-Neo, headwise.families.lm.bench)", ""]
+    if "skipped" in tok:
+        lines.append(f"skipped: {tok['skipped']}")
+    else:
+        lines += ["| tokens | stories | median tok/s | best tok/s |", "|---|---|---|---|",
+                  f"| {tok['tokens']:,} | {tok['stories']:,} | {tok['tokens_per_second_median']:,} | "
+                  f"{tok['tokens_per_second_best']:,} |"]
+    lines.append("")
+    return lines
+
+
+register_section(BenchSection("tokenize", "GPT-Neo tokenization tokens/s (headwise.families.lm.bench)", 60,
+                              measure_tokenize, tokenize_targets, tokenize_table))
 
 
 if __name__ == "__main__":

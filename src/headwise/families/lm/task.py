@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, ClassVar, Iterator, Literal
 
 from pydantic import Field
 from torch import Tensor
 
-from headwise.families.lm.token_cache import TokenCache, prepare
-from headwise.families.lm.packing import PackedStream, gather_blocks, num_blocks
-from headwise.families.lm.data_plan import DataConfig, plan_data
 from headwise.data.shuffled import evenly_spaced
-from headwise.families.lm.tokenizer import GPT_NEO_VOCAB, Tokenizer, parse_tokenizer_spec
 from headwise.errors import HeadwiseError
 from headwise.model.loss import cross_entropy
 from headwise.tasks.base import Batch, BatchStream, Task
 from headwise.tasks.family import Dims, TaskConfigBase, TaskFamily, register_family
+from headwise.text.data_plan import DataConfig, plan_data
+from headwise.text.packing import PackedStream, gather_blocks, num_blocks
+from headwise.text.token_cache import TokenCache, prepare
+from headwise.text.tokenizer import GPT_NEO_VOCAB, Tokenizer, parse_tokenizer_spec
 
 
 class LMTask(Task):
@@ -108,7 +108,7 @@ class LMTask(Task):
 
 class TextTaskConfig(DataConfig, TaskConfigBase):
     """What every ``[task]`` on text shares (language modelling, masked-LM pretraining): the data
-    fields of :class:`~headwise.families.lm.data_plan.DataConfig`, tokenized once into the token
+    fields of :class:`~headwise.text.data_plan.DataConfig`, tokenized once into the token
     cache, which tasks of either kind on the same data reuse."""
 
     def data_description(self) -> str:
@@ -141,9 +141,12 @@ class TextTaskConfig(DataConfig, TaskConfigBase):
 
 
 class LMTaskConfig(TextTaskConfig):
-    """``[task]`` of language modelling on text (see :class:`~headwise.families.lm.data_plan.DataConfig` for
+    """``[task]`` of language modelling on text (see :class:`~headwise.text.data_plan.DataConfig` for
     the data fields); a table without ``kind`` is this one."""
 
+    #: a [task] table that names no kind is language modelling (headwise's first family: configs
+    #: written before there were others name none)
+    kind_optional: ClassVar[bool] = True
     kind: Literal["lm"] = "lm"
     #: tokens per training sequence (each block holds block_size + 1 tokens)
     block_size: int = Field(default=256, gt=0)

@@ -1,4 +1,4 @@
-"""The ``vision`` section: training images/s of headwise's ViT against transformers'
+"""The ``vision`` section of ``headwise bench``: training images/s of headwise's ViT against transformers'
 ``ViTForImageClassification`` with the same weights, at two head counts of tied head width.
 
 The headwise models of every head count share one set of weights and one AdamW (the head count
@@ -18,9 +18,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from headwise.bench.cases import share_parameters
+from headwise.bench.core import case_ratio, interleave, rate_result, versus_hf
+from headwise.bench.report import number, quiet_count, ratio_cell, ratio_shown, target
+from headwise.bench.sections import BenchSection, SuiteRun, register_section
 from headwise.bench.settings import BenchConfig
-from headwise.bench.core import interleave, quiet_mask, rate_result, ratio_stats
-from headwise.bench.training import make_optimizer
+from headwise.bench.training import make_optimizer, optimizer_step
 from headwise.model import Transformer
 from headwise.params import count_params
 from headwise.presets import spec_from_preset
@@ -49,14 +51,7 @@ def vision_label(cfg: BenchConfig, heads: int) -> str:
 def make_image_step(forward: Callable[[torch.Tensor], torch.Tensor], optimizer: torch.optim.Optimizer,
                     images: torch.Tensor, labels: torch.Tensor) -> Callable[[], None]:
     """One optimiser step: class logits, cross-entropy, backward, AdamW step, gradients released."""
-
-    def step() -> None:
-        loss = F.cross_entropy(forward(images), labels)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    return step
+    return optimizer_step(lambda: F.cross_entropy(forward(images), labels), optimizer)
 
 
 def _models(cfg: BenchConfig, device: torch.device) -> tuple[dict[int, nn.Module], dict[int, nn.Module], list]:
@@ -114,11 +109,7 @@ def bench_vision(cfg: BenchConfig, device: torch.device, log: Callable[[str], No
         "n_layers": cfg.vision_layers, "mlp_hidden": cfg.vision_mlp_hidden, "num_classes": cfg.vision_classes,
         "positions": spec.max_seq_len, "heads": list(cfg.vision_heads), "rounds": cfg.vision_rounds,
         "warmup": cfg.vision_warmup, "params": count_params(spec),
-        "hf_params": sum(p.numel() for p in theirs[cfg.vision_heads[0]].parameters()),
-        "hf_attn_implementation": HF_ATTENTION,
-        "optimizer": {k: opt.defaults.get(k) for k in ("lr", "betas", "weight_decay", "fused", "foreach")},
-        "idle_wait_s": timings.waited,
-        "cases": cases,
+        **versus_hf(theirs[cfg.vision_heads[0]], HF_ATTENTION, opt, timings, cases),
     }
     section["comparisons"] = compare_vision(section)
     return section
@@ -126,12 +117,12 @@ def bench_vision(cfg: BenchConfig, device: torch.device, log: Callable[[str], No
 
 def compare_vision(section: dict[str, Any]) -> dict[str, Any]:
     """headwise / HF per head count, and the head-count penalty: headwise at the largest head
-    count / at the smallest (each a median of per-round ratios, see :func:`ratio_stats`)."""
+    count / at the smallest (each a median of per-round ratios, see
+    :func:`~headwise.bench.core.ratio_stats`)."""
     c = section["cases"]
 
     def ratio(a: str, b: str) -> dict[str, Any]:
-        both = quiet_mask(c[a]["cpu_stall"], c[b]["cpu_stall"])
-        return ratio_stats(c[a]["images_per_s"], c[b]["images_per_s"], both)
+        return case_ratio(c, a, b, unit="images")
 
     heads = section["heads"]
     labels = {h: next(m["plan"] for m in c.values() if m["heads"] == h) for h in heads}
@@ -143,3 +134,60 @@ def compare_vision(section: dict[str, Any]) -> dict[str, Any]:
     hf_penalty = {"plan": labels[high], "heads": high, "baseline": f"hf {labels[low]}",
                   **ratio(f"hf {labels[high]}", f"hf {labels[low]}")}
     return {"vs_hf": vs_hf, "penalty": penalty, "hf_penalty": hf_penalty}
+
+
+def measure_vision(run: SuiteRun) -> None:
+    """The ``vision`` section on the CPU."""
+    run.result["vision"] = bench_vision(run.cfg, torch.device("cpu"), run.log)
+    run.snapshot("after vision")
+
+
+def vision_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """headwise at least as fast as HF at every head count; the head-count penalty at least 0.9x."""
+    vision = result.get("vision")
+    if vision is None:
+        return []
+    comp = vision["comparisons"]
+    targets = [target(f"ViT vs HF ViTForImageClassification ({vision.get('hf_attn_implementation')}), "
+                      f"training images/s: headwise {row['plan']} / {row['reference']}", ">= 1.0x",
+                      row["ratio"], row["ratio"] >= 1.0, ratio_shown(row)) for row in comp["vs_hf"]]
+    pen = comp["penalty"]
+    targets.append(target(f"ViT head-count penalty: headwise {pen['plan']} / {pen['baseline'].split()[-1]}",
+                          ">= 0.9x", pen["ratio"], pen["ratio"] >= 0.9, ratio_shown(pen)))
+    return targets
+
+
+def vision_table(result: dict[str, Any]) -> list[str]:
+    """images/s of both sides per head count, their ratio and the head-count penalty."""
+    v = result.get("vision")
+    if v is None:
+        return []
+    comp = v["comparisons"]
+    vs_hf = {r["plan"]: r for r in comp["vs_hf"]}
+    lines = [f"## Vision training step ({v['device']}, {v['precision']}, B={v['batch']} images)", "",
+             f"ViT: {v['image_size']} px, {v['channels']} channels, patch {v['patch_size']} ({v['positions']} "
+             f"positions with the class token), d_model {v['d_model']}, {v['n_layers']} layers, MLP "
+             f"{v['mlp_hidden']}, {v['num_classes']} classes, head_dim = d_model / heads ({v['params']:,} parameters "
+             f"at every head count). HF = transformers ViTForImageClassification, {v['hf_attn_implementation']} "
+             "attention, same weights (headwise.hf.vit.to_hf_vit). A step is forward, cross-entropy, backward and "
+             f"AdamW; waited {v.get('idle_wait_s', 0):.0f} s in all for the machine to go quiet before rounds.", "",
+             "| heads | quiet | headwise images/s | HF images/s | headwise / HF | vs fewest heads (headwise) |",
+             "|---|---|---|---|---|---|"]
+    pen = comp["penalty"]
+    for h in v["heads"]:
+        label = next(c["plan"] for c in v["cases"].values() if c["heads"] == h)
+        ours, theirs = v["cases"][f"headwise {label}"], v["cases"][f"hf {label}"]
+        penalty = ratio_cell(pen) if pen["plan"] == label else ("baseline" if pen["baseline"].endswith(label) else "")
+        lines.append(f"| {label} | {quiet_count(ours)} | {number(ours['images_per_s_median'], 1)} | "
+                     f"{number(theirs['images_per_s_median'], 1)} | {ratio_cell(vs_hf.get(label))} | {penalty} |")
+    hf_pen = comp.get("hf_penalty")
+    if hf_pen:
+        lines += ["", f"HF's own head-count ratio, {hf_pen['plan']} / {hf_pen['baseline'].split()[-1]}: "
+                      f"{ratio_cell(hf_pen)}."]
+    lines.append("")
+    return lines
+
+
+register_section(BenchSection(
+    "vision", "ViT training images/s vs transformers' ViTForImageClassification (SDPA) at 3 and 12 heads", 70,
+    measure_vision, vision_targets, vision_table))

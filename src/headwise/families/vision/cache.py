@@ -11,7 +11,7 @@ A cache is a folder ``<cache_dir>/images-<source>-<key>/`` holding
 ``key`` hashes the request, so a changed source file or another ``image_size`` is a new folder
 beside the old one. Building happens in a hidden temporary folder, whose files are hashed again
 from disk (once) before it is renamed into place (as for token caches,
-:mod:`headwise.families.lm.token_cache`). Opening is cheap, as every run start opens the cache: it
+:mod:`headwise.text.token_cache`). Opening is cheap, as every run start opens the cache: it
 checks the format version, the metadata's own digest (an edit), the request, every file's size
 (truncated or replaced) and the labels, without reading the images; ``verify`` (``headwise data
 verify``) also compares every file's sha256 (a byte changed in place, which the sizes cannot

@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from headwise.config import Config
 from headwise.errors import HeadwiseError
 from headwise.presets import preset_dict
 from headwise.report import stats
@@ -32,35 +31,26 @@ from headwise.report.accuracy import accuracy_values as _metric
 from headwise.report.accuracy import statuses as _statuses
 from headwise.report.data import VariantRuns
 from headwise.report.document import Document, dodge, fixed_ticks, fmt, fmt_p, fmt_params, new_figure, plural
-from headwise.report.registry import Layout, LayoutOptions, PaperReference, register_layout
+from headwise.report.paper import BaselineOptions, PaperRow, PaperTable
+from headwise.report.registry import Layout, register_layout
 from headwise.report.sections import ALPHA, cpu_memory_note, missing_baseline_note
 
 
-class PaperRow(Config):
-    """One model of a published table."""
+class VisionRow(PaperRow):
+    """One image classifier of a published table: its top-1 (and top-5) accuracy."""
 
-    shape: str
     top1: float
     top5: float | None = None
-    params: float = Field(gt=0)
-    memory_gb: float | None = Field(default=None, gt=0)
 
 
-class VisionReference(PaperReference):
+class VisionReference(PaperTable[VisionRow]):
     """A published table of image classifiers (e.g. Leaner Transformers' Table 4) and its claim."""
 
     dataset: str
-    rows: list[PaperRow] = Field(min_length=1)
-    #: what the publication claims, which the findings test
-    claim: str = ""
 
 
-class VisionOptions(LayoutOptions):
+class VisionOptions(BaselineOptions[VisionReference]):
     """The ``[report]`` keys of the vision layout."""
-
-    baseline: str | None = None
-    table: list[str] | None = None
-    paper: VisionReference | None = None
 
 
 def _model(v: VariantRuns) -> dict[str, Any]:

@@ -2,8 +2,8 @@
 
 ``headwise export --hf`` copies the model modules into the exported folder, where ``headwise``
 is not installed. There, their ``from headwise.spec import ...`` reads from this module instead,
-so it defines the names they import (``ModelSpec``, ``LayerShape``, ``CLASSIFIER_OUTPUTS``,
-``GATED_ACTIVATIONS``) with only the standard library. The fields come resolved from ``config.json`` (written by
+so it defines the names they import (``ModelSpec``, ``LayerShape``, ``GATED_ACTIVATIONS``) with
+only the standard library. The fields come resolved from ``config.json`` (written by
 :func:`headwise.hf.models.config_for`): nothing is derived here,
 so the exported model cannot drift from the spec headwise validated.
 """
@@ -13,8 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-#: Output heads that end in a classifier (the same tuple as ``headwise.spec.CLASSIFIER_OUTPUTS``)
-CLASSIFIER_OUTPUTS = ("classes", "pair_classes")
 #: Gated activations (the same tuple as ``headwise.spec.GATED_ACTIVATIONS``)
 GATED_ACTIVATIONS = ("geglu",)
 

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Literal
 
 import numpy as np
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from headwise.config import Config
 from headwise.data.sources import Source, hub_splits, open_source
-from headwise.families.lm.tokenizer import parse_tokenizer_spec
 from headwise.errors import HeadwiseError
+from headwise.text.tokenizer import parse_tokenizer_spec
 
 #: Fraction of stories held out when the source has no validation split of its own.
 DEFAULT_HOLDOUT = 0.05
@@ -56,21 +56,13 @@ class DataConfig(Config):
     #: where caches live (default: $HEADWISE_CACHE, else ~/.cache/headwise)
     cache_dir: str | None = None
 
-    @field_validator("tokenizer")
+    @field_validator("tokenizer", "validation")
     @classmethod
-    def _check_tokenizer(cls, value: str) -> str:
+    def _check_spec(cls, value: str, info: ValidationInfo) -> str:
+        parse = parse_tokenizer_spec if info.field_name == "tokenizer" else parse_validation
         try:
-            parse_tokenizer_spec(value)
-        except HeadwiseError as exc:
-            raise ValueError(str(exc)) from None
-        return value
-
-    @field_validator("validation")
-    @classmethod
-    def _check_validation(cls, value: str) -> str:
-        try:
-            parse_validation(value)
-        except HeadwiseError as exc:
+            parse(value)
+        except HeadwiseError as exc:  # as pydantic's error, so the message names the field
             raise ValueError(str(exc)) from None
         return value
 

@@ -38,9 +38,9 @@ from headwise.data.cache_files import (
     META, CacheInvalid, build_in_temporary, default_cache_dir, open_existing, read_meta, request_key, unusable,
     write_meta,
 )
-from headwise.families.lm.data_plan import DataConfig, DataPlan, plan_data
-from headwise.families.lm.tokenizer import BPETokenizer, Tokenizer, gpt_neo_tokenizer, parse_tokenizer_spec
 from headwise.errors import HeadwiseError
+from headwise.text.data_plan import DataConfig, DataPlan, plan_data
+from headwise.text.tokenizer import BPETokenizer, Tokenizer, gpt_neo_tokenizer, parse_tokenizer_spec
 
 CACHE_FORMAT = 1
 TOKENIZER_FILE = "tokenizer.json"

@@ -1,0 +1,165 @@
+"""The model's parts as the spec and the tools know them, without their model code: one
+declaration per input front end (``ModelSpec.inputs``) and per output head (``ModelSpec.outputs``).
+
+A declaration says what checking a spec, generating, the model card and export need to know of
+a part (the head a front end defaults to, whether it reads a vocabulary, the ``causal`` setting
+it needs, ...), so that no shared file branches on a part's name. The part's model code (torch)
+registers under the same name in :data:`headwise.model.inputs.FRONT_ENDS` or
+:data:`headwise.model.outputs.OUTPUT_HEADS` where it is written. This module imports no torch: a
+spec that uses built-in parts is checked without loading the model.
+
+The built-in parts (their model code in :mod:`headwise.model`) are declared here. A family
+declares its own in its folder's ``model`` or ``model_*`` modules, all of which are imported on the
+first lookup of a name not declared here or the first listing
+(:func:`headwise.families.import_family_modules`), so that a spec which names a family's part has
+loaded its model code too. The declarations go in a module of their own: an exported model
+carries the module of its parts' model code, which may import only the model's modules::
+
+    # families/toy/model.py: the model code          # families/toy/model_parts.py
+    @FRONT_ENDS.register("scalars")                  FRONT_END_PARTS.register("scalars", FrontEndPart(
+    class ScalarInputs(FrontEnd): ...                    default_outputs="mean", vocabulary=False))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from headwise.registry import Registry
+
+if TYPE_CHECKING:
+    from headwise.spec import ModelSpec
+
+#: the stem of a family's modules that declare and implement its model parts
+FAMILY_MODULES = "model"
+
+
+def _vocabulary(spec: ModelSpec) -> str:
+    return f"vocabulary {spec.vocab_size:,}"
+
+
+def _nothing(spec: ModelSpec) -> str:
+    return ""
+
+
+@dataclass(frozen=True)
+class FrontEndPart:
+    """What the spec and the tools know of a front end (see the module docstring)."""
+
+    #: the output head of a spec that names none
+    default_outputs: str
+    #: the inputs are token ids: a spec without them has no ``vocab_size``
+    vocabulary: bool = True
+    #: the ``causal`` setting the inputs need; None: either
+    causal: bool | None = None
+    #: ``headwise generate`` continues a prompt of token ids with such a model
+    prompts: bool = False
+    #: spec fields, besides those every model's data fixes (``headwise.train.generate.DATA_FIELDS``),
+    #: that the inputs' data fixes (a vector model's width)
+    data_fields: tuple[str, ...] = ()
+    #: what the model reads, in a few words (the model card's line of totals)
+    describe: Callable[[ModelSpec], str] = _vocabulary
+    #: completes a spec's raw fields before they are checked, given them and the declaration of
+    #: the head they resolve to (None: an unknown one): an image model's ``max_seq_len``
+    complete: Callable[[dict[str, Any], OutputHeadPart | None], dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class OutputHeadPart:
+    """What the spec and the tools know of an output head (see the module docstring)."""
+
+    #: the head decodes into the vocabulary: the spec needs token inputs with a ``vocab_size``
+    vocabulary: bool = False
+    #: the ``causal`` setting the head needs; None: either
+    causal: bool | None = None
+    #: the head classifies one vector pooled from the sequence: the spec needs ``num_classes``,
+    #: and with ``pooling = "cls"`` the front end puts a learned class token first for it to read
+    pooled: bool = False
+    #: its models have a token encoder a fine-tuning run may start from (``train.init_from``)
+    token_encoder: bool = False
+    #: its vocabulary holds ``[PAD] [CLS] [SEP] [MASK]``: an exported model carries the masked-LM
+    #: tokenizer (:mod:`headwise.hf.masked_tokenizer`)
+    masked_vocabulary: bool = False
+    #: what a model with this head is, in the model card's first sentence
+    noun: str = "model"
+    #: what the head adds to the model card's line of totals (", 10 classes (cls pooling)")
+    describe: Callable[[ModelSpec], str] = _nothing
+
+
+def _discover() -> None:
+    # imported here, not at the top: the families (and torch) load on the first miss or listing only
+    from headwise.families import import_family_modules
+
+    import_family_modules(FAMILY_MODULES)
+
+
+#: every declared front end, by the name ``ModelSpec.inputs`` gives it
+FRONT_END_PARTS: Registry[FrontEndPart] = Registry("front end", discover=_discover)
+#: every declared output head, by the name ``ModelSpec.outputs`` gives it
+OUTPUT_HEAD_PARTS: Registry[OutputHeadPart] = Registry("output head", discover=_discover)
+
+
+def _image_positions(data: dict[str, Any], head: OutputHeadPart | None) -> dict[str, Any]:
+    """An image spec's ``max_seq_len``: its patches plus the class token, checked where given."""
+    # imported here: the spec imports this module
+    from headwise.spec import divisors
+
+    size, patch, channels = data.get("image_size"), data.get("patch_size"), data.get("channels")
+    missing = [k for k, v in (("image_size", size), ("patch_size", patch), ("channels", channels)) if v is None]
+    if missing:
+        raise ValueError(f"image inputs need {', '.join(missing)} (a task's data sets image_size and channels)")
+    if not all(isinstance(v, int) and v > 0 for v in (size, patch)):
+        return data  # the field checks say what is wrong
+    if size % patch:
+        valid = ", ".join(str(p) for p in divisors(size) if p < size)
+        raise ValueError(f"image_size {size} is not divisible by patch_size {patch}; patch sizes that divide it: {valid}")
+    cls = data.get("pooling", "cls") == "cls" and head is not None and head.pooled
+    positions = (size // patch) ** 2 + cls
+    given = data.get("max_seq_len")
+    if given is not None and given != positions:
+        raise ValueError(
+            f"max_seq_len {given} differs from the image's {positions} positions ({size // patch}x{size // patch} "
+            f"patches{' and the class token' if cls else ''}): remove max_seq_len (an image model's is set from "
+            "image_size and patch_size)"
+        )
+    return {**data, "max_seq_len": positions}
+
+
+def _images(spec: ModelSpec) -> str:
+    return f"{spec.image_size} px images, {spec.channels} channels, patch {spec.patch_size}"
+
+
+def _vectors(spec: ModelSpec) -> str:
+    return f"vectors of width {spec.d_model}"
+
+
+def _classes(spec: ModelSpec) -> str:
+    return f", {spec.num_classes} classes ({spec.pooling} pooling)"
+
+
+def _masked_decoder(spec: ModelSpec) -> str:
+    return f", a masked-LM decoder without bias ({'tied to' if spec.tie_embeddings else 'apart from'} the embedding)"
+
+
+def _cls_pooler(spec: ModelSpec) -> str:
+    what = "one score (a regression)" if spec.num_classes == 1 else f"{spec.num_classes} classes"
+    return f", a first-token tanh pooler of width {spec.classifier_hidden or spec.d_model} and {what}"
+
+
+# the front ends and heads of headwise.model.inputs and headwise.model.outputs
+FRONT_END_PARTS.register("tokens", FrontEndPart(default_outputs="lm", prompts=True))
+FRONT_END_PARTS.register("token_pairs", FrontEndPart(default_outputs="pair_classes"))
+FRONT_END_PARTS.register("vectors", FrontEndPart(default_outputs="vectors", vocabulary=False, data_fields=("d_model",),
+                                                 describe=_vectors))
+FRONT_END_PARTS.register("images", FrontEndPart(default_outputs="classes", vocabulary=False, causal=False,
+                                                describe=_images, complete=_image_positions))
+
+OUTPUT_HEAD_PARTS.register("lm", OutputHeadPart(vocabulary=True, token_encoder=True, noun="decoder language model"))
+OUTPUT_HEAD_PARTS.register("mlm", OutputHeadPart(vocabulary=True, causal=False, token_encoder=True,
+                                                 masked_vocabulary=True, describe=_masked_decoder,
+                                                 noun="bidirectional encoder (a masked language model)"))
+OUTPUT_HEAD_PARTS.register("vectors", OutputHeadPart())
+OUTPUT_HEAD_PARTS.register("classes", OutputHeadPart(pooled=True, describe=_classes))
+OUTPUT_HEAD_PARTS.register("pair_classes", OutputHeadPart(pooled=True, describe=_classes))
+OUTPUT_HEAD_PARTS.register("cls_pooler", OutputHeadPart(describe=_cls_pooler))

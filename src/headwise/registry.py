@@ -1,0 +1,106 @@
+"""One shape for every registry of named parts (task families, report layouts, front ends, output
+heads, attention kinds, trackers, bench sections, presets): register under a name once, look up by
+name with a one-line error that names the choices, list the names.
+
+A registry may be given a ``discover`` callable that imports the modules which register into it
+(usually every family's modules of one name, through
+:func:`headwise.families.import_family_modules`), so a part is found where it is written and no
+shared file lists it. It runs once, before the first listing or the first lookup of a name not
+registered yet: a name registered where the registry is made (a built-in part) is found without
+importing every family, so checking a spec that uses only built-in parts stays light.
+
+This module imports only the standard library and :mod:`headwise.errors`: the exported model code
+carries it beside the model modules that use it.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar, overload
+
+from headwise.errors import HeadwiseError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Named parts of one kind. ``what`` names the kind in messages ("attention kind")."""
+
+    def __init__(self, what: str, discover: Callable[[], object] | None = None) -> None:
+        self.what = what
+        self._items: dict[str, T] = {}
+        self._discover = discover
+        self._discovering = False
+        self._discovered = discover is None
+
+    @overload
+    def register(self, name: str) -> Callable[[T], T]: ...
+
+    @overload
+    def register(self, name: str, item: T) -> T: ...
+
+    def register(self, name: str, item: T | None = None):
+        """Register ``item`` under ``name`` (once: a second, different item is an error); returns
+        it. Without ``item``, a decorator that registers what it decorates."""
+        if item is None:
+            return lambda thing: self.register(name, thing)
+        old = self._items.get(name)
+        if old is not None and old is not item:
+            where = " and ".join(f"{getattr(x, '__module__', '?')}" for x in (old, item))
+            raise HeadwiseError(f"{self.what} {name!r} is registered twice ({where})")
+        self._items[name] = item
+        return item
+
+    def discover(self) -> None:
+        """Run the registry's discovery, once (a listing, or a lookup of a name not registered
+        yet, does this first)."""
+        if self._discovered or self._discovering:
+            return
+        self._discovering = True
+        try:
+            assert self._discover is not None
+            self._discover()
+            self._discovered = True
+        finally:
+            self._discovering = False
+
+    def get(self, name: str) -> T:
+        """The part registered as ``name``; an unknown name is a one-line :class:`HeadwiseError`
+        naming the registered ones (and the closest, when one is close)."""
+        if name not in self._items:
+            self.discover()
+        if name in self._items:
+            return self._items[name]
+        raise HeadwiseError(self.unknown(name))
+
+    __getitem__ = get
+
+    def unknown(self, name: object) -> str:
+        """The one-line message for a name that is not registered."""
+        names = self.names()
+        hint = difflib.get_close_matches(str(name), names, n=1)
+        extra = f"; did you mean {hint[0]!r}?" if hint else ""
+        return f"unknown {self.what} {name!r}{extra} (choices: {', '.join(names) or 'none registered'})"
+
+    def names(self) -> list[str]:
+        """The registered names, sorted."""
+        self.discover()
+        return sorted(self._items)
+
+    def items(self) -> list[tuple[str, T]]:
+        """(name, part) for every registered part, sorted by name."""
+        self.discover()
+        return sorted(self._items.items())
+
+    def __contains__(self, name: object) -> bool:
+        if name not in self._items:
+            self.discover()
+        return name in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        self.discover()
+        return len(self._items)
