@@ -16,8 +16,8 @@ from headwise.cli import main
 from headwise.families.encoder.bench import (
     _models, compare_encoder, encoder_plans, encoder_spec, hf_intermediate, hf_model, masked_batch,
 )
-from headwise.families.encoder.masking import CLS_ID, SEP_ID
 from headwise.params import count_params
+from headwise.text.masked_vocab import CLS_ID, SEP_ID
 from helpers import one_thread, run_sections  # noqa: F401  (one_thread: autouse, one torch thread)
 
 transformers = pytest.importorskip("transformers", reason="the section compares against transformers' BERT")

@@ -15,18 +15,18 @@ import torch.nn.functional as F
 
 import headwise.model.outputs as heads_module
 from headwise.errors import HeadwiseError
-from headwise.families.encoder.masking import PAD_ID
+from headwise.families.encoder.model import MASKED_LM_PAD_ID
 from headwise.hf.gpt_neo import gpt_neo_incompatibility
 from headwise.hf.models import spec_view
 from headwise.hf.vit import vit_incompatibility
 from headwise.model import Transformer, load_pretrained, save_pretrained
 from headwise.model.inputs import ScaledSinusoid
 from headwise.model.loss import masked_lm_loss
-from headwise.model.outputs import MASKED_LM_PAD_ID
 from headwise.model.transformer import geglu
 from headwise.params import count_params, param_breakdown
 from headwise.presets import spec_from_preset
 from headwise.spec import GATED_ACTIVATIONS, ModelSpec
+from headwise.text.masked_vocab import PAD_ID
 
 V, D, I = 32768, 768, 3072  # cramming's vocabulary, width and intermediate size
 

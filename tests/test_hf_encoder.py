@@ -18,11 +18,11 @@ pytest.importorskip("transformers", reason="transformers (the hf extra) is not i
 from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification  # noqa: E402
 
 from headwise.cli import main  # noqa: E402
-from headwise.families.encoder.masking import MASK_ID, PAD_ID, MaskedVocab  # noqa: E402
 from headwise.hf.masked_tokenizer import masked_hf_tokenizer  # noqa: E402
 from headwise.hf.models import HeadwiseForMaskedLM, from_headwise, load_export  # noqa: E402
 from headwise.model import Transformer  # noqa: E402
 from headwise.presets import spec_from_preset  # noqa: E402
+from headwise.text.masked_vocab import MASK_ID, PAD_ID, MaskedVocab  # noqa: E402
 from headwise.train.generate import load_run_model, run_config, run_tokenizer  # noqa: E402
 from tests.test_hf_export import _fresh_process  # noqa: E402
 
@@ -132,7 +132,8 @@ def test_an_exported_mlm_run_loads_offline_without_headwise(mlm_run, tmp_path, c
     out = tmp_path / "export"
     assert main(["export", str(mlm_run), "--hf", str(out)]) == 0
     assert "HeadwiseForMaskedLM" in capsys.readouterr().out
-    for name in ("config.json", "model.safetensors", "modeling_headwise.py", "tokenizer.json", "README.md",
+    # model.py: the mlm head's code, from the encoder family's folder
+    for name in ("config.json", "model.safetensors", "modeling_headwise.py", "model.py", "tokenizer.json", "README.md",
                  "headwise_config.toml"):
         assert (out / name).is_file(), name
     config = json.loads((out / "config.json").read_text())

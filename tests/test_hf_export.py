@@ -122,6 +122,27 @@ def test_the_bundled_code_imports_only_torch_transformers_and_itself(kind):
     sources = bundled_sources(_model(heads=[2, 4, 2], attention=kind, **(bidirectional if kind == "nystrom" else {})))
     assert {"modeling_headwise.py", "configuration_headwise.py", "spec_view.py", "transformer.py",
             "registry.py", "errors.py", "attention.py", f"attention_{kind}.py"} <= set(sources)
+    _assert_only_allowed_imports(sources)
+    assert ALLOWED_IMPORTS == {"torch", "transformers", "safetensors", "numpy"}
+
+
+@pytest.mark.parametrize("fields, parts", [
+    (dict(causal=False, outputs="mlm"), ["MaskedLMHead"]),
+    (dict(causal=False, outputs="cls_pooler", num_classes=2), ["ClsPoolerHead"]),
+    (dict(inputs="token_pairs", causal=False, num_classes=2), ["PairClassifierHead", "TokenPairInputs"]),
+])
+def test_parts_written_in_a_family_folder_travel_with_the_bundled_code(fields, parts):
+    # the encoder's and LRA's parts live in families/<name>/model.py: carried as model.py, imported
+    # at the end of modeling_headwise.py (nothing else there imports them) so that they register
+    sources = bundled_sources(_model(heads=[2, 4, 2], **fields))
+    for part in parts:
+        assert f"class {part}(" in sources["model.py"], part
+        assert f"from .model import {part}  # noqa" in sources["modeling_headwise.py"], part
+    _assert_only_allowed_imports(sources)
+
+
+def _assert_only_allowed_imports(sources: dict[str, str]) -> None:
+    """Every bundled file imports the standard library, ALLOWED_IMPORTS and its sibling files only."""
     for name, text in sources.items():
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.ImportFrom):
@@ -132,7 +153,6 @@ def test_the_bundled_code_imports_only_torch_transformers_and_itself(kind):
                     assert node.module.split(".")[0] in ALLOWED_IMPORTS | sys.stdlib_module_names, (name, node.module)
             elif isinstance(node, ast.Import):
                 assert all(a.name.split(".")[0] in ALLOWED_IMPORTS | sys.stdlib_module_names for a in node.names), name
-    assert ALLOWED_IMPORTS == {"torch", "transformers", "safetensors", "numpy"}
 
 
 def test_the_spec_view_names_what_headwise_spec_names():
@@ -346,7 +366,8 @@ def test_model_code_an_export_cannot_carry_is_refused_at_export(monkeypatch, tmp
     original = export._source_of
     heads = original("headwise.model.outputs").read_text(encoding="utf-8")
     patched = tmp_path / "outputs.py"
-    patched.write_text(heads.replace("import torch\n", f"import torch\n{line}\n", 1), encoding="utf-8")
+    future = "from __future__ import annotations\n"
+    patched.write_text(heads.replace(future, f"{future}{line}\n", 1), encoding="utf-8")
     monkeypatch.setattr(export, "_source_of",
                         lambda module: patched if module == "headwise.model.outputs" else original(module))
     with pytest.raises(RunFailure, match=error):

@@ -15,14 +15,13 @@ import torch.nn.functional as F
 import headwise.model.outputs as heads_module
 from headwise.cli import main
 from headwise.errors import HeadwiseError
-from headwise.families.encoder.masking import (
-    CLS_ID, MASK_ID, NUM_SPECIAL, PAD_ID, SEP_ID, MaskedStream, batch_generator, mask_tokens,
-)
+from headwise.families.encoder.masking import MaskedStream, batch_generator, mask_tokens
 from headwise.families.encoder.task import MLMTaskConfig
 from headwise.model import Transformer
 from headwise.model.loss import masked_lm_loss
 from headwise.presets import spec_from_preset
 from headwise.tasks.family import family_of
+from headwise.text.masked_vocab import CLS_ID, MASK_ID, NUM_SPECIAL, PAD_ID, SEP_ID
 from tests.conftest import shared_data_dir
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "mlm-tiny.toml"

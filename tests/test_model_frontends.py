@@ -18,8 +18,11 @@ from headwise.spec import ModelSpec, front_ends, output_heads
 
 def test_registries_name_what_the_spec_allows():
     assert front_ends() is FRONT_END_PARTS and output_heads() is OUTPUT_HEAD_PARTS
-    # every declared part has its model code, and what the model code reads of itself is its declaration's
-    assert FRONT_ENDS.names() == FRONT_END_PARTS.names() and OUTPUT_HEADS.names() == OUTPUT_HEAD_PARTS.names()
+    # every declared part has its model code (listing the declarations imports every family's model
+    # modules, and with them the code of their parts), and what the model code reads of itself is its
+    # declaration's
+    declared = FRONT_END_PARTS.names(), OUTPUT_HEAD_PARTS.names()
+    assert (FRONT_ENDS.names(), OUTPUT_HEADS.names()) == declared
     assert {part.default_outputs for _, part in FRONT_END_PARTS.items()} <= set(OUTPUT_HEAD_PARTS.names())
     for name, part in OUTPUT_HEAD_PARTS.items():
         assert (OUTPUT_HEADS[name].vocabulary, OUTPUT_HEADS[name].pooled) == (part.vocabulary, part.pooled), name
@@ -32,9 +35,9 @@ def _random_spec(rng: random.Random) -> ModelSpec:
     d_model = rng.choice([8, 12, 16, 24])
     heads = [rng.randint(1, 5) for _ in range(n_layers)]
     head_dim = rng.choice([rng.randint(1, 9), [rng.randint(1, 9) for _ in range(n_layers)]])
-    inputs = rng.choice(list(FRONT_ENDS))
-    tokens = inputs in ("tokens", "token_pairs")
-    outputs = rng.choice([None] + [o for o in OUTPUT_HEADS if tokens or not OUTPUT_HEADS[o].vocabulary])
+    inputs = rng.choice(FRONT_END_PARTS.names())
+    tokens = FRONT_END_PARTS[inputs].vocabulary
+    outputs = rng.choice([None] + [o for o in OUTPUT_HEAD_PARTS if tokens or not OUTPUT_HEAD_PARTS[o].vocabulary])
     head = outputs or FRONT_END_PARTS[inputs].default_outputs
     fields = {"max_seq_len": rng.randint(4, 32), "causal": head == "lm" or (head != "mlm" and rng.random() < 0.5)}
     if inputs == "images":  # positions follow from the image and patch sizes
@@ -79,8 +82,8 @@ def test_every_front_end_and_head_counts_exactly_what_it_builds():
         # a head's weights tied to the front end are counted there, not again
         head_built = sum(_numel(getattr(model, name), front_params) for name in head.build(spec, model))
         assert sum(head.param_counts(spec).values()) == head_built, spec
-    assert seen == {(i, o) for i in FRONT_ENDS for o in OUTPUT_HEADS
-                    if i in ("tokens", "token_pairs") or not OUTPUT_HEADS[o].vocabulary}
+    assert seen == {(i, o) for i in FRONT_END_PARTS for o in OUTPUT_HEAD_PARTS
+                    if FRONT_END_PARTS[i].vocabulary or not OUTPUT_HEAD_PARTS[o].vocabulary}
 
 
 def test_state_dict_keys_are_those_of_saved_models():

@@ -27,9 +27,9 @@ from headwise.cli import main  # noqa: E402
 from headwise.errors import RunFailure  # noqa: E402
 from headwise.data.sources import open_source  # noqa: E402
 from headwise.families.encoder.glue_task import encode_pair  # noqa: E402
-from headwise.families.encoder.masking import CLS_ID, NUM_SPECIAL, SEP_ID, MaskedVocab  # noqa: E402
 from headwise.families.encoder.task import MLMTaskConfig  # noqa: E402
 from headwise.families.lm.task import LMTaskConfig  # noqa: E402
+from headwise.text.masked_vocab import CLS_ID, NUM_SPECIAL, SEP_ID, MaskedVocab  # noqa: E402
 from headwise.text.token_cache import prepare  # noqa: E402
 from headwise.text.tokenizer import GPT_NEO_FILES, gpt_neo_tokenizer  # noqa: E402
 from headwise.run import RunSummary, read_summary  # noqa: E402

@@ -1,10 +1,16 @@
 """headwise: study how a transformer's attention heads are allocated.
 
-The pipeline: spec (:mod:`headwise.spec`, :mod:`headwise.plans`) -> model (:mod:`headwise.model`)
--> task families (:mod:`headwise.families`, one folder each, on :mod:`headwise.tasks` and
-:mod:`headwise.data`) -> training (:mod:`headwise.train`)
--> studies (:mod:`headwise.study`) -> reports (:mod:`headwise.report`) and analysis
-(:mod:`headwise.analysis`).
+The pipeline: spec (:mod:`headwise.spec`, the parts' declarations :mod:`headwise.parts`,
+:mod:`headwise.plans`, :mod:`headwise.presets`) -> model (:mod:`headwise.model`, its attention
+kinds, front ends and output heads as plug-ins) -> task families (:mod:`headwise.families`, one
+folder each, on :mod:`headwise.tasks`, :mod:`headwise.data` and :mod:`headwise.text`) -> training
+(:mod:`headwise.train`, which leaves a run folder: :mod:`headwise.run`) -> studies
+(:mod:`headwise.study`) -> reports (:mod:`headwise.report`) and analysis (:mod:`headwise.analysis`);
+beside them the Hugging Face conversions and export (:mod:`headwise.hf`), the speed suite
+(:mod:`headwise.bench`) and the command line (:mod:`headwise.cli`, one module per command in
+:mod:`headwise.commands`). Every registry of named parts is a :class:`headwise.registry.Registry`.
+
+The names below (``__all__``) load on first use: ``from headwise import ModelSpec`` loads no torch.
 """
 
 from __future__ import annotations
@@ -28,8 +34,10 @@ _EXPORTS = {
     # transformers classes (the hf extra); importing them registers model_type "headwise" with the Auto classes
     "HeadwiseConfig": "headwise.hf.models",
     "HeadwiseForCausalLM": "headwise.hf.models",
+    "HeadwiseForMaskedLM": "headwise.hf.models",
     "HeadwiseForSequenceClassification": "headwise.hf.models",
     "HeadwiseForImageClassification": "headwise.hf.models",
+    "HeadwiseModel": "headwise.hf.models",
 }
 __all__ = [*_EXPORTS, "__version__"]
 

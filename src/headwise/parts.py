@@ -3,17 +3,20 @@ declaration per input front end (``ModelSpec.inputs``) and per output head (``Mo
 
 A declaration says what checking a spec, generating, the model card and export need to know of
 a part (the head a front end defaults to, whether it reads a vocabulary, the ``causal`` setting
-it needs, ...), so that no shared file branches on a part's name. The part's model code (torch)
-registers under the same name in :data:`headwise.model.inputs.FRONT_ENDS` or
-:data:`headwise.model.outputs.OUTPUT_HEADS` where it is written. This module imports no torch: a
-spec that uses built-in parts is checked without loading the model.
+it needs, the ``transformers`` class its models export as, ...), so that no shared file branches
+on a part's name. The part's model code (torch) registers under the same name in
+:data:`headwise.model.inputs.FRONT_ENDS` or :data:`headwise.model.outputs.OUTPUT_HEADS` where it
+is written. This module imports no torch: a spec that uses built-in parts is checked without
+loading the model.
 
 The built-in parts (their model code in :mod:`headwise.model`) are declared here. A family
-declares its own in its folder's ``model`` or ``model_*`` modules, all of which are imported on the
-first lookup of a name not declared here or the first listing
-(:func:`headwise.families.import_family_modules`), so that a spec which names a family's part has
-loaded its model code too. The declarations go in a module of their own: an exported model
-carries the module of its parts' model code, which may import only the model's modules::
+declares its own in its folder's ``model`` or ``model_*`` modules (the encoder's ``mlm`` and
+``cls_pooler`` in ``families/encoder/model_parts.py``, LRA's ``token_pairs`` and ``pair_classes``
+in ``families/lra/model_parts.py``), all of which are imported on the first lookup of a name not
+declared here or the first listing (:func:`headwise.families.import_family_modules`), so that a
+spec which names a family's part has loaded its model code too. The declarations go in a module
+of their own: an exported model carries the module of its parts' model code, which may import
+only the model's modules::
 
     # families/toy/model.py: the model code          # families/toy/model_parts.py
     @FRONT_ENDS.register("scalars")                  FRONT_END_PARTS.register("scalars", FrontEndPart(
@@ -22,8 +25,8 @@ carries the module of its parts' model code, which may import only the model's m
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from headwise.registry import Registry
@@ -33,10 +36,6 @@ if TYPE_CHECKING:
 
 #: the stem of a family's modules that declare and implement its model parts
 FAMILY_MODULES = "model"
-
-
-def _vocabulary(spec: ModelSpec) -> str:
-    return f"vocabulary {spec.vocab_size:,}"
 
 
 def _nothing(spec: ModelSpec) -> str:
@@ -58,11 +57,25 @@ class FrontEndPart:
     #: spec fields, besides those every model's data fixes (``headwise.train.generate.DATA_FIELDS``),
     #: that the inputs' data fixes (a vector model's width)
     data_fields: tuple[str, ...] = ()
-    #: what the model reads, in a few words (the model card's line of totals)
-    describe: Callable[[ModelSpec], str] = _vocabulary
+    #: what the model reads, in a few words (the model card's line of totals); None: see :meth:`reads`
+    describe: Callable[[ModelSpec], str] | None = None
     #: completes a spec's raw fields before they are checked, given them and the declaration of
     #: the head they resolve to (None: an unknown one): an image model's ``max_seq_len``
     complete: Callable[[dict[str, Any], OutputHeadPart | None], dict[str, Any]] | None = None
+    #: the ``transformers`` class a model of these inputs exports as, by the class its head names,
+    #: where the two differ (images: an image classifier, not a sequence classifier)
+    hf_classes: Mapping[str, str] = field(default_factory=dict)
+
+    def reads(self, spec: ModelSpec) -> str:
+        """What ``spec``'s model, of these inputs, reads: :attr:`describe`'s words, else the size of
+        its vocabulary ("vocabulary 4,096") or, for inputs without one, their name ("inputs 'scalars'")."""
+        if self.describe is not None:
+            return self.describe(spec)
+        return f"vocabulary {spec.vocab_size:,}" if self.vocabulary else f"inputs {spec.inputs!r}"
+
+    def hf_class(self, head: OutputHeadPart) -> str | None:
+        """The ``transformers`` class a model of these inputs and ``head`` exports as (None: none)."""
+        return self.hf_classes.get(head.hf_class, head.hf_class) if head.hf_class is not None else None
 
 
 @dataclass(frozen=True)
@@ -85,6 +98,10 @@ class OutputHeadPart:
     noun: str = "model"
     #: what the head adds to the model card's line of totals (", 10 classes (cls pooling)")
     describe: Callable[[ModelSpec], str] = _nothing
+    #: the class of :mod:`headwise.hf.models.modeling_headwise` its models export as
+    #: ("HeadwiseForCausalLM"; "HeadwiseModel", the generic one, returns the head's outputs as
+    #: ``.logits``); None: they do not export
+    hf_class: str | None = None
 
 
 def _discover() -> None:
@@ -134,32 +151,21 @@ def _vectors(spec: ModelSpec) -> str:
     return f"vectors of width {spec.d_model}"
 
 
-def _classes(spec: ModelSpec) -> str:
+def describe_classes(spec: ModelSpec) -> str:
+    """A pooled classifier's words on the model card (", 10 classes (cls pooling)")."""
     return f", {spec.num_classes} classes ({spec.pooling} pooling)"
-
-
-def _masked_decoder(spec: ModelSpec) -> str:
-    return f", a masked-LM decoder without bias ({'tied to' if spec.tie_embeddings else 'apart from'} the embedding)"
-
-
-def _cls_pooler(spec: ModelSpec) -> str:
-    what = "one score (a regression)" if spec.num_classes == 1 else f"{spec.num_classes} classes"
-    return f", a first-token tanh pooler of width {spec.classifier_hidden or spec.d_model} and {what}"
 
 
 # the front ends and heads of headwise.model.inputs and headwise.model.outputs
 FRONT_END_PARTS.register("tokens", FrontEndPart(default_outputs="lm", prompts=True))
-FRONT_END_PARTS.register("token_pairs", FrontEndPart(default_outputs="pair_classes"))
 FRONT_END_PARTS.register("vectors", FrontEndPart(default_outputs="vectors", vocabulary=False, data_fields=("d_model",),
                                                  describe=_vectors))
-FRONT_END_PARTS.register("images", FrontEndPart(default_outputs="classes", vocabulary=False, causal=False,
-                                                describe=_images, complete=_image_positions))
+FRONT_END_PARTS.register("images", FrontEndPart(
+    default_outputs="classes", vocabulary=False, causal=False, describe=_images, complete=_image_positions,
+    hf_classes={"HeadwiseForSequenceClassification": "HeadwiseForImageClassification"}))
 
-OUTPUT_HEAD_PARTS.register("lm", OutputHeadPart(vocabulary=True, token_encoder=True, noun="decoder language model"))
-OUTPUT_HEAD_PARTS.register("mlm", OutputHeadPart(vocabulary=True, causal=False, token_encoder=True,
-                                                 masked_vocabulary=True, describe=_masked_decoder,
-                                                 noun="bidirectional encoder (a masked language model)"))
+OUTPUT_HEAD_PARTS.register("lm", OutputHeadPart(vocabulary=True, token_encoder=True, noun="decoder language model",
+                                                hf_class="HeadwiseForCausalLM"))
 OUTPUT_HEAD_PARTS.register("vectors", OutputHeadPart())
-OUTPUT_HEAD_PARTS.register("classes", OutputHeadPart(pooled=True, describe=_classes))
-OUTPUT_HEAD_PARTS.register("pair_classes", OutputHeadPart(pooled=True, describe=_classes))
-OUTPUT_HEAD_PARTS.register("cls_pooler", OutputHeadPart(describe=_cls_pooler))
+OUTPUT_HEAD_PARTS.register("classes", OutputHeadPart(pooled=True, describe=describe_classes,
+                                                     hf_class="HeadwiseForSequenceClassification"))

@@ -1,5 +1,8 @@
 """Attention analysis: condition numbers of the attention block, head entropies and effective
-ranks, during training, over a run's checkpoints, across a study, and Theorem 3.2's Gaussian check."""
+ranks, during training (:mod:`~headwise.analysis.conditioning`, which the trainer logs), over a
+run's checkpoints and across a study (:mod:`~headwise.analysis.runs`, ``headwise analyze``), their
+figures (:mod:`~headwise.analysis.plots`), and Theorem 3.2's Gaussian check
+(:mod:`~headwise.analysis.theory`)."""
 
 from headwise.analysis.conditioning import (
     ModelAnalysis,

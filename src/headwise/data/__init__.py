@@ -2,10 +2,12 @@
 
 - :mod:`~headwise.data.batch`: ``Batch`` and ``BatchStream``, what every task gives the trainer;
 - :mod:`~headwise.data.sources`: local files and folders, hub datasets, ``$HEADWISE_DATA``;
+- :mod:`~headwise.data.bundled`: the TinyStories samples shipped in the package (``bundled/``);
 - :mod:`~headwise.data.cache_files`: a verified cache folder's metadata, manifest and atomic install;
 - :mod:`~headwise.data.shuffled`: per-epoch shuffled batches of stored examples.
 
-Each family's own readers and caches live in its folder (:mod:`headwise.families`).
+Text (tokenizers, token caches, packing) is :mod:`headwise.text`; each family's own readers and
+caches live in its folder (:mod:`headwise.families`).
 """
 
 from headwise.data.batch import Batch, BatchStream

@@ -1,15 +1,18 @@
 """The task families, one folder each: everything that belongs to one kind of task.
 
-    families/lm/        language modelling (TinyStories): task, presets, the bench section, the
-                        heads and depth report layouts, the progression and depth-for-heads studies
+    families/lm/        language modelling (TinyStories): task, presets, the tokenize bench
+                        section, the heads and depth report layouts, the progression and
+                        depth-for-heads studies
     families/nearest/   the nearest-neighbour target (Amsel et al.): task, presets, the rank
                         layout and study
     families/vision/    image classification (ViTs): task, image readers and caches, augmentation,
                         presets, the vision layout, the vit study, the vision bench section
     families/lra/       Long Range Arena: task and its one task table, readers, ListOps, the
-                        sequence cache, the lra layout and study
-    families/encoder/   Crammed BERT: masked-LM pretraining, GLUE fine-tuning and its offline
-                        stand-ins, presets, the bench section, the encoder layout (Table 1) and study
+                        sequence cache, Retrieval's pair models (the ``token_pairs`` front end
+                        and ``pair_classes`` head), the lra layout and study
+    families/encoder/   Crammed BERT: masked-LM pretraining and its masking, GLUE fine-tuning and
+                        its offline stand-ins, the ``mlm`` and ``cls_pooler`` output heads,
+                        presets, the bench section, the encoder layout (Table 1) and study
 
 A family folder's ``__init__`` registers its :class:`~headwise.tasks.family.TaskFamily` (by
 importing its task module). Its other parts are found by the name of the module or file that
@@ -24,8 +27,10 @@ its first lookup of a name not registered yet (:func:`import_family_modules`):
     *.toml               built-in studies (:func:`headwise.study.definition.builtin_studies`,
                          through :func:`family_files`)
 
-What the families share (batches, cache files, shuffling, sources and hub access, text,
-classification) lives in :mod:`headwise.data`, :mod:`headwise.text` and :mod:`headwise.tasks`.
+What the families share lives below them and imports none of them: batches, cache files,
+shuffling, sources and hub access in :mod:`headwise.data`; tokenizers, token caches, packing and
+the masked LM's vocabulary in :mod:`headwise.text`; the task interface, classification and the
+config and task bases of the tasks on text in :mod:`headwise.tasks`.
 
 Families are found, never listed: :func:`family_packages` is every subpackage of this package,
 then every package named by an installed distribution's ``headwise.families`` entry point (so a

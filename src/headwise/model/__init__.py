@@ -2,20 +2,26 @@
 
 - :mod:`~headwise.model.transformer`: attention, MLP, block and the :class:`Transformer` (front
   end -> blocks -> final norm -> output head), one nanoGPT-style file;
+- :mod:`~headwise.model.attention`: the attention kinds' plug-in shape and registry, chosen per
+  layer by ``ModelSpec.attention``; the built-in kinds in ``attention_*.py`` (``global``,
+  ``local``, ``nystrom``), Nyström's approximation itself in :mod:`~headwise.model.nystrom`;
 - :mod:`~headwise.model.inputs` and :mod:`~headwise.model.outputs`: the input front ends and
   output heads, chosen by ``ModelSpec.inputs`` and ``ModelSpec.outputs`` through the registries
   :data:`FRONT_ENDS` and :data:`OUTPUT_HEADS`;
 - :mod:`~headwise.model.kernels`: how attention and logits are computed, with the CPU workarounds;
+- :mod:`~headwise.model.loss`: the training losses (next-token cross-entropy without the full-size
+  temporaries, the masked LM's over its masked positions);
 - :mod:`~headwise.model.cache`: key/value caches for decoding;
 - :mod:`~headwise.model.pretrained`: saving and loading (safetensors plus ``spec.json``).
 
 Every front end and head is two things, each registered under the part's name: a declaration
 (:mod:`headwise.parts`: what the spec, generation, the model card and export know of it, without
-torch) and its model code here. The built-in ones are the token, token-pair, vector and image
-front ends and the ``lm``, ``mlm``, ``vectors``, ``classes``, ``pair_classes`` and ``cls_pooler``
-heads. A task family that needs another input or output writes both in ``model`` or ``model_*``
-modules of its own folder (the declarations apart from the model code, which an exported model
-carries), and edits no file here:
+torch) and its model code here. The built-in ones are the ``tokens``, ``vectors`` and ``images``
+front ends and the ``lm``, ``vectors`` and ``classes`` heads; the encoder's ``mlm`` and
+``cls_pooler`` heads are in ``families/encoder/model.py``, LRA's ``token_pairs`` front end and
+``pair_classes`` head in ``families/lra/model.py``. A task family that needs another input or
+output writes both in ``model`` or ``model_*`` modules of its own folder (the declarations apart
+from the model code, which an exported model carries), and edits no file here:
 
 1. a front end: a :class:`~headwise.model.inputs.FrontEnd` subclass (``build``, ``param_counts``,
    ``forward``, the positions an input gives the blocks, ``positions`` and ``input_positions``)
@@ -26,7 +32,8 @@ carries), and edits no file here:
    it reads only the first positions, as a ViT's classifier does, ``padding_row`` which token
    embedding row an encoder keeps at zero) registered in
    :data:`~headwise.model.outputs.OUTPUT_HEADS`, and its :class:`~headwise.parts.OutputHeadPart`
-   in :data:`~headwise.parts.OUTPUT_HEAD_PARTS`.
+   (what the spec needs of it, the ``transformers`` class it exports as, ...) in
+   :data:`~headwise.parts.OUTPUT_HEAD_PARTS`.
 
 The declarations are the single source of the names ``ModelSpec.inputs`` and ``outputs`` accept;
 the first spec that names a family's part imports the family's ``model`` modules, and with them

@@ -1,7 +1,8 @@
 """Input front ends: what turns a batch of raw inputs into the sequence [B, T, d_model] the blocks
 read. ``ModelSpec.inputs`` names one in :data:`FRONT_ENDS`, whose declaration
-(:class:`headwise.parts.FrontEndPart`) says what the spec knows of it; see :mod:`headwise.model`
-for how a task family adds its own.
+(:class:`headwise.parts.FrontEndPart`) says what the spec knows of it. The built-in ones are
+here (tokens, vectors, images); a family's are in its folder (LRA's token pairs:
+:mod:`headwise.families.lra.model`), see :mod:`headwise.model` for how a family adds its own.
 """
 
 from __future__ import annotations
@@ -179,38 +180,6 @@ class TokenInputs(FrontEnd):
         if has_class_token(spec):
             mask = torch.cat([torch.ones_like(mask[:, :1]), mask], dim=1)
         return mask
-
-
-@FRONT_ENDS.register("token_pairs")
-class TokenPairInputs(TokenInputs):
-    """Pairs of token sequences [B, 2, T] (LRA Retrieval's two documents): both sequences of each
-    pair go through the same embeddings and blocks as a batch of 2B sequences (pair i's are rows
-    2i and 2i + 1); the pair head combines their pooled vectors. A task's ``seq_len`` counts both
-    documents (2T tokens an example)."""
-
-    sequences_per_example = 2
-
-    @staticmethod
-    def forward(model: nn.Module, inputs: Tensor, past: int) -> Tensor:
-        return TokenInputs.forward(model, _pairs_as_rows(inputs), past)
-
-    @staticmethod
-    def positions(spec: ModelSpec, seq_len: int) -> int:
-        return TokenInputs.positions(spec, seq_len // 2)
-
-    @staticmethod
-    def input_positions(spec: ModelSpec, inputs: Tensor) -> int:
-        return TokenInputs.input_positions(spec, inputs[:, 0])
-
-    @staticmethod
-    def key_mask(model: nn.Module, inputs: Tensor) -> Tensor | None:
-        return TokenInputs.key_mask(model, _pairs_as_rows(inputs))
-
-
-def _pairs_as_rows(inputs: Tensor) -> Tensor:
-    if inputs.dim() != 3 or inputs.shape[1] != 2:
-        raise ValueError(f"token pairs of shape {tuple(inputs.shape)}; this model takes [batch, 2, length]")
-    return inputs.reshape(-1, inputs.shape[-1])
 
 
 @FRONT_ENDS.register("vectors")

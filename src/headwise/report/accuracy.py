@@ -27,11 +27,15 @@ def statuses(v: VariantRuns) -> str:
     return ", ".join(f"{n} {s}" for s, n in Counter(r.status.value for r in v.runs).items())
 
 
-def acc_cell(s: stats.SeedStats) -> str:
-    """A mean accuracy (%) with its seed spread."""
+def acc_cell(s: stats.SeedStats, base: stats.SeedStats | None = None) -> str:
+    """A mean accuracy (%) with its seed spread; given ``base`` (the baseline's), the difference
+    of the means in points, in parentheses, where both have runs."""
     if s.n == 0:
         return "–"
-    return f"{s.mean:.2f}" if s.n == 1 else f"{s.mean:.2f} ± {s.std:.2f} (n={s.n})"
+    cell = f"{s.mean:.2f}" if s.n == 1 else f"{s.mean:.2f} ± {s.std:.2f} (n={s.n})"
+    if base is not None and base.n:
+        cell += f" ({s.mean - base.mean:+.2f})"
+    return cell
 
 
 def draw_accuracy(ax: Any, vs: list[VariantRuns], x: list[float], top1: dict[str, stats.SeedStats], color: str,

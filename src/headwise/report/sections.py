@@ -1,8 +1,9 @@
 """The sections every report has, whatever its layout: the header, the table of all runs,
 training time and throughput, eval-loss curves, conditioning of the final models, samples, and
 how to reproduce the study. A layout decides only how variants are grouped and labelled
-(:class:`headwise.report.registry.Layout`); :func:`comparison_table` is shared by the layouts
-that compare variants against a baseline.
+(:class:`headwise.report.registry.Layout`). What the layouts that compare variants against a
+baseline share is here too: :func:`comparison_table`, the headline and full tables of
+:func:`baseline_tables`, and their cells (:func:`params_cell`, :func:`memory_cell`).
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from headwise.report import stats
 from headwise.report.data import RunRecord, StudyRuns, VariantRuns
 from headwise.report.document import Document, fixed_ticks, fmt, fmt_p, fmt_params, heads_str, new_figure, plural, quote
 from headwise.report.probes import COND_SEQUENCES, Probes
-from headwise.report.registry import Layout
 from headwise.report.options import ReportSpec
+from headwise.report.paper import BaselineOptions
+from headwise.report.registry import Layout
 from headwise.study.layout import RESULTS_CSV
 
 #: Significance level of the Holm-corrected Welch tests.
@@ -50,6 +52,43 @@ def cpu_memory_note(doc: Document, run: RunRecord | None) -> None:
     if run is not None and run.summary is not None and run.summary.device.startswith("cpu"):
         doc.add("On CPU, peak memory is the resident memory of the whole training process, most of it the Python "
                 "and PyTorch runtime, so its differences understate those of the models themselves.")
+
+
+def params_cell(v: VariantRuns, base: VariantRuns | None, digits: int = 0) -> str:
+    """A variant's parameters and, in parentheses, their difference from ``base``'s in percent
+    (``digits`` decimals), where ``base`` (another variant, or None) and both counts are known."""
+    cell = fmt_params(v.params)
+    if base is not None and v.params and base.params:
+        cell += f" ({stats.percent_difference(v.params, base.params):+.{digits}f}%)"
+    return cell
+
+
+def memory_cell(v: VariantRuns, base: VariantRuns | None = None) -> str:
+    """A variant's peak training memory ("–" unmeasured) and, given ``base`` (another variant)
+    that has one, the difference from it in percent."""
+    if not v.peak_mb:
+        return "–"
+    cell = fmt(v.peak_mb, 0) + " MiB"
+    if base is not None and base.peak_mb:
+        cell += f" ({stats.percent_difference(v.peak_mb, base.peak_mb):+.0f}%)"
+    return cell
+
+
+def baseline_tables(doc: Document, opts: BaselineOptions, base: VariantRuns | None, study: StudyRuns,
+                    headers: list[str], row: Callable[[VariantRuns], list[str]]) -> list[str]:
+    """The tables of a layout that sets variants against a baseline (``base``, the variant
+    ``opts.baseline`` names, or None): the headline rows ``opts.table`` names, then every
+    variant's, each row ``row(v)``; with the notes on a missing baseline and on memory measured on
+    the CPU. Returns the names of the headline rows (those among the variants)."""
+    missing_baseline_note(doc, opts.baseline, base)
+    by_name = {v.name: v for v in study.variants}
+    names = [n for n in (opts.table or []) if n in by_name]
+    if names:
+        doc.table(headers, [row(by_name[n]) for n in names])
+    doc.add("Every variant:")
+    doc.table(headers, [row(v) for v in study.variants])
+    cpu_memory_note(doc, base.info if base is not None else None)
+    return names
 
 
 def header(doc: Document, study: StudyRuns) -> None:

@@ -1,8 +1,11 @@
-"""What one training run leaves on disk: its directory layout, its typed summary and its tokenizer.
+"""What one training run leaves on disk: its directory layout, its typed summary, its metrics log
+and its tokenizer.
 
 This is the contract between the trainer (which writes a run) and everything downstream (study
-results, reports, analysis, generation), which read it only through these modules
-(the tokenizer's: :mod:`headwise.run.tokenizer`).
+results, reports, analysis, generation), which read it only through these modules:
+:mod:`~headwise.run.layout` (the files of a run directory), :mod:`~headwise.run.summary`
+(``summary.json``), :mod:`~headwise.run.metrics` (``metrics.jsonl``) and
+:mod:`~headwise.run.tokenizer` (the saved tokenizer).
 """
 
 from headwise.run.layout import RunDir

@@ -5,7 +5,19 @@
     study = load_study("progression", preset="tiny", seeds=1)
     outcome = run_study(study, "studies_out/progression-tiny", jobs=2, report=write_report)
 
-The report (:mod:`headwise.report`) reads a study directory; the study does not depend on it.
+- :mod:`~headwise.study.definition`: a study file (or a family's built-in one) resolved into its
+  variants' run configs, with ``[[stages]]`` (:mod:`~headwise.study.stages`), ``[[claims]]``
+  (:mod:`~headwise.study.claims`) and ``[nuisance]`` (:mod:`~headwise.study.nuisance`);
+- :mod:`~headwise.study.runner`: every run, resumably, as :mod:`~headwise.study.jobs`, after the
+  checks of :mod:`~headwise.study.preflight`; each run through :mod:`~headwise.study.worker`,
+  locally or on Ray (:mod:`~headwise.study.ray_backend`); the nuisance settings tuned first
+  (:mod:`~headwise.study.tuning`);
+- :mod:`~headwise.study.layout`, :mod:`~headwise.study.results`: where a study keeps things, and
+  its results table.
+
+The report (:mod:`headwise.report`) reads a study directory; the study does not depend on it (it
+keeps the ``[report]`` table as written, and ``headwise study`` hands the runner the report's
+``write_report``).
 
 Nothing heavy is imported with the package itself: every run starts through
 :mod:`headwise.study.worker`, which should not pay for plotting and statistics.

@@ -14,14 +14,18 @@ Everything the rest of headwise needs to know about a family is in its :class:`T
   in the registry of :mod:`headwise.report`);
 - ``generates_text``: its models continue text (``headwise generate`` writes text, ``headwise
   eval`` scores them with lm-evaluation-harness, exported models get a generation config, reports
-  show samples).
+  show samples);
+- ``caches``: the cache classes its data is kept in, which ``headwise data info`` and ``list``
+  read.
 
 What a family's runs can do besides is asked of its config, never of its kind: whether a run has
 a tokenizer (:meth:`TaskConfigBase.run_tokenizer`), held-out text
 (:meth:`TaskConfigBase.held_out_texts`), text options for ``headwise data``
 (:meth:`TaskConfigBase.data_options`), a cache of its own (:meth:`TaskConfigBase.cache`), the
-metrics it records (:meth:`TaskConfigBase.reported_metrics`) or the runs whose vocabulary it
-reads (:attr:`TaskConfigBase.vocabulary_kinds`).
+metrics it records (:meth:`TaskConfigBase.reported_metrics`), the runs whose vocabulary it
+reads (:attr:`TaskConfigBase.vocabulary_kinds`) or whether a ``[task]`` table without ``kind`` is
+its own (:attr:`TaskConfigBase.kind_optional`). The tasks on text share their config and task
+bases (:mod:`headwise.tasks.text`).
 
 A new family is a folder of :mod:`headwise.families` (or a package named by a
 ``headwise.families`` entry point) whose task module ends with ``register_family(TaskFamily(...))``;
@@ -60,6 +64,9 @@ class TaskConfigBase(Config):
     """Base of every ``[task]`` table; subclasses add ``kind: Literal["name"]`` and their fields."""
 
     kind: str
+    #: a ``[task]`` table that names no kind is this family's (at most one family says so:
+    #: :func:`headwise.tasks.union.implied_kind`)
+    kind_optional: ClassVar[bool] = False
     #: the task kinds of the runs whose vocabulary this table can read (a fine-tuning task's
     #: :meth:`vocabulary_run`), so that a study refuses a stage on other runs when it is resolved;
     #: None where the family does not say
@@ -132,7 +139,7 @@ class TaskConfigBase(Config):
 
     def data_options(self) -> dict[str, Any] | None:
         """The text data request of this table, as ``headwise data``'s options name it (a
-        :class:`~headwise.families.lm.data_plan.DataConfig`'s fields); None for tasks without
+        :class:`~headwise.text.data_plan.DataConfig`'s fields); None for tasks without
         text to tokenize."""
         return None
 

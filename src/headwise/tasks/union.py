@@ -33,7 +33,7 @@ __all__ = ["TaskConfig", "build_task", "parse_task_config"]
 def implied_kind() -> str | None:
     """The kind of a ``[task]`` table that names none: that of the family whose config sets
     ``kind_optional`` (None when no family does; more than one is an error)."""
-    kinds = [kind for kind, f in families().items() if getattr(f.config, "kind_optional", False)]
+    kinds = [kind for kind, f in families().items() if f.config.kind_optional]
     if len(kinds) > 1:
         raise HeadwiseError(f"task families {' and '.join(sorted(kinds))} both take a [task] table without kind")
     return kinds[0] if kinds else None

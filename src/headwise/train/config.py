@@ -250,8 +250,7 @@ def resolve_spec(model: Any, task: TaskShape | Task, source: str = "config") -> 
     fields["inputs"] = shape.inputs
     # the spec's default head for these inputs is left implicit, so saved specs stay as they were
     fields.pop("outputs", None)
-    inputs = front_ends().get(shape.inputs)
-    if inputs is None or shape.outputs != inputs.default_outputs:
+    if shape.outputs != front_ends()[shape.inputs].default_outputs:
         fields["outputs"] = shape.outputs
     _set_vocab(fields, given.get("vocab_size"), shape.vocab_size, where)
     for key, value in shape.spec_fields.items():

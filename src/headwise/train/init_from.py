@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Callable, TypeVar
 from headwise.errors import HeadwiseError, RunFailure
 from headwise.model.pretrained import DamagedFile, load_pretrained, read_spec, verify_model_dir
 from headwise.model.transformer import Transformer
+from headwise.parts import OUTPUT_HEAD_PARTS
 from headwise.run.layout import RunDir
 from headwise.spec import ModelSpec
 
@@ -24,8 +25,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-#: the output heads of models with a token encoder that fine-tuning can start from (a masked or causal LM)
-TOKEN_ENCODERS = ("mlm", "lm")
 #: spec fields that do not shape the encoder's weights: the output head's, padding and dropout
 HEAD_FIELDS = frozenset({"outputs", "num_classes", "pooling", "classifier_hidden", "pad_id", "dropout", "drop_path"})
 
@@ -58,7 +57,7 @@ def check_init_source(init_from: str, checkpoint: str | None, spec: ModelSpec,
         raise HeadwiseError(f"train.init_from run {init_from} {what}: give a finished run or name one of its "
                             f"checkpoints in train.init_checkpoint")
     source = _checked(lambda: read_spec(model_dir / "spec.json"), init_from, checkpoint)
-    if source.output_head not in TOKEN_ENCODERS or source.vocab_size is None:
+    if not OUTPUT_HEAD_PARTS[source.output_head].token_encoder or source.vocab_size is None:
         raise HeadwiseError(f"train.init_from run {init_from} is a {source.output_head!r} model without a token "
                             "encoder to fine-tune: give a masked-LM (outputs \"mlm\") pretraining run")
     mine, theirs = spec.model_dump(), source.model_dump()

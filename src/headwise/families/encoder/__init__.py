@@ -1,13 +1,20 @@
 """Encoders (Crammed BERT): masked-LM pretraining and GLUE fine-tuning.
 
 - :mod:`~headwise.families.encoder.task`: ``MLMTask`` and ``[task] kind = "mlm"`` (registers the
-  family), on the lm family's text sources and token caches;
-- :mod:`~headwise.families.encoder.masking`: the vocabulary with ``[PAD] [CLS] [SEP] [MASK]``,
-  packed ``[CLS] ... [SEP]`` rows, cramming's 80/10/10 masking and the resumable stream;
-- :mod:`~headwise.families.encoder.finetune`: ``[task] kind = "glue"`` (registers the family; its
-  output head ``cls_pooler`` is in :mod:`headwise.model.outputs`); :mod:`~headwise.families.encoder.glue_task`, the fine-tuning
-  tasks (classification, STS-B's regression) scored over whole splits;
-  :mod:`~headwise.families.encoder.standin`, the offline stand-ins;
+  family), on the text tasks' config and task bases (:mod:`headwise.tasks.text`) and the shared
+  token cache and masked vocabulary (:mod:`headwise.text`);
+- :mod:`~headwise.families.encoder.masking`: packed ``[CLS] ... [SEP]`` rows, cramming's 80/10/10
+  masking and the resumable stream;
+- :mod:`~headwise.families.encoder.finetune`: ``[task] kind = "glue"`` (registers the family);
+  :mod:`~headwise.families.encoder.glue_task`, the fine-tuning tasks (classification, STS-B's
+  regression) scored over whole splits; :mod:`~headwise.families.encoder.glue`, the GLUE tasks
+  and their reader; :mod:`~headwise.families.encoder.metrics`, their metrics and Table 1's
+  columns; :mod:`~headwise.families.encoder.standin`, the offline stand-ins;
+- :mod:`~headwise.families.encoder.model_parts` and :mod:`~headwise.families.encoder.model`: the
+  output heads ``mlm`` (pretraining's decoder) and ``cls_pooler`` (fine-tuning's pooler), their
+  declarations and their model code;
+- :mod:`~headwise.families.encoder.presets`: the Crammed BERT presets;
+- :mod:`~headwise.families.encoder.bench`: the ``encoder`` section of ``headwise bench``;
 - :mod:`~headwise.families.encoder.report`: the ``encoder`` layout (Table 1);
 - ``encoder.toml``: the built-in study (pretraining, then a fine-tuning stage per task).
 """

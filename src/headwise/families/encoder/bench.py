@@ -34,13 +34,14 @@ from headwise.bench.report import number, quiet_count, ratio_cell, ratio_shown, 
 from headwise.bench.sections import BenchSection, SuiteRun, register_section
 from headwise.bench.settings import BenchConfig
 from headwise.bench.training import make_optimizer, optimizer_step
-from headwise.families.encoder.masking import CLS_ID, NUM_SPECIAL, SEP_ID, mask_tokens
+from headwise.families.encoder.masking import mask_tokens
 from headwise.model import Transformer
 from headwise.model.loss import masked_lm_loss
 from headwise.params import count_params
 from headwise.plans import Plan, Scheme, plan_heads
 from headwise.presets import spec_from_preset
 from headwise.spec import GATED_ACTIVATIONS, ModelSpec
+from headwise.text.masked_vocab import CLS_ID, NUM_SPECIAL, SEP_ID
 
 #: transformers' attention implementation the HF side runs (its fastest on CPU)
 HF_ATTENTION = "sdpa"

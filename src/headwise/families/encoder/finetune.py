@@ -4,7 +4,7 @@ masked-LM run's vocabulary, with cramming's first-token pooler as its output hea
 The tasks themselves (inputs, targets, metrics over whole splits) are in
 :mod:`headwise.families.encoder.glue_task`; this module holds the ``[task]`` table. The tasks'
 output head is ``outputs = "cls_pooler"``, cramming's GLUE pooler
-(:class:`headwise.model.outputs.ClsPoolerHead`; one output for STS-B's regression).
+(:class:`headwise.families.encoder.model.ClsPoolerHead`; one output for STS-B's regression).
 
 Each task is scored on its validation split; MNLI on ``validation_matched`` (``accuracy``) and
 ``validation_mismatched`` (``accuracy_mismatched``) at once, as cramming scores it.
@@ -21,11 +21,11 @@ from headwise.config import read_toml
 from headwise.errors import HeadwiseError
 from headwise.families.encoder.glue import TASKS, read_glue
 from headwise.families.encoder.glue_task import Examples, GlueFinetuneTask, GlueRegressionTask
-from headwise.families.encoder.masking import PAD_ID, MaskedVocab
 from headwise.families.encoder.standin import STANDIN_METRICS, order_splits, standin_splits
-from headwise.text.tokenizer import Tokenizer
 from headwise.run.layout import RunDir
 from headwise.tasks.family import Dims, TaskConfigBase, TaskFamily, register_family
+from headwise.text.masked_vocab import PAD_ID, MaskedVocab
+from headwise.text.tokenizer import Tokenizer
 
 #: the offline stand-ins (headwise.families.encoder.standin) by task name
 STANDINS = {"standin": standin_splits, "standin_order": order_splits}

@@ -2,7 +2,7 @@
 evaluation splits.
 
 Inputs are ``[CLS] a [SEP]`` or ``[CLS] a [SEP] b [SEP]`` in the pretraining run's vocabulary
-(:class:`~headwise.families.encoder.masking.MaskedVocab`), the longer text trimmed first to fit
+(:class:`~headwise.text.masked_vocab.MaskedVocab`), the longer text trimmed first to fit
 ``max_length`` (Hugging Face's ``longest_first`` truncation, which cramming's tokenizer applies)
 and padded with ``[PAD]`` = 0, which the model's ``pad_id`` masks out of attention. cramming
 gives a single sentence an empty second text (``[CLS] a [SEP] [SEP]``, its
@@ -37,10 +37,10 @@ from torch import Tensor, nn
 
 from headwise.data.batch import Batch, BatchStream
 from headwise.data.shuffled import ShuffledStream
-from headwise.families.encoder.masking import CLS_ID, PAD_ID, SEP_ID, MaskedVocab
 from headwise.families.encoder.metrics import METRICS
-from headwise.text.tokenizer import Tokenizer
 from headwise.tasks.base import Task
+from headwise.text.masked_vocab import CLS_ID, PAD_ID, SEP_ID, MaskedVocab
+from headwise.text.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from headwise.report.data import VariantRuns, load_study_runs
 from headwise.report.document import Document, fixed_ticks, fmt, fmt_params, new_figure
 from headwise.report.paper import BaselineOptions, PaperRow, PaperTable
 from headwise.report.registry import Layout, register_layout
-from headwise.report.sections import cpu_memory_note, missing_baseline_note
+from headwise.report.sections import baseline_tables, memory_cell, params_cell
 from headwise.run import RunStatus
 from headwise.study.stages import Stage, saved_stages, stage_record
 
@@ -128,15 +128,8 @@ class EncoderLayout(Layout):
 
     def _row(self, v: VariantRuns) -> list[str]:
         cells = [acc_cell(self.task_stats[v.name][s.name]) for s in self.stages]
-        b = self.base if self.base is not None and self.base is not v else None
-        mean = self.mean[v.name]
-        mean_cell = acc_cell(mean)
-        if b is not None and mean.n and self.mean[b.name].n:
-            mean_cell += f" ({mean.mean - self.mean[b.name].mean:+.2f})"
-        params = fmt_params(v.params)
-        if b is not None and v.params and b.params:
-            params += f" ({stats.percent_difference(v.params, b.params):+.0f}%)"
-        memory = f"{fmt(v.peak_mb, 0)} MiB" if v.peak_mb else "–"
+        b = self.base if self.base is not v else None
+        mean_cell = acc_cell(self.mean[v.name], self.mean[b.name] if b is not None else None)
         width = v.head_dims[0] if v.head_dims else None
         loss = stats.seed_stats([r.loss for r in v.runs])
         runs = "; ".join([f"pretraining: {_statuses(v) or 'not started'}"]
@@ -146,7 +139,7 @@ class EncoderLayout(Layout):
         return [f"`{v.name}`" + (" (baseline)" if self.base is v else ""), fmt(v.n_layers),
                 f"{fmt(v.heads[0] if v.heads else None)} x {fmt(width)}", *cells,
                 *([mean_cell] if self.mean_column else []),
-                fmt(loss.mean) if loss.n else "–", params, memory, runs]
+                fmt(loss.mean) if loss.n else "–", params_cell(v, b), memory_cell(v), runs]
 
     def _table(self, doc: Document) -> list[str]:
         opts: EncoderOptions = self.options
@@ -162,13 +155,7 @@ class EncoderLayout(Layout):
                 + f"; in parentheses the difference of *{self.mean_label}* from the baseline"
                 + (f" `{opts.baseline}`" if opts.baseline else "") + "; parameters and peak memory are the "
                 "pretraining runs' (the encoder with its tied decoder, as the paper counts them).")
-        missing_baseline_note(doc, opts.baseline, self.base)
-        names = [n for n in (opts.table or []) if n in self.by_name]
-        if names:
-            doc.table(headers, [self._row(self.by_name[n]) for n in names])
-        doc.add("Every variant:")
-        doc.table(headers, [self._row(v) for v in self.study.variants])
-        cpu_memory_note(doc, self.base.info if self.base is not None else None)
+        names = baseline_tables(doc, opts, self.base, self.study, headers, self._row)
         findings = []
         if len(names) >= 2:
             a, b = self.by_name[names[0]], self.by_name[names[-1]]

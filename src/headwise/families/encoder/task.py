@@ -1,6 +1,7 @@
-"""Masked-LM pretraining (``[task] kind = "mlm"``): the lm family's text and token cache, packed
-into ``[CLS] ... [SEP]`` rows, masked 80/10/10 (:mod:`~headwise.families.encoder.masking`),
-scored by the masked positions' cross-entropy."""
+"""Masked-LM pretraining (``[task] kind = "mlm"``): text tokenized into the shared token cache
+(:mod:`headwise.tasks.text`, the same cache as language modelling's on the same data), packed into
+``[CLS] ... [SEP]`` rows, masked 80/10/10 (:mod:`~headwise.families.encoder.masking`), scored by
+the masked positions' cross-entropy."""
 
 from __future__ import annotations
 
@@ -12,35 +13,34 @@ import numpy as np
 from pydantic import Field, field_validator, model_validator
 from torch import Tensor
 
-from headwise.data.shuffled import evenly_spaced
 from headwise.errors import HeadwiseError
-from headwise.families.encoder.masking import (
-    NUM_SPECIAL, MaskedStream, MaskedVocab, batch_generator, mask_tokens, rows_of,
-)
-from headwise.text.packing import num_blocks
-from headwise.families.lm.task import TextTaskConfig
-from headwise.text.token_cache import TokenCache, prepare
-from headwise.text.tokenizer import GPT_NEO_VOCAB, Tokenizer, parse_tokenizer_spec
+from headwise.families.encoder.masking import MaskedStream, batch_generator, mask_tokens, rows_of
 from headwise.model.loss import IGNORE_INDEX, cross_entropy, masked_lm_loss
-from headwise.tasks.base import Batch, BatchStream, Task
+from headwise.tasks.base import Batch, BatchStream
 from headwise.tasks.family import Dims, TaskFamily, register_family
+from headwise.tasks.text import TextTaskConfig, TokenCacheTask
+from headwise.text.masked_vocab import NUM_SPECIAL, MaskedVocab
+from headwise.text.token_cache import TokenCache
 
 #: the seed of the held-out masking, the same for every run so that eval losses compare
 EVAL_MASK_SEED = 0
 
 
-class MLMTask(Task):
+class MLMTask(TokenCacheTask):
     """Masked language modelling: inputs are masked rows ``[B, block_size]``, targets the
     labels (original ids at the masked positions, -100 elsewhere); the model (``outputs =
     "mlm"``) returns logits ``[B, block_size, vocab]``, or, in training and evaluation, the logits
     of the masked positions alone.
 
-    Evaluation uses ``eval_batches`` batches of ``eval_batch_size`` validation rows spread evenly
-    over the validation tokens (0: all of them), masked once with a fixed generator."""
+    Evaluation as :class:`~headwise.tasks.text.TokenCacheTask` says, the rows masked once with a
+    fixed generator."""
 
-    inputs = "tokens"
+    kind = "mlm"
     outputs = "mlm"
     metric_names = ("masked_accuracy",)
+    #: [CLS] and [SEP]
+    specials = 2
+    row_words = "row of block_size - 1"
 
     def __init__(self, cache: TokenCache, block_size: int = 128, mask_rate: float = 0.25,
                  eval_batches: int = 8, eval_batch_size: int = 8) -> None:
@@ -49,28 +49,13 @@ class MLMTask(Task):
                 f"block_size ({block_size}) must be at least 3 ([CLS], a token, [SEP]) and eval_batch_size "
                 f"({eval_batch_size}) at least 1, eval_batches ({eval_batches}) at least 0"
             )
-        self.cache, self.block_size, self.mask_rate = cache, block_size, mask_rate
-        self.vocab = MaskedVocab(cache.tokenizer)
-        for split, what in (("train", "training"), ("valid", "validation")):
-            if num_blocks(cache.num_tokens(split), block_size - 2) == 0:
-                raise HeadwiseError(
-                    f"the {what} data of {cache.path} has {cache.num_tokens(split)} tokens, fewer than one row of "
-                    f"block_size - 1 = {block_size - 1}: lower block_size or add data"
-                )
-        self._eval = self._make_eval(eval_batches, eval_batch_size)
+        # what the evaluation batches, made by the base's __init__, read
+        self.mask_rate, self.vocab = mask_rate, MaskedVocab(cache.tokenizer)
+        super().__init__(cache, block_size, eval_batches, eval_batch_size)
 
     @property
     def vocab_size(self) -> int:
         return self.vocab.vocab_size
-
-    @property
-    def seq_len(self) -> int:
-        return self.block_size
-
-    @property
-    def tokenizer(self) -> Tokenizer:
-        """The cache's tokenizer, under the specials (what the run saves)."""
-        return self.cache.tokenizer
 
     def spec_fields(self) -> dict[str, Any]:
         """A masked LM sees both sides: its model is not causal."""
@@ -80,19 +65,10 @@ class MLMTask(Task):
         return MaskedStream(self.cache.tokens("train"), self.vocab, self.block_size, self.mask_rate, micro_batch,
                             seed, rank, world_size)
 
-    def _make_eval(self, eval_batches: int, eval_batch_size: int) -> list[Batch]:
-        tokens = self.cache.tokens("valid")
-        available = num_blocks(len(tokens), self.block_size - 2)
-        blocks = evenly_spaced(available, None if eval_batches == 0 else eval_batches * eval_batch_size)
-        out = []
-        for i in range(0, len(blocks), eval_batch_size):
-            rows = rows_of(tokens, blocks[i:i + eval_batch_size], self.block_size, self.vocab)
-            inputs, labels = mask_tokens(rows, self.mask_rate, self.vocab_size, batch_generator(EVAL_MASK_SEED, i, 0))
-            out.append(Batch(inputs=inputs, targets=labels))
-        return out
-
-    def eval_batches(self) -> list[Batch]:
-        return list(self._eval)
+    def _eval_batch(self, tokens: np.ndarray, blocks: np.ndarray, first: int) -> Batch:
+        rows = rows_of(tokens, blocks, self.block_size, self.vocab)
+        inputs, labels = mask_tokens(rows, self.mask_rate, self.vocab_size, batch_generator(EVAL_MASK_SEED, first, 0))
+        return Batch(inputs=inputs, targets=labels)
 
     def train_loss(self, model: Callable[..., Tensor], batch: Batch) -> Tensor:
         """:func:`headwise.model.loss.masked_lm_loss`: the model decodes only the masked positions
@@ -127,18 +103,9 @@ class MLMTask(Task):
         return ("the first 16 masked tokens", [self.vocab.decode([int(g)]) for g in guesses],
                 [self.vocab.decode([int(t)]) for t in truth])
 
-    def tokens_per_epoch(self) -> int:
-        return num_blocks(self.cache.num_tokens("train"), self.block_size - 2) * self.block_size
-
     def describe(self) -> dict[str, Any]:
-        meta = self.cache.meta
         return {
-            "task": "mlm",
-            "data": meta.get("description", ""),
-            "cache": str(self.cache.path),
-            "tokenizer": meta["tokenizer"]["spec"],
-            "vocab_size": self.vocab_size,
-            "block_size": self.block_size,
+            **super().describe(),
             "mask_rate": self.mask_rate,
             "train_tokens": self.cache.num_tokens("train"),
             "tokens_per_epoch": self.tokens_per_epoch(),
@@ -153,8 +120,8 @@ def _accuracy(logits: Tensor, labels: Tensor) -> Tensor:
 
 
 class MLMTaskConfig(TextTaskConfig):
-    """``[task]`` of masked-LM pretraining on text (the data fields and token caches are the lm
-    family's: :class:`~headwise.families.lm.task.TextTaskConfig`)."""
+    """``[task]`` of masked-LM pretraining on text (the data fields and token cache are those of
+    every task on text: :class:`~headwise.tasks.text.TextTaskConfig`)."""
 
     kind: Literal["mlm"] = "mlm"
     #: tokens per row, [CLS] and [SEP] included (cramming: 128)
@@ -180,9 +147,9 @@ class MLMTaskConfig(TextTaskConfig):
         return self
 
     def dims(self) -> Dims:
-        """The cache tokenizer's N ids (``bpe:N``, or GPT-Neo's) plus the specials, less the
-        end-of-text (which becomes ``[SEP]``)."""
-        return Dims((parse_tokenizer_spec(self.tokenizer) or GPT_NEO_VOCAB) + NUM_SPECIAL - 1, self.block_size)
+        """The tokenizer's ids (:meth:`~headwise.tasks.text.TextTaskConfig.tokenizer_vocab_size`)
+        plus the specials, less the end-of-text (which becomes ``[SEP]``)."""
+        return Dims(self.tokenizer_vocab_size() + NUM_SPECIAL - 1, self.block_size)
 
     def spec_fields(self) -> dict[str, Any]:
         return {"causal": False}
@@ -192,11 +159,7 @@ class MLMTaskConfig(TextTaskConfig):
                 f"rows of {self.block_size}, {self.mask_rate:.0%} masked (80/10/10), "
                 f"{facts.get('tokens_per_epoch', '?')} training tokens")
 
-    def build(self, cache_dir: str | Path | None = None, progress: bool = False,
-              tokenizer: Tokenizer | None = None) -> MLMTask:
-        """The task on the token cache, which is prepared (or reused) first; ``tokenizer`` (a
-        run's saved one) encodes the text instead of a BPE trained on it."""
-        cache = prepare(self, cache_dir=cache_dir, progress=progress, tokenizer=tokenizer)
+    def task_on(self, cache: TokenCache) -> MLMTask:
         return MLMTask(cache, block_size=self.block_size, mask_rate=self.mask_rate,
                        eval_batches=self.eval_batches, eval_batch_size=self.eval_batch_size)
 

@@ -31,7 +31,8 @@ from headwise.report.accuracy import (acc_cell, accuracy_values, draw_accuracy, 
 from headwise.report.data import VariantRuns
 from headwise.report.document import Document, fixed_ticks, fmt, fmt_params, new_figure, plural
 from headwise.report.registry import Layout, LayoutOptions, PaperReference, register_layout
-from headwise.report.sections import ALPHA, cpu_memory_note
+from headwise.report.sections import ALPHA, cpu_memory_note, memory_cell, params_cell
+from headwise.study.definition import StudyConfig, build_run_config, expand_variants
 
 _SHAPE = re.compile(r"^l(\d+)-h(\d+)$")
 _PAPER_SHAPE = re.compile(r"^\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
@@ -273,17 +274,11 @@ class LRALayout(Layout):
 
     def _row(self, t: TaskRuns, v: VariantRuns, paper: dict[Shape, LRAPaperRow] | None) -> list[str]:
         b = t.base if t.base is not v else None
-        s = self.top1[v.name]
-        top1 = acc_cell(s)
-        if b is not None and s.n and self.top1[b.name].n:
-            top1 += f" ({self.acc(v) - self.acc(b):+.2f})"
-        params = fmt_params(v.params)
-        if b is not None and v.params and b.params:
-            params += f" ({stats.percent_difference(v.params, b.params):+.1f}%)"
+        top1 = acc_cell(self.top1[v.name], self.top1[b.name] if b is not None else None)
         shape = self.shape_of[v.name]
-        memory = fmt(v.peak_mb, 0) + " MiB" if v.peak_mb else "–"
         row = [f"`{v.name}`" + (" (reference)" if t.base is v else ""), f"({shape[0]}, {shape[1]})" if shape else "–",
-               top1, params, memory, fmt(v.mean("tokens_per_s"), 0), statuses(v) or "not started"]
+               top1, params_cell(v, b, digits=1), memory_cell(v), fmt(v.mean("tokens_per_s"), 0),
+               statuses(v) or "not started"]
         if paper is not None:
             r = paper.get(shape) if shape else None
             ref = paper.get(self.base_shape)
@@ -440,8 +435,6 @@ class LRALayout(Layout):
 def _planned(definition: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Each variant's run config as the study plans it (its base with the variant's keys set), to place
     variants whose runs have not written theirs; empty where the definition no longer expands."""
-    from headwise.study.definition import StudyConfig, build_run_config, expand_variants  # the study imports reports
-
     try:
         config = StudyConfig.parse(definition)
         return {v.name: build_run_config(config.base, v)[0] for v in expand_variants(config)}

@@ -7,6 +7,7 @@
 - :mod:`~headwise.families.vision.augment`: seeded crop and flip;
 - :mod:`~headwise.families.vision.randaugment`: timm's RandAugment on kornia's operations;
 - :mod:`~headwise.families.vision.mixing`: mixup, CutMix and label smoothing (soft targets);
+- :mod:`~headwise.families.vision.presets`: the ViT model presets;
 - :mod:`~headwise.families.vision.report`: the ``vision`` report layout;
 - :mod:`~headwise.families.vision.bench`: the ``vision`` section of ``headwise bench``;
 - ``vit.toml``: the built-in study.

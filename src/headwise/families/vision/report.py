@@ -21,7 +21,6 @@ from collections import Counter, defaultdict
 from typing import Any
 
 import numpy as np
-from pydantic import Field
 
 from headwise.errors import HeadwiseError
 from headwise.presets import preset_dict
@@ -33,7 +32,7 @@ from headwise.report.data import VariantRuns
 from headwise.report.document import Document, dodge, fixed_ticks, fmt, fmt_p, fmt_params, new_figure, plural
 from headwise.report.paper import BaselineOptions, PaperRow, PaperTable
 from headwise.report.registry import Layout, register_layout
-from headwise.report.sections import ALPHA, cpu_memory_note, missing_baseline_note
+from headwise.report.sections import ALPHA, baseline_tables, memory_cell, params_cell
 
 
 class VisionRow(PaperRow):
@@ -133,20 +132,10 @@ class VisionLayout(Layout):
     def _row(self, v: VariantRuns) -> list[str]:
         """A variant's row of Table 4, with its differences from the baseline."""
         b = self.base if self.base is not v else None
-
-        def delta(mine: Any, theirs: Any, text: str) -> str:
-            ok = b is not None and mine is not None and theirs is not None
-            return text.format(mine - theirs, stats.percent_difference(mine, theirs)) if ok else ""
-
-        t1 = self.top1[v.name]
-        top1 = acc_cell(t1) + delta(t1.mean if t1.n else None, self.acc(b) if b and self.top1[b.name].n else None,
-                                    " ({0:+.2f})")
-        params = fmt_params(v.params) + delta(v.params, b.params if b else None, " ({1:+.0f}%)")
-        memory = (fmt(v.peak_mb, 0) + " MiB" + delta(v.peak_mb, b.peak_mb if b else None, " ({1:+.0f}%)")
-                  if v.peak_mb else "–")
+        top1 = acc_cell(self.top1[v.name], self.top1[b.name] if b is not None else None)
         return [f"`{v.name}`" + (" (baseline)" if self.base is v else ""), fmt(v.n_layers),
-                fmt(v.heads[0] if v.heads else None), fmt(mlp_hidden(v)), top1, acc_cell(self.top5[v.name]), params,
-                memory, fmt(v.mean("tokens_per_s"), 0), _statuses(v) or "not started"]
+                fmt(v.heads[0] if v.heads else None), fmt(mlp_hidden(v)), top1, acc_cell(self.top5[v.name]),
+                params_cell(v, b), memory_cell(v, b), fmt(v.mean("tokens_per_s"), 0), _statuses(v) or "not started"]
 
     def _table(self, doc: Document) -> list[str]:
         opts: VisionOptions = self.options
@@ -157,13 +146,7 @@ class VisionLayout(Layout):
                 "over seeds; in parentheses the difference from the baseline in points), parameters, peak training "
                 f"memory and training images per second, against the baseline `{opts.baseline}`. Top-5 is "
                 "measured only above 10 classes (\"–\" otherwise).")
-        missing_baseline_note(doc, opts.baseline, self.base)
-        names = [n for n in (opts.table or []) if n in self.by_name]
-        if names:
-            doc.table(headers, [self._row(self.by_name[n]) for n in names])
-        doc.add("Every variant:")
-        doc.table(headers, [self._row(v) for v in self.study.variants])
-        cpu_memory_note(doc, self.base.info if self.base is not None else None)
+        names = baseline_tables(doc, opts, self.base, self.study, headers, self._row)
         missing = [v for v in self.study.variants if not self.top1[v.name].n]
         if missing:
             doc.add("Without a completed, scored run (left out of the figures and findings): " + "; ".join(

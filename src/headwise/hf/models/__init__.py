@@ -1,7 +1,8 @@
-"""headwise models in the Hugging Face ecosystem: every language-model, masked-LM and classifier spec,
+"""headwise models in the Hugging Face ecosystem: every spec whose output head names a class,
 heterogeneous ones included, as a ``transformers`` model (:class:`HeadwiseForCausalLM` with
 ``generate()`` and a KV cache, :class:`HeadwiseForMaskedLM`, :class:`HeadwiseForSequenceClassification`,
-:class:`HeadwiseForImageClassification`; ``save_pretrained``/``from_pretrained``).
+:class:`HeadwiseForImageClassification`, the generic :class:`HeadwiseModel`;
+``save_pretrained``/``from_pretrained``).
 
 Importing this package registers ``model_type = "headwise"`` with ``AutoConfig`` and the
 classes with their Auto classes (not ``import headwise`` itself: loading ``transformers`` takes
@@ -26,29 +27,37 @@ from headwise.hf.models.modeling_headwise import (
     HeadwiseForImageClassification,
     HeadwiseForMaskedLM,
     HeadwiseForSequenceClassification,
+    HeadwiseModel,
     HeadwisePreTrainedModel,
 )
 from headwise.model import Transformer
+from headwise.parts import FRONT_END_PARTS, OUTPUT_HEAD_PARTS
 from headwise.spec import ModelSpec
 
 __all__ = ["HeadwiseConfig", "HeadwiseForCausalLM", "HeadwiseForImageClassification", "HeadwiseForMaskedLM",
-           "HeadwiseForSequenceClassification", "config_for", "from_headwise", "from_run", "hf_class", "load_export",
-           "run_model", "to_headwise"]
+           "HeadwiseForSequenceClassification", "HeadwiseModel", "config_for", "from_headwise", "from_run", "hf_class",
+           "load_export", "run_model", "to_headwise"]
 
 AutoConfig.register(HeadwiseConfig.model_type, HeadwiseConfig, exist_ok=True)
-for _auto, _cls in HF_CLASSES.values():
-    getattr(transformers, _auto).register(HeadwiseConfig, _cls, exist_ok=True)
+for _cls in HF_CLASSES.values():
+    getattr(transformers, _cls.auto_class_name).register(HeadwiseConfig, _cls, exist_ok=True)
 
 
 def hf_class(spec: ModelSpec) -> tuple[str, type[HeadwisePreTrainedModel]]:
-    """The Auto class name and the headwise ``transformers`` class for ``spec`` (a HeadwiseError,
-    with the reason, for a model none expresses)."""
-    try:
-        return HF_CLASSES[(spec.inputs, spec.output_head)]
-    except KeyError:
-        known = ", ".join(f"inputs {i!r} -> outputs {o!r}" for i, o in HF_CLASSES)
+    """The Auto class name and the headwise ``transformers`` class for ``spec``: the class its
+    output head's declaration names, as its front end's refines it (a HeadwiseError, with the
+    reason, for a model whose head names none)."""
+    head = OUTPUT_HEAD_PARTS[spec.output_head]
+    name = FRONT_END_PARTS[spec.inputs].hf_class(head)
+    if name is None:
+        exporting = ", ".join(n for n, part in OUTPUT_HEAD_PARTS.items() if part.hf_class is not None)
         raise HeadwiseError(f"no transformers class for a model with inputs {spec.inputs!r} and outputs "
-                            f"{spec.output_head!r}: headwise converts {known}") from None
+                            f"{spec.output_head!r}: its output head names none (heads that export: {exporting})")
+    if name not in HF_CLASSES:
+        raise HeadwiseError(f"output head {spec.output_head!r} exports as {name!r}, which is not a headwise "
+                            f"transformers class (choices: {', '.join(HF_CLASSES)})")
+    cls = HF_CLASSES[name]
+    return cls.auto_class_name, cls
 
 
 def config_for(spec: ModelSpec, eot_id: int | None = None) -> HeadwiseConfig:
@@ -59,7 +68,8 @@ def config_for(spec: ModelSpec, eot_id: int | None = None) -> HeadwiseConfig:
     shapes = [{"heads": s.heads, "head_dim": s.head_dim, "mlp_hidden": s.mlp_hidden, "attention": s.attention}
               for s in spec.layers()]
     extra: dict = {} if eot_id is None else {"bos_token_id": eot_id, "eos_token_id": eot_id, "pad_token_id": eot_id}
-    if spec.num_classes is not None and spec.output_head != "lm":
+    # a head that decodes into the vocabulary has no labels, whatever num_classes says
+    if spec.num_classes is not None and not OUTPUT_HEAD_PARTS[spec.output_head].vocabulary:
         extra["num_labels"] = spec.num_classes
     return HeadwiseConfig(spec=fields, layer_shapes=shapes, **extra)
 

@@ -2,9 +2,12 @@
 :class:`~headwise.model.transformer.Transformer`, so any spec (per-layer head counts and widths,
 local or Nyström layers, unit-norm blocks) loads with an Auto class and returns ``.logits``:
 ``HeadwiseForCausalLM`` (``AutoModelForCausalLM``; ``generate()`` with a KV cache),
-``HeadwiseForMaskedLM`` (``AutoModelForMaskedLM``: encoders with ``outputs = "mlm"``),
-``HeadwiseForSequenceClassification`` (also GLUE fine-tuning's first-token pooler) and
-``HeadwiseForImageClassification`` (ViTs).
+``HeadwiseForMaskedLM`` (``AutoModelForMaskedLM``: masked-LM encoders),
+``HeadwiseForSequenceClassification`` (sequence classifiers, GLUE fine-tuning's first-token
+pooler included), ``HeadwiseForImageClassification`` (ViTs) and ``HeadwiseModel``
+(``AutoModel``: any head's outputs as ``.logits``, with no loss). Which class a model exports as
+is its output head's declaration (``OutputHeadPart.hf_class`` in :mod:`headwise.parts`, refined
+by its front end's): no class here names a part.
 
 This module is copied into folders that ``headwise export --hf`` writes, together with the model
 modules it imports; there, every ``headwise`` import reads from a sibling file (see
@@ -13,7 +16,8 @@ modules it imports; there, every ``headwise`` import reads from a sibling file (
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +27,7 @@ from transformers.cache_utils import Cache, DynamicCache
 from transformers.modeling_outputs import (
     CausalLMOutputWithPast, ImageClassifierOutput, MaskedLMOutput, SequenceClassifierOutput,
 )
+from transformers.utils import ModelOutput
 
 from headwise.hf.models.configuration_headwise import HeadwiseConfig
 from headwise.model.inputs import ScaledSinusoid
@@ -66,16 +71,16 @@ class HeadwisePreTrainedModel(PreTrainedModel):
     base_model_prefix = "model"
     _no_split_modules = ["Block"]
 
-    #: the (inputs, outputs) of the specs a class takes
-    takes: tuple[tuple[str, str], ...] = ()
+    #: the Auto class that loads the class (``auto_map``'s key in an exported folder)
+    auto_class_name: ClassVar[str]
 
     def __init__(self, config: HeadwiseConfig) -> None:
         super().__init__(config)
-        spec = config.model_spec()
-        if (spec.inputs, spec.output_head) not in self.takes:
-            takes = " or ".join(f"inputs = {i!r}, outputs = {o!r}" for i, o in self.takes)
-            raise ValueError(f"{type(self).__name__} takes {takes}; this spec has {spec.inputs!r}, {spec.output_head!r}")
-        self.model = Transformer(spec)
+        saved_as = config.architectures or []
+        if saved_as and type(self).__name__ not in saved_as and not isinstance(self, HeadwiseModel):
+            raise ValueError(f"this model was saved as {', '.join(saved_as)}: load it with that class's Auto class "
+                             f"(or AutoModel), not as {type(self).__name__}")
+        self.model = Transformer(config.model_spec())
         self.post_init()
 
     def _init_weights(self, module: torch.nn.Module) -> None:
@@ -112,14 +117,15 @@ class TokenLMPreTrainedModel(HeadwisePreTrainedModel):
 
 
 class HeadwiseForCausalLM(TokenLMPreTrainedModel, GenerationMixin):
-    """A headwise decoder language model (``outputs = "lm"``) for ``transformers``.
+    """A headwise decoder language model (token inputs, a causal head that decodes into the
+    vocabulary) for ``transformers``.
 
     Batches must not be padded (``attention_mask`` all ones): the model has learned absolute
     positions counted from each sequence's start and no padding mask, so a left-padded row
     would be shifted. Give unpadded batches (for example batch size 1 for generation).
     """
 
-    takes = (("tokens", "lm"),)
+    auto_class_name = "AutoModelForCausalLM"
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, cache: Cache | None = None,
                 use_cache: bool | None = None, labels: Tensor | None = None,
@@ -163,12 +169,12 @@ def check_padding_mask(model: Transformer, input_ids: Tensor, attention_mask: Te
 
 
 class HeadwiseForMaskedLM(TokenLMPreTrainedModel):
-    """A headwise masked-LM encoder (token inputs, ``outputs = "mlm"``, bidirectional): logits
+    """A headwise masked-LM encoder (token inputs, a masked-LM head, bidirectional): logits
     [B, T, vocab] at every position, from the decoder tied to the token embedding unless
     ``tie_embeddings = false``. Padding is the spec's ``pad_id`` (masked out of attention); an
     ``attention_mask`` must agree with it, and a model without ``pad_id`` takes unpadded batches."""
 
-    takes = (("tokens", "mlm"),)
+    auto_class_name = "AutoModelForMaskedLM"
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
                 **kwargs: Any) -> MaskedLMOutput:
@@ -183,12 +189,12 @@ class HeadwiseForMaskedLM(TokenLMPreTrainedModel):
 
 
 class HeadwiseForSequenceClassification(HeadwisePreTrainedModel):
-    """A headwise sequence classifier (token inputs, ``outputs = "classes"``, or a fine-tuned
-    encoder's ``"cls_pooler"``): class logits [B, num_classes] ([B, 1] scores for a regression).
-    Padding is the spec's ``pad_id`` (masked out of attention and pooling); an ``attention_mask``
-    must agree with it."""
+    """A headwise sequence classifier (token inputs, a head that classifies the sequence, a
+    fine-tuned encoder's pooler included): class logits [B, num_classes] ([B, 1] scores for a
+    regression). Padding is the spec's ``pad_id`` (masked out of attention and pooling); an
+    ``attention_mask`` must agree with it."""
 
-    takes = (("tokens", "classes"), ("tokens", "cls_pooler"))
+    auto_class_name = "AutoModelForSequenceClassification"
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
                 **kwargs: Any) -> SequenceClassifierOutput:
@@ -205,10 +211,10 @@ class HeadwiseForSequenceClassification(HeadwisePreTrainedModel):
 
 
 class HeadwiseForImageClassification(HeadwisePreTrainedModel):
-    """A headwise ViT (image inputs, ``outputs = "classes"``): class logits [B, num_classes] for
+    """A headwise ViT (image inputs, a classifier head): class logits [B, num_classes] for
     ``pixel_values`` [B, channels, image_size, image_size], normalised as in training."""
 
-    takes = (("images", "classes"),)
+    auto_class_name = "AutoModelForImageClassification"
     main_input_name = "pixel_values"
 
     def forward(self, pixel_values: Tensor, labels: Tensor | None = None, **kwargs: Any) -> ImageClassifierOutput:
@@ -218,12 +224,46 @@ class HeadwiseForImageClassification(HeadwisePreTrainedModel):
         return ImageClassifierOutput(loss=loss, logits=logits)
 
 
-#: (inputs, outputs) of a spec -> the Auto class that loads it and its class here
-HF_CLASSES: dict[tuple[str, str], tuple[str, type[HeadwisePreTrainedModel]]] = {
-    pair: (auto, cls) for auto, cls in (
-        ("AutoModelForCausalLM", HeadwiseForCausalLM),
-        ("AutoModelForMaskedLM", HeadwiseForMaskedLM),
-        ("AutoModelForSequenceClassification", HeadwiseForSequenceClassification),
-        ("AutoModelForImageClassification", HeadwiseForImageClassification),
-    ) for pair in cls.takes
+def shared_weights(module: torch.nn.Module) -> dict[str, str]:
+    """Each parameter name of ``module`` whose weight is another's -> the name it first has."""
+    first: dict[int, str] = {}
+    shared = {}
+    for name, parameter in module.named_parameters(remove_duplicate=False):
+        if id(parameter) in first:
+            shared[name] = first[id(parameter)]
+        else:
+            first[id(parameter)] = name
+    return shared
+
+
+@dataclass
+class HeadwiseModelOutput(ModelOutput):
+    """What :class:`HeadwiseModel` returns: the model's outputs, whatever their shape."""
+
+    logits: Tensor | None = None
+
+
+class HeadwiseModel(HeadwisePreTrainedModel):
+    """Any headwise model (``AutoModel``): its outputs for ``inputs``, as its output head returns
+    them, in ``.logits``; no loss. The class of a head that no task-specific class fits (a
+    family's regression head, say); it also loads any other class's folder."""
+
+    auto_class_name = "AutoModel"
+    main_input_name = "inputs"
+
+    def post_init(self) -> None:
+        # The weights the model shares (a decoder tied to the token embedding) are saved once:
+        # transformers ties them again on loading where it is told which they are
+        self._tied_weights_keys = shared_weights(self)
+        super().post_init()
+
+    def forward(self, inputs: Tensor, **kwargs: Any) -> HeadwiseModelOutput:
+        """The model's outputs for ``inputs``, a batch as its front end reads them."""
+        return HeadwiseModelOutput(logits=self.model(inputs))
+
+
+#: every class here, by name (the names output heads' declarations give)
+HF_CLASSES: dict[str, type[HeadwisePreTrainedModel]] = {
+    cls.__name__: cls for cls in (HeadwiseModel, HeadwiseForCausalLM, HeadwiseForMaskedLM,
+                                  HeadwiseForSequenceClassification, HeadwiseForImageClassification)
 }
