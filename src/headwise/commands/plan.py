@@ -29,6 +29,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ratio", type=float, default=2.0, help="geometric ratio per layer (linear: last/first)")
     p.add_argument("--heads", type=_int_list, help="explicit per-layer counts, e.g. 96,48,24,12")
     p.add_argument("--head-dim", type=int, help="fixed head width (decoupled from d_model / heads)")
+    p.add_argument("--kv-heads", type=_int_list, help="key/value heads (grouped-query attention): one count for "
+                   "every layer or one per layer, e.g. 2 or 4,2,2,1; each layer's heads must be a multiple")
     p.add_argument("--vocab-size", type=int, default=50257)
     p.add_argument("--max-seq-len", type=int, default=2048)
     p.add_argument("--mlp-hidden", type=int, help="MLP width (default 4 x d_model)")
@@ -54,20 +56,29 @@ def run(args: argparse.Namespace) -> int:
     _check_args(args)
     plan = plan_heads(args.scheme, args.layers, args.d_model, args.total_heads,
                       ratio=args.ratio, heads=args.heads, head_dim=args.head_dim)
+    kv = args.kv_heads
     spec = ModelSpec.parse(dict(
         vocab_size=args.vocab_size, d_model=args.d_model, n_layers=args.layers, max_seq_len=args.max_seq_len,
         heads=list(plan.heads), head_dim=args.head_dim, mlp_hidden=args.mlp_hidden, tie_embeddings=not args.untied,
+        kv_heads=kv[0] if kv is not None and len(kv) == 1 else kv,
     ), source="plan")
     params = count_params(spec)
+    # the KV heads as the spec resolves them, per layer; shown only when asked for, so that the
+    # output of a plan without them stays as it was
+    kv_heads = spec.kv_heads_per_layer if kv is not None else None
     if args.json:
+        extra = {} if kv_heads is None else {"kv_heads": kv_heads}
         print(json.dumps({**plan.to_dict(), "total_heads": plan.total, "attention_widths": list(plan.widths),
-                          "exact": plan.exact, "params": params}))
+                          "exact": plan.exact, **extra, "params": params}))
         return 0
     print(f"scheme {plan.scheme}, d_model {args.d_model}, {args.layers} layers")
-    print(f"{'layer':>5} {'heads':>6} {'head_dim':>9} {'attn width':>11}")
+    kv_column = "" if kv_heads is None else f" {'kv heads':>9}"
+    print(f"{'layer':>5} {'heads':>6}{kv_column} {'head_dim':>9} {'attn width':>11}")
     for i, (h, hd, w) in enumerate(zip(plan.heads, plan.head_dims, plan.widths)):
-        print(f"{i:>5} {h:>6} {hd:>9} {w:>11}")
-    print(f"total heads {plan.total}" + ("" if plan.exact else f" (requested {plan.requested_total})"))
+        kv_cell = "" if kv_heads is None else f" {kv_heads[i]:>9}"
+        print(f"{i:>5} {h:>6}{kv_cell} {hd:>9} {w:>11}")
+    print(f"total heads {plan.total}" + ("" if plan.exact else f" (requested {plan.requested_total})")
+          + ("" if kv_heads is None else f", {sum(kv_heads)} key/value heads"))
     print(f"parameters {params:,}")
     for note in plan.notes:
         print(f"note: {note}")

@@ -63,10 +63,17 @@ def _plan(spec: ModelSpec) -> list[str]:
         *(f"| {i} | {s.heads} | {s.head_dim} | {s.width} | {ATTENTION_KINDS[s.attention].describe(spec)} | "
           f"{s.mlp_hidden} |" for i, s in enumerate(layers)),
         "",
-        f"d_model {spec.d_model}, {spec.total_heads} heads in all, {count_params(spec):,} parameters, {inputs}"
+        f"d_model {spec.d_model}, {spec.total_heads} heads in all{_kv_heads(spec)}, "
+        f"{count_params(spec):,} parameters, {inputs}"
         f"{outputs}, {spec.max_seq_len} positions, {'causal' if spec.causal else 'bidirectional'}, {spec.norm} "
         f"norm{embedding_norm}, {spec.positions} positions, {spec.activation}{padding}.",
     ]
+
+
+def _kv_heads(spec: ModelSpec) -> str:
+    """The key/value heads per layer, where they are fewer than the query heads (grouped-query attention)."""
+    kv = spec.kv_heads_per_layer
+    return "" if kv == spec.heads else f" sharing key/value heads {', '.join(map(str, kv))} per layer"
 
 
 def model_card(run_dir: Path, cfg, spec: ModelSpec, weights: str, arch: str, auto: str, remote_code: bool) -> str:

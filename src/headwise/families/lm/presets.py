@@ -1,4 +1,4 @@
-"""The lm family's model presets: GPT-Neo and GPT-2 shaped causal language models."""
+"""The lm family's model presets: GPT-Neo and GPT-2 shaped causal language models, and Llama-style ones."""
 
 from __future__ import annotations
 
@@ -23,3 +23,23 @@ register_preset("leaner-4x16", {**_GPT_NEO, "d_model": 768, "n_layers": 4, "head
 # A small LM for CPU studies (pair with a trained bpe:N tokenizer).
 register_preset("tiny-lm", {**_GPT_NEO, "vocab_size": 4096, "d_model": 128, "n_layers": 4, "heads": [4] * 4,
                             "max_seq_len": 256, "attention": None, "score_scale": "inv_sqrt"})
+
+# Llama-style blocks (the RoPE, RMSNorm, SwiGLU, bias-free block of transformers' LlamaForCausalLM,
+# which headwise.hf.llama converts to exactly): every layer global, scores scaled by 1/sqrt(head_dim).
+_LLAMA = dict(
+    vocab_size=50257, max_seq_len=2048, activation="swiglu", norm="rmsnorm_pre", layer_norm_eps=1e-5,
+    positions="rope", rope_theta=10000.0, score_scale="inv_sqrt", qkv_bias=False, out_bias=False, mlp_bias=False,
+    tie_embeddings=True,
+)
+# The blog's model (d_model 768, 4 layers, 12 heads of 64, GPT-2's vocabulary, tied) with Llama
+# blocks: a SwiGLU MLP 768 -> 2,048 (Llama's 8/3 d_model, a multiple of 256; mlp_hidden counts the
+# value and gate halves), whose 4,718,592 weights per layer equal GPT-Neo's 768 -> 3,072 GELU MLP's.
+# 66,915,840 parameters (count_params; the GPT-Neo blog model's 68,514,048 less its 1,572,864
+# learned positions and its biases and LayerNorm shifts).
+register_preset("blog-llama", {**_LLAMA, "d_model": 768, "n_layers": 4, "heads": [12] * 4, "mlp_hidden": 4096})
+# A small Llama-style LM for CPU studies (pair with a trained bpe:N tokenizer): tiny-lm's shape
+# with grouped-query attention, 4 query heads sharing 2 key/value heads in every layer, and a
+# SwiGLU MLP 128 -> 352 (8/3 d_model rounded up to a multiple of 32). 1,262,720 parameters with its
+# 4,096-token vocabulary.
+register_preset("llama-tiny", {**_LLAMA, "vocab_size": 4096, "d_model": 128, "n_layers": 4, "heads": [4] * 4,
+                               "kv_heads": 2, "mlp_hidden": 704, "max_seq_len": 256})
