@@ -1,6 +1,6 @@
 """A sweep of bad inputs on the Llama-style block options (grouped-query key/value heads, RoPE,
 RMSNorm, SwiGLU, q/k norms) and sliding windows, through ``headwise train`` and ``headwise plan``
-as a user drives them.
+as a user drives them, and ``headwise export --native`` targets that cannot express a model.
 
 Each case checks what every sweep checks (:mod:`bad_input_harness`): exit status 2, one line on
 stderr that names the layer (where a rule is a layer's) and the rule, no traceback, nothing on
@@ -52,6 +52,7 @@ CASES = [
     train("positions-unknown", "model.positions=rotary", says=("positions", "'rope'")),
     train("norm-unknown", "model.norm=rmsnorm", says=("norm", "'rmsnorm_pre'")),
     train("qk-norm-unknown", "model.qk_norm=layernorm", says=("qk_norm", "'rmsnorm'")),
+    train("output-gate-unknown", "model.output_gate=sigmoid", says=("output_gate", "'softplus_head'")),
     train("swiglu-odd-width", "model.mlp_hidden=705", says=("layer 0", "odd", "'swiglu'")),
     # a sliding window on a bidirectional model (the nearest-neighbour encoder): the layer named
     train("window-bidirectional", "model.n_layers=2", "model.heads=[1,1]", 'model.attention=["global","local"]',
@@ -62,12 +63,28 @@ CASES = [
     c("plan-kv-heads-count", "plan", "--scheme", "explicit", "--layers", "2", "--heads", "4,4", "--kv-heads",
       "2,2,2", says="one per layer"),
     c("plan-kv-heads-not-ints", "plan", "--total-heads", "8", "--kv-heads", "2,x", says="comma-separated"),
+    # headwise export --native: a target that cannot express the model names its rule, writes nothing
+    c("export-qwen3-without-qk-norm", "export", "llama-run", "--hf", "out/q", "--native", "qwen3",
+      says=("Qwen3ForCausalLM cannot express", "qk_norm = None", "without --native qwen3")),
+    c("export-llama-per-layer-kv", "export", "kv-run", "--hf", "out/l", "--native", "llama",
+      says=("LlamaForCausalLM cannot express", "different key/value heads [2, 1]")),
+    c("export-laguna-without-gate", "export", "llama-run", "--hf", "out/g", "--native", "laguna",
+      says=("LagunaForCausalLM cannot express", "output_gate = None", "softplus")),
+    c("export-gpt-neo-gqa", "export", "llama-run", "--hf", "out/n", "--native", "gpt-neo",
+      says=("GPTNeoForCausalLM cannot express", "key/value heads")),
+    c("export-gpt-neo-flag-gqa", "export", "llama-run", "--hf", "out/n", "--gpt-neo",
+      says=("GPTNeoForCausalLM cannot express", "without --gpt-neo")),
+    c("export-gpt-neo-and-native", "export", "llama-run", "--hf", "out/n", "--gpt-neo", "--native", "llama",
+      says=("--gpt-neo and --native llama", "give one")),
+    c("export-native-unknown", "export", "llama-run", "--hf", "out/n", "--native", "mistral", says="--native"),
 ]
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> Path:
-    """The tiny LM and nearest-neighbour configs, as a user would copy them, and the LM's token cache."""
+    """The tiny LM and nearest-neighbour configs, as a user would copy them, the LM's token cache,
+    and two Llama-style runs to export (2 steps): uniform GQA (``llama-run``) and per-layer key/value
+    heads (``kv-run``)."""
     root = tmp_path_factory.mktemp("bad-blocks")
     shutil.copy(REPO / "configs" / "lm-tiny.toml", root / "lm.toml")
     shutil.copy(REPO / "configs" / "nearest-tiny.toml", root / "nn.toml")
@@ -76,6 +93,9 @@ def world(tmp_path_factory) -> Path:
         mp.setenv("HEADWISE_CACHE", str(root / "cache"))
         mp.chdir(root)
         assert main(["data", "prepare", "--config", "lm.toml", "--quiet"]) == 0
+        for out, sets in (("llama-run", ()), ("kv-run", ("--set", "model.kv_heads=[2,1]"))):
+            assert main(["train", "lm.toml", "--out", out, *LLAMA, *sets, "--set", "train.steps=2",
+                         "--set", "eval.every=0", "--set", "checkpoint.every=0"]) == 0
     return root
 
 

@@ -40,6 +40,10 @@ SPECS = {
                                            partial_rotary_factor=0.5, qk_norm="rmsnorm", activation="swiglu",
                                            mlp_hidden=[48, 64, 32], score_scale="inv_sqrt", out_bias=False,
                                            mlp_bias=False, attention=["global", "local", "global"], window=6),
+    # a softplus output gate per channel (Laguna's per-element gating) on per-layer query heads
+    "gated per-layer heads": dict(heads=[4, 2, 2], kv_heads=2, norm="rmsnorm_pre", positions="rope",
+                                  qk_norm="rmsnorm", activation="swiglu", output_gate="softplus_element",
+                                  score_scale="inv_sqrt"),
 }
 
 

@@ -169,7 +169,8 @@ def test_a_llama_preset_trains_from_a_config_and_exports(tmp_path, monkeypatch):
                  "--set", "checkpoint.every=0", "--set", "task.subset=200"]) == 0
     saved = (out / "config.toml").read_text()
     assert 'positions = "rope"' in saved and "kv_heads = 2" in saved and 'activation = "swiglu"' in saved
-    assert main(["export", str(out), "--hf", str(tmp_path / "export")]) == 0
+    # --native none: headwise's own class (--native auto would write LlamaForCausalLM: test_native_export.py)
+    assert main(["export", str(out), "--hf", str(tmp_path / "export"), "--native", "none"]) == 0
     assert (tmp_path / "export" / "rotary.py").is_file()
     got = _fresh_process(FRESH_PROCESS, tmp_path, str(tmp_path / "export"), "Once upon a time")
     model, _ = load_run_model(out)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from headwise.model.attention import ATTENTION_KINDS
 from headwise.model.inputs import FRONT_ENDS, position_params
+from headwise.model.output_gate import gate_params
 from headwise.model.outputs import OUTPUT_HEADS
 from headwise.spec import GATED_ACTIVATIONS, PRE_NORMS, LayerShape, ModelSpec
 
@@ -24,14 +25,16 @@ def norm_params(spec: ModelSpec) -> int:
 
 def attention_params(spec: ModelSpec, shape: LayerShape) -> int:
     """q (d_model -> width) with k and v (d_model -> kv_width each), fused; the output projection
-    (width -> d_model); the q/k norms (a head_dim weight each); and what the layer's attention kind
-    adds (a Nyström layer's convolution)."""
+    (width -> d_model); the q/k norms (a head_dim weight each); the output gate's projection
+    (d_model -> heads or width, no bias); and what the layer's attention kind adds (a Nyström
+    layer's convolution)."""
     d, w = spec.d_model, shape.width
     projected = w + 2 * shape.kv_width
     qkv = d * projected + (projected if spec.qkv_bias else 0)
     out = w * d + (d if spec.out_bias else 0)
     qk_norm = 2 * shape.head_dim if spec.qk_norm == "rmsnorm" else 0
-    return qkv + out + qk_norm + ATTENTION_KINDS[shape.attention].params(spec, shape)
+    gate = gate_params(spec.output_gate, d, shape.heads, shape.head_dim)
+    return qkv + out + qk_norm + gate + ATTENTION_KINDS[shape.attention].params(spec, shape)
 
 
 def mlp_params(spec: ModelSpec, shape: LayerShape) -> int:

@@ -166,6 +166,10 @@ class ModelSpec(Config):
     #: ``rmsnorm``: an RMSNorm of each head's q and of each head's k over head_dim, one weight per
     #: layer shared by its heads, before RoPE (Qwen3, OpenELM); None: none
     qk_norm: Literal["rmsnorm"] | None = None
+    #: a learned gate on each layer's attention outputs before the output projection, from the same
+    #: normed input as q, k and v (:mod:`headwise.model.output_gate`): ``softplus_head``, one
+    #: softplus gate per head (Laguna's ``gating``); ``softplus_element``, one per channel; None: none
+    output_gate: Literal["softplus_head", "softplus_element"] | None = None
     #: ``layernorm``: a LayerNorm on the sum of the front end's embeddings and positions, before
     #: the blocks (BERT, cramming); None: none
     embedding_norm: Literal["layernorm"] | None = None

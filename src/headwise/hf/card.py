@@ -76,10 +76,12 @@ def _kv_heads(spec: ModelSpec) -> str:
     return "" if kv == spec.heads else f" sharing key/value heads {', '.join(map(str, kv))} per layer"
 
 
-def model_card(run_dir: Path, cfg, spec: ModelSpec, weights: str, arch: str, auto: str, remote_code: bool) -> str:
+def model_card(run_dir: Path, cfg, spec: ModelSpec, weights: str, arch: str, auto: str, remote_code: bool,
+               note: str | None = None) -> str:
     """The card's markdown for the model of ``run_dir`` (``cfg``: its resolved config; ``weights``:
     where the exported weights came from; ``arch``/``auto``: its class and the Auto class that
-    loads it; ``remote_code``: whether loading needs ``trust_remote_code``)."""
+    loads it; ``remote_code``: whether loading needs ``trust_remote_code``; ``note``: why no native
+    ``transformers`` class was written, where one was looked for)."""
     summary = read_summary(run_dir)
     fine_tuned = cfg.task.vocabulary_run() is not None
     tokenized = auto in _TOKENIZED or fine_tuned
@@ -100,6 +102,7 @@ def model_card(run_dir: Path, cfg, spec: ModelSpec, weights: str, arch: str, aut
         f"A {spec.n_layers}-layer {OUTPUT_HEAD_PARTS[spec.output_head].noun} trained with headwise on the "
         f"{cfg.task.kind!r} task and exported as "
         f"`{arch}`{' (its modelling code is in this folder)' if remote_code else ''}.",
+        *(["", f"Why `{arch}`: {note}."] if note else []),
         "",
         "## Head plan",
         "",

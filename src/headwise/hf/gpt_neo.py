@@ -25,6 +25,7 @@ _GPT_NEO_FIXED = [
     ("mlp_bias", True, "GPT-Neo's MLP has biases"),
     ("embedding_norm", None, "GPT-Neo has no LayerNorm on its embeddings"),
     ("qk_norm", None, "GPT-Neo does not normalise q and k"),
+    ("output_gate", None, "GPT-Neo has no gate on the attention outputs"),
 ]
 
 

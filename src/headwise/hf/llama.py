@@ -56,6 +56,7 @@ _LLAMA_BLOCK = (
     ("embedding_norm", None, "it has no norm on its embeddings"),
     ("dropout", 0.0, "it has no residual or embedding dropout"),
     ("drop_path", None, "it has no stochastic depth"),
+    ("output_gate", None, "it has no gate on the attention outputs"),
 )
 LLAMA = Architecture("llama", "Llama", "LlamaConfig", "LlamaForCausalLM",
                      _LLAMA_BLOCK + (("qk_norm", None, "Llama does not normalise q and k"),),

@@ -37,6 +37,7 @@ _VIT_FIXED = [
     ("classifier_hidden", None, "ViT's classifier is one linear map"),
     ("embedding_norm", None, "ViT has no LayerNorm on its embeddings"),
     ("qk_norm", None, "ViT does not normalise q and k"),
+    ("output_gate", None, "ViT has no gate on the attention outputs"),
 ]
 #: headwise activations and the ``hidden_act`` names (transformers' ACT2FN) that compute them
 _ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_new", "relu": "relu"}

@@ -22,8 +22,9 @@ class LocalAttention(AttentionKind):
     name = "local"
     options = {"window": Option(int, 256, "local layers: the positions each one sees, itself included", gt=0)}
     # Qwen3's sliding-window layers see the same keys: key j from query i when i - window < j <= i
-    hf_names = {"gpt_neo": "local", "qwen3": "sliding_attention"}
-    hf_config = {"gpt_neo": {"window_size": "window"}, "qwen3": {"sliding_window": "window"}}
+    hf_names = {"gpt_neo": "local", "qwen3": "sliding_attention", "laguna": "sliding_attention"}
+    hf_config = {"gpt_neo": {"window_size": "window"}, "qwen3": {"sliding_window": "window"},
+                 "laguna": {"sliding_window": "window"}}
 
     @staticmethod
     def check(spec: ModelSpec, used: bool) -> None:

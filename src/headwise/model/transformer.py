@@ -4,7 +4,8 @@ One file, nanoGPT style: attention, MLP, block, and the Transformer that runs fr
 -> final norm -> output head. With a uniform spec and GPT-Neo's options it is exactly Hugging
 Face's ``GPTNeoForCausalLM`` (see :mod:`headwise.hf.gpt_neo`); with Llama's (RMSNorm, SwiGLU,
 RoPE, grouped key/value heads, q/k norms) ``LlamaForCausalLM`` or ``Qwen3ForCausalLM``
-(:mod:`headwise.hf.llama`). The front end and the head come from the
+(:mod:`headwise.hf.llama`), and with per-layer query heads and a softplus output gate
+``LagunaForCausalLM`` (:mod:`headwise.hf.laguna`). The front end and the head come from the
 spec through the registries of :mod:`headwise.model.inputs` and :mod:`headwise.model.outputs`, each
 layer's attention kind through :data:`headwise.model.attention.ATTENTION_KINDS`; how attention runs
 fast on the CPU is :mod:`headwise.model.kernels`' business.
@@ -19,6 +20,7 @@ from torch import Tensor, nn
 from headwise.model.attention import ATTENTION_KINDS
 from headwise.model.cache import KVCache, LayerCache
 from headwise.model.inputs import FRONT_ENDS
+from headwise.model.output_gate import OUTPUT_GATES
 from headwise.model.outputs import OUTPUT_HEADS
 from headwise.model.rotary import Rotary
 from headwise.spec import GATED_ACTIVATIONS, PRE_NORMS, LayerShape, ModelSpec
@@ -108,6 +110,12 @@ class Attention(nn.Module):
         # the kind's settings and modules, built after the projections (the order the weights
         # are drawn in, which a seed reproduces)
         self.kind.build(self, spec, shape)
+        # the output gate (Laguna's g_proj): its projection of the layer's input, last (a config.json
+        # written before output gates has no such field: no gate)
+        gate = getattr(spec, "output_gate", None)
+        self.output_gate = OUTPUT_GATES[gate] if gate is not None else None
+        if self.output_gate is not None:
+            self.gate = nn.Linear(spec.d_model, self.output_gate.width(self.heads, self.head_dim), bias=False)
 
     def forward(self, x: Tensor, cache: LayerCache | None = None, queries: int | None = None,
                 key_mask: Tensor | None = None) -> Tensor:
@@ -120,6 +128,9 @@ class Attention(nn.Module):
         else:
             qkv = self.split_heads(projected, cache.length if cache is not None else 0)
         y = self.kind.forward(self, qkv, cache, queries, key_mask)
+        if self.output_gate is not None:
+            # the gate of each position the outputs are for (the first `queries` ones, or all)
+            y = self.output_gate.apply(self.gate(x[:, :y.shape[2]]), y.transpose(1, 2)).transpose(1, 2)
         # SDPA's output is laid out [B, T, heads, head_dim] in memory: unless the kernel padded the
         # heads, this reshape copies nothing
         return self.out(y.transpose(1, 2).reshape(b, y.shape[2], self.width))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from headwise.plans import layerwise_scaling
 from headwise.presets import register_preset
 
 _GPT_NEO = dict(
@@ -43,3 +44,15 @@ register_preset("blog-llama", {**_LLAMA, "d_model": 768, "n_layers": 4, "heads":
 # 4,096-token vocabulary.
 register_preset("llama-tiny", {**_LLAMA, "vocab_size": 4096, "d_model": 128, "n_layers": 4, "heads": [4] * 4,
                                "kv_heads": 2, "mlp_hidden": 704, "max_seq_len": 256})
+
+# Apple's OpenELM-270M (corenet's "OpenELM-270M" config; Mehta et al. 2024): 16 Llama-style layers
+# of width 1,280 with 64-wide heads, layer-wise scaled (headwise.plans.layerwise_scaling, OpenELM's
+# defaults: query-width multipliers 0.5 -> 1.0 over 4 GQA groups, SwiGLU multipliers 0.5 -> 4.0
+# rounded to multiples of 256): query heads 12 -> 20, key/value heads 3 -> 5, SwiGLU inner widths
+# 768 -> 5,120; RMS-normed q and k, RMSNorm eps 1e-6, RoPE theta 10,000, no biases, tied
+# embeddings over Llama's 32,000-token vocabulary. 271,527,168 parameters.
+_OPENELM_270M = layerwise_scaling(16, 1280, 64)
+register_preset("openelm-270m", {**_LLAMA, "vocab_size": 32000, "d_model": 1280, "n_layers": 16, "head_dim": 64,
+                                 "heads": list(_OPENELM_270M.heads), "kv_heads": list(_OPENELM_270M.kv_heads),
+                                 "mlp_hidden": list(_OPENELM_270M.mlp_hidden), "qk_norm": "rmsnorm",
+                                 "layer_norm_eps": 1e-6})
