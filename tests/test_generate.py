@@ -35,6 +35,9 @@ def _greedy_reference(model: Transformer, prompt: list[int], n: int) -> list[int
     {},
     {"attention": ["local", "global"], "window": 4, "max_seq_len": 16},
     {"score_scale": "inv_sqrt", "positions": "none", "max_seq_len": 10},
+    # Llama-style: per-layer KV heads (the cache holds those alone), RoPE (half the channels), q/k norms
+    {"kv_heads": [2, 1], "positions": "rope", "partial_rotary_factor": 0.5, "norm": "rmsnorm_pre",
+     "activation": "swiglu", "qk_norm": "rmsnorm", "attention": ["local", "global"], "window": 4, "max_seq_len": 16},
 ])
 def test_greedy_with_and_without_cache_is_identical(overrides):
     model = _model(**overrides)

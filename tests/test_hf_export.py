@@ -35,6 +35,15 @@ SPECS = {
     "heterogeneous": dict(heads=[4, 2, 1], head_dim=[8, 12, 5]),
     "local and untied": dict(heads=[2, 4, 2], attention=["global", "local", "local"], window=5, tie_embeddings=False),
     "unit-norm post-norm": dict(heads=[4, 2, 2], norm="unitnorm_post", score_scale="inv_sqrt", mlp_hidden=[40, 24, 8]),
+    # per-layer query and key/value heads, partial RoPE and q/k norms: no native class has them
+    "llama-style per-layer kv heads": dict(heads=[4, 4, 2], kv_heads=[2, 1, 2], norm="rmsnorm_pre", positions="rope",
+                                           partial_rotary_factor=0.5, qk_norm="rmsnorm", activation="swiglu",
+                                           mlp_hidden=[48, 64, 32], score_scale="inv_sqrt", out_bias=False,
+                                           mlp_bias=False, attention=["global", "local", "global"], window=6),
+    # a softplus output gate per channel (Laguna's per-element gating) on per-layer query heads
+    "gated per-layer heads": dict(heads=[4, 2, 2], kv_heads=2, norm="rmsnorm_pre", positions="rope",
+                                  qk_norm="rmsnorm", activation="swiglu", output_gate="softplus_element",
+                                  score_scale="inv_sqrt"),
 }
 
 
@@ -157,9 +166,9 @@ def _assert_only_allowed_imports(sources: dict[str, str]) -> None:
 
 def test_the_spec_view_names_what_headwise_spec_names():
     from headwise.hf.models import spec_view
-    from headwise.spec import GATED_ACTIVATIONS, LayerShape
+    from headwise.spec import GATED_ACTIVATIONS, PRE_NORMS, LayerShape
 
-    assert spec_view.GATED_ACTIVATIONS == GATED_ACTIVATIONS
+    assert spec_view.GATED_ACTIVATIONS == GATED_ACTIVATIONS and spec_view.PRE_NORMS == PRE_NORMS
     assert [f for f in spec_view.LayerShape.__dataclass_fields__] == [f for f in LayerShape.__dataclass_fields__]
 
 

@@ -9,22 +9,32 @@ from __future__ import annotations
 
 from headwise.model.attention import ATTENTION_KINDS
 from headwise.model.inputs import FRONT_ENDS, position_params
+from headwise.model.output_gate import gate_params
 from headwise.model.outputs import OUTPUT_HEADS
-from headwise.spec import GATED_ACTIVATIONS, LayerShape, ModelSpec
+from headwise.spec import GATED_ACTIVATIONS, PRE_NORMS, LayerShape, ModelSpec
+
+#: parameters of one norm layer of width d: LayerNorm has weight and bias, RMSNorm a weight,
+#: unit-norm one scalar
+_NORM_PARAMS = {"layernorm_pre": lambda d: 2 * d, "rmsnorm_pre": lambda d: d, "unitnorm_post": lambda d: 1}
 
 
 def norm_params(spec: ModelSpec) -> int:
-    """Parameters of one normalisation layer: LayerNorm has weight and bias, unit-norm one scalar."""
-    return 2 * spec.d_model if spec.norm == "layernorm_pre" else 1
+    """Parameters of one normalisation layer of a block (see :data:`_NORM_PARAMS`)."""
+    return _NORM_PARAMS[spec.norm](spec.d_model)
 
 
 def attention_params(spec: ModelSpec, shape: LayerShape) -> int:
-    """q, k, v (d_model -> width, fused), the output projection (width -> d_model), and what the
-    layer's attention kind adds (a Nyström layer's convolution)."""
+    """q (d_model -> width) with k and v (d_model -> kv_width each), fused; the output projection
+    (width -> d_model); the q/k norms (a head_dim weight each); the output gate's projection
+    (d_model -> heads or width, no bias); and what the layer's attention kind adds (a Nyström
+    layer's convolution)."""
     d, w = spec.d_model, shape.width
-    qkv = 3 * d * w + (3 * w if spec.qkv_bias else 0)
+    projected = w + 2 * shape.kv_width
+    qkv = d * projected + (projected if spec.qkv_bias else 0)
     out = w * d + (d if spec.out_bias else 0)
-    return qkv + out + ATTENTION_KINDS[shape.attention].params(spec, shape)
+    qk_norm = 2 * shape.head_dim if spec.qk_norm == "rmsnorm" else 0
+    gate = gate_params(spec.output_gate, d, shape.heads, shape.head_dim)
+    return qkv + out + qk_norm + gate + ATTENTION_KINDS[shape.attention].params(spec, shape)
 
 
 def mlp_params(spec: ModelSpec, shape: LayerShape) -> int:
@@ -50,8 +60,8 @@ def param_breakdown(spec: ModelSpec) -> dict[str, int]:
         parts["embedding_norm"] = 2 * spec.d_model
     for i in range(spec.n_layers):
         parts[f"block_{i}"] = block_params(spec, i)
-    # Pre-norm models end with a final LayerNorm; post-norm blocks already end normalised.
-    parts["final_norm"] = 2 * spec.d_model if spec.norm == "layernorm_pre" else 0
+    # Pre-norm models end with a final norm; post-norm blocks already end normalised.
+    parts["final_norm"] = norm_params(spec) if spec.norm in PRE_NORMS else 0
     parts.update(OUTPUT_HEADS[spec.output_head].param_counts(spec))
     return parts
 

@@ -7,6 +7,9 @@ Schemes
   linear      an arithmetic ramp from the first layer's count to ``ratio`` times it
               (ratio < 1 ramps down)
   explicit    a given list, only validated
+  layerwise   OpenELM's layer-wise scaling (:func:`layerwise_scaling`): query heads, key/value
+              heads and MLP widths linear in the layer index, rounded as OpenELM rounds; it needs
+              a fixed ``head_dim`` and takes no budget
 
 A count is valid when it is at least 1 and, with the standard tie ``head_dim = d_model / heads``,
 divides ``d_model``. When no valid plan of the scheme has exactly the requested total, the valid
@@ -33,6 +36,7 @@ class Scheme(str, Enum):
     DESCENDING = "descending"
     LINEAR = "linear"
     EXPLICIT = "explicit"
+    LAYERWISE = "layerwise"
 
     def __str__(self) -> str:
         return self.value
@@ -57,11 +61,14 @@ class Plan:
     requested_total: int | None = None
     ratio: float | None = None
     notes: tuple[str, ...] = ()
+    #: per-layer key/value heads and MLP widths, when the scheme sets them (``layerwise``); else empty
+    kv_heads: tuple[int, ...] = ()
+    mlp_hidden: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "scheme", Scheme(self.scheme))
-        object.__setattr__(self, "heads", tuple(int(h) for h in self.heads))
-        object.__setattr__(self, "head_dims", tuple(int(d) for d in self.head_dims))
+        for name in ("heads", "head_dims", "kv_heads", "mlp_hidden"):
+            object.__setattr__(self, name, tuple(int(v) for v in getattr(self, name)))
         object.__setattr__(self, "notes", tuple(self.notes))
 
     @classmethod
@@ -95,17 +102,20 @@ class Plan:
         return dataclasses.replace(self, head_dims=tuple(head_dims))
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (:meth:`from_dict` reads it back); ``total`` is included for readers."""
+        """JSON-ready form (:meth:`from_dict` reads it back); ``total`` is included for readers.
+        ``kv_heads`` and ``mlp_hidden`` appear only when the scheme set them."""
+        extra = {name: list(getattr(self, name)) for name in ("kv_heads", "mlp_hidden") if getattr(self, name)}
         return {"scheme": self.scheme.value, "heads": list(self.heads), "head_dims": list(self.head_dims),
                 "total": self.total, "requested_total": self.requested_total, "ratio": self.ratio,
-                "notes": list(self.notes)}
+                "notes": list(self.notes), **extra}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Plan":
         """Inverse of :meth:`to_dict` (the derived ``total`` is ignored)."""
         return cls(scheme=Scheme(data["scheme"]), heads=tuple(data["heads"]),
                    head_dims=tuple(data.get("head_dims") or ()), requested_total=data.get("requested_total"),
-                   ratio=data.get("ratio"), notes=tuple(data.get("notes") or ()))
+                   ratio=data.get("ratio"), notes=tuple(data.get("notes") or ()),
+                   kv_heads=tuple(data.get("kv_heads") or ()), mlp_hidden=tuple(data.get("mlp_hidden") or ()))
 
 
 def valid_counts(d_model: int, tied: bool, limit: int) -> list[int]:
@@ -135,6 +145,62 @@ def _shape(scheme: Scheme, n_layers: int, ratio: float) -> list[float]:
     return [s / low for s in steps]
 
 
+def make_divisible(v: float, divisor: int) -> int:
+    """``v`` rounded to the nearest multiple of ``divisor`` (at least ``divisor``; half rounds up),
+    one multiple higher when that rounding lost more than 10% of ``v``: the MobileNet rounding
+    OpenELM uses for its layers' widths (``corenet.utils.math_utils.make_divisible``)."""
+    rounded = max(divisor, int(v + divisor / 2) // divisor * divisor)
+    return rounded + divisor if rounded < 0.9 * v else rounded
+
+
+def _ramp(first: float, last: float, n_layers: int) -> list[float]:
+    """``n_layers`` evenly spaced values from ``first`` to ``last`` (numpy's ``linspace``: start +
+    i * step, the last one exactly ``last``), each rounded to 2 decimals, as OpenELM rounds its
+    multipliers."""
+    step = (last - first) / max(n_layers - 1, 1)
+    values = [first + i * step for i in range(n_layers)]
+    if n_layers > 1:
+        values[-1] = last
+    return [round(v, 2) for v in values]
+
+
+@dataclass(frozen=True)
+class LayerwiseShape:
+    """Per-layer query heads, key/value heads and MLP widths (``mlp_hidden``: the SwiGLU's value
+    and gate halves together, twice OpenELM's ``intermediate_dim``) of a layer-wise scaled model."""
+
+    heads: tuple[int, ...]
+    kv_heads: tuple[int, ...]
+    mlp_hidden: tuple[int, ...]
+
+
+def layerwise_scaling(n_layers: int, d_model: int, head_dim: int, *,
+                      qkv_multipliers: tuple[float, float] = (0.5, 1.0),
+                      ffn_multipliers: tuple[float, float] = (0.5, 4.0),
+                      gqa_groups: int = 4, ffn_divisor: int = 256) -> LayerwiseShape:
+    """OpenELM's layer-wise scaling (Mehta et al. 2024, "OpenELM", section 2; corenet's
+    ``GPTConfig.__post_init__`` and ``FeedForwardNetwork``), with its defaults (OpenELM-270M to 3B).
+
+    Layer i's multipliers are linear in i from the first to the last value, rounded to 2 decimals.
+    Its query width ``d_model * qkv_multiplier`` is rounded by :func:`make_divisible` to a multiple
+    of ``head_dim * gqa_groups``, giving ``heads = width / head_dim`` query heads and ``heads /
+    gqa_groups`` key/value heads; its SwiGLU inner width ``d_model * ffn_multiplier`` is rounded
+    by :func:`make_divisible` to a multiple of ``ffn_divisor``.
+    """
+    for name, value in (("n_layers", n_layers), ("d_model", d_model), ("head_dim", head_dim),
+                        ("gqa_groups", gqa_groups), ("ffn_divisor", ffn_divisor)):
+        if value < 1:
+            raise HeadwiseError(f"layerwise scaling: {name} = {value}; it must be a positive integer")
+    for name, pair in (("qkv_multipliers", qkv_multipliers), ("ffn_multipliers", ffn_multipliers)):
+        if len(pair) != 2 or min(pair) <= 0:
+            raise HeadwiseError(f"layerwise scaling: {name} = {list(pair)}; give two positive numbers, "
+                                "the first layer's and the last layer's")
+    heads = tuple(make_divisible(d_model * m, head_dim * gqa_groups) // head_dim
+                  for m in _ramp(*qkv_multipliers, n_layers))
+    ffn = tuple(2 * make_divisible(d_model * m, ffn_divisor) for m in _ramp(*ffn_multipliers, n_layers))
+    return LayerwiseShape(heads, tuple(h // gqa_groups for h in heads), ffn)
+
+
 def plan_heads(
     scheme: Scheme | str,
     n_layers: int,
@@ -144,6 +210,7 @@ def plan_heads(
     ratio: float = 2.0,
     heads: Sequence[int] | None = None,
     head_dim: int | None = None,
+    layerwise: dict[str, Any] | None = None,
 ) -> Plan:
     """Choose per-layer head counts.
 
@@ -155,6 +222,9 @@ def plan_heads(
         heads: the counts for ``scheme == "explicit"``.
         head_dim: a fixed head width decoupled from d_model (then any count >= 1 is valid);
             None ties head_dim to d_model / heads.
+        layerwise: for ``scheme == "layerwise"``, keyword arguments of :func:`layerwise_scaling`
+            (its multipliers, ``gqa_groups``, ``ffn_divisor``); the plan then carries the
+            key/value heads and MLP widths too.
 
     The plan's head widths are filled in: ``head_dim``, or ``d_model // heads`` when tied.
     """
@@ -172,6 +242,14 @@ def plan_heads(
     def widths(heads: Sequence[int]) -> tuple[int, ...]:
         return tuple(d_model // h if tied else head_dim for h in heads)  # type: ignore[misc]
 
+    if scheme is Scheme.LAYERWISE:
+        if head_dim is None:
+            raise HeadwiseError("scheme 'layerwise' needs a fixed head_dim (e.g. --head-dim 64): OpenELM scales "
+                                "the number of heads, not their width")
+        if total_heads is not None:
+            raise HeadwiseError("scheme 'layerwise' takes no budget of heads: its multipliers set the heads")
+        shape = layerwise_scaling(n_layers, d_model, head_dim, **(layerwise or {}))
+        return Plan(scheme, shape.heads, widths(shape.heads), kv_heads=shape.kv_heads, mlp_hidden=shape.mlp_hidden)
     if scheme is Scheme.EXPLICIT:
         if heads is None:
             raise HeadwiseError("scheme 'explicit' needs the list of heads per layer (e.g. --heads 96,48,24,12)")

@@ -22,11 +22,14 @@ from headwise.model.attention import ATTENTION_KINDS, AttentionKind
 from headwise.parts import FRONT_END_PARTS, OUTPUT_HEAD_PARTS, FrontEndPart, OutputHeadPart
 from headwise.registry import Registry
 
-Activation = Literal["gelu_new", "gelu", "relu", "geglu"]
+Activation = Literal["gelu_new", "gelu", "relu", "geglu", "swiglu"]
 #: Gated activations: the MLP's first map makes ``mlp_hidden`` channels, a value half and a gate
 #: half, and the second map reads the ``mlp_hidden / 2`` products (the exported model code's
-#: ``spec_view`` keeps the same tuple; a test checks it).
-GATED_ACTIVATIONS = ("geglu",)
+#: ``spec_view`` keeps the same tuple; a test checks it). ``geglu``: GELU of the gate (cramming);
+#: ``swiglu``: SiLU of the gate (Llama's MLP: the value is its ``up_proj``, the gate its ``gate_proj``).
+GATED_ACTIVATIONS = ("geglu", "swiglu")
+#: Norms before each sub-block (and a final norm after the blocks); the others follow each residual.
+PRE_NORMS = ("layernorm_pre", "rmsnorm_pre")
 
 
 def _built_in_kinds() -> dict[str, type[AttentionKind]]:
@@ -97,11 +100,18 @@ class LayerShape:
     head_dim: int
     mlp_hidden: int
     attention: str
+    #: key/value heads, each shared by ``heads / kv_heads`` query heads (None: as many as ``heads``)
+    kv_heads: int | None = None
 
     @property
     def width(self) -> int:
-        """Attention width: the size q, k and v project to (heads x head_dim)."""
+        """Attention width: the size q projects to and the output projection reads (heads x head_dim)."""
         return self.heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        """The size k and v each project to (kv_heads x head_dim)."""
+        return (self.kv_heads or self.heads) * self.head_dim
 
 
 class ModelSpec(Config):
@@ -125,6 +135,10 @@ class ModelSpec(Config):
     n_layers: int = Field(gt=0)
     max_seq_len: int = Field(default=2048, gt=0)
     heads: list[int]
+    #: Key/value heads (grouped-query attention), one for every layer or a per-layer list; each
+    #: layer's query heads must be a multiple of its KV heads (1: multi-query). None: one key/value
+    #: head per query head (multi-head attention, the fused [3, heads, head_dim] projection).
+    kv_heads: int | list[int] | None = None
     #: None: d_model / heads[i] (the standard tie); an int or a per-layer list: decoupled widths.
     head_dim: int | list[int] | None = None
     #: MLP hidden width, one for all layers or per layer; None: mlp_ratio * d_model.
@@ -136,10 +150,26 @@ class ModelSpec(Config):
     attention: list[AttentionKindName] | AttentionKindName | None = None
     causal: bool = True
     score_scale: Literal["none", "inv_sqrt"] = "none"
-    norm: Literal["layernorm_pre", "unitnorm_post"] = "layernorm_pre"
+    #: ``rmsnorm_pre``: RMSNorm (a weight, no bias) before each sub-block and after the blocks (Llama)
+    norm: Literal["layernorm_pre", "unitnorm_post", "rmsnorm_pre"] = "layernorm_pre"
+    #: the epsilon of every LayerNorm or RMSNorm (``rms_norm_eps`` in Llama's config)
     layer_norm_eps: float = Field(default=1e-5, gt=0)
-    #: ``scaled_sinusoid``: fixed interleaved sin/cos (base 10000) times one learned scalar (cramming)
-    positions: Literal["learned", "none", "scaled_sinusoid"] = "learned"
+    #: ``scaled_sinusoid``: fixed interleaved sin/cos (base 10000) times one learned scalar
+    #: (cramming); ``rope``: rotary positions on each layer's q and k (Llama's layout: the two
+    #: halves of the rotated channels pair up, ``rotate_half``), nothing added to the embeddings
+    positions: Literal["learned", "none", "scaled_sinusoid", "rope"] = "learned"
+    #: ``positions = "rope"``: the base of the rotary frequencies
+    rope_theta: float = Field(default=10000.0, gt=0)
+    #: ``positions = "rope"``: the share of each head's channels rotated, in (0, 1]: the first
+    #: ``int(head_dim * factor)`` channels (GPT-NeoX's and Laguna's partial rotary); the rest pass
+    partial_rotary_factor: float = 1.0
+    #: ``rmsnorm``: an RMSNorm of each head's q and of each head's k over head_dim, one weight per
+    #: layer shared by its heads, before RoPE (Qwen3, OpenELM); None: none
+    qk_norm: Literal["rmsnorm"] | None = None
+    #: a learned gate on each layer's attention outputs before the output projection, from the same
+    #: normed input as q, k and v (:mod:`headwise.model.output_gate`): ``softplus_head``, one
+    #: softplus gate per head (Laguna's ``gating``); ``softplus_element``, one per channel; None: none
+    output_gate: Literal["softplus_head", "softplus_element"] | None = None
     #: ``layernorm``: a LayerNorm on the sum of the front end's embeddings and positions, before
     #: the blocks (BERT, cramming); None: none
     embedding_norm: Literal["layernorm"] | None = None
@@ -202,7 +232,7 @@ class ModelSpec(Config):
             value = getattr(self, name)
             if value is not None and len(value) != n:
                 raise ValueError(f"{name} has {len(value)} entries but n_layers is {n}: give one per layer")
-        for name in ("head_dim", "mlp_hidden"):
+        for name in ("head_dim", "mlp_hidden", "kv_heads"):
             value = getattr(self, name)
             if isinstance(value, list) and len(value) != n:
                 raise ValueError(f"{name} has {len(value)} entries but n_layers is {n}: give one per layer")
@@ -223,7 +253,7 @@ class ModelSpec(Config):
                     f"layer {i}: heads = {h} does not divide d_model {self.d_model}; "
                     f"valid counts: {valid} (or set head_dim to decouple head width from d_model)"
                 )
-        for name in ("head_dim", "mlp_hidden"):
+        for name in ("head_dim", "mlp_hidden", "kv_heads"):
             value = getattr(self, name)
             if isinstance(value, int) and value < 1:
                 raise ValueError(f"{name} = {value}; it must be a positive integer (or left out for the default)")
@@ -244,6 +274,7 @@ class ModelSpec(Config):
         if self.positions == "scaled_sinusoid" and self.d_model % 2:
             raise ValueError(f"positions = 'scaled_sinusoid' pairs a sine and a cosine per frequency: d_model "
                              f"{self.d_model} must be even")
+        _check_attention_heads(self)
         if head.pooled and self.num_classes is None:
             raise ValueError(f"outputs = {self.output_head!r} needs num_classes (set it, or let the task's data set it)")
         _check_causal("inputs", self.inputs, FRONT_END_PARTS[self.inputs].causal, self.causal)
@@ -263,7 +294,8 @@ class ModelSpec(Config):
         if mlp is None:
             mlp = int(round(self.mlp_ratio * self.d_model))
         attention = (self.attention or [DEFAULT_KIND] * self.n_layers)[i]
-        return LayerShape(heads=heads, head_dim=head_dim, mlp_hidden=mlp, attention=attention)
+        kv_heads = self._per_layer(self.kv_heads)[i] or heads
+        return LayerShape(heads=heads, head_dim=head_dim, mlp_hidden=mlp, attention=attention, kv_heads=kv_heads)
 
     def layers(self) -> list[LayerShape]:
         """Resolved shapes of every layer."""
@@ -283,6 +315,11 @@ class ModelSpec(Config):
     def head_dims(self) -> list[int]:
         """The resolved head width of every layer."""
         return [s.head_dim for s in self.layers()]
+
+    @property
+    def kv_heads_per_layer(self) -> list[int]:
+        """The resolved key/value heads of every layer (its query heads where ``kv_heads`` is None)."""
+        return [s.kv_heads for s in self.layers()]
 
     @property
     def is_uniform(self) -> bool:
@@ -306,6 +343,27 @@ def _kind_fields() -> dict[str, Any]:
 # ``[model]``, as saved configs hold them, while no kind is named here.
 ModelSpec = create_model("ModelSpec", __base__=ModelSpec, __module__=__name__, __doc__=ModelSpec.__doc__,
                          **_kind_fields())
+
+
+def _check_attention_heads(spec: ModelSpec) -> None:
+    """What grouped-query attention and RoPE need of each layer's heads, naming the first layer
+    that fails a rule."""
+    for i, s in enumerate(spec.layers()):
+        if s.heads % s.kv_heads:
+            valid = ", ".join(str(v) for v in divisors(s.heads))
+            raise ValueError(f"layer {i}: heads = {s.heads} is not a multiple of kv_heads = {s.kv_heads}; each "
+                             f"key/value head serves an equal group of query heads: valid kv_heads {valid}")
+    factor = spec.partial_rotary_factor
+    if not 0 < factor <= 1:
+        raise ValueError(f"partial_rotary_factor = {factor}: it is the share of each head's channels RoPE "
+                         "rotates, in (0, 1]")
+    if spec.positions == "rope":
+        for i, s in enumerate(spec.layers()):
+            rotated = int(s.head_dim * factor)
+            if rotated < 2 or rotated % 2:
+                raise ValueError(f"layer {i}: head_dim {s.head_dim} x partial_rotary_factor {factor} rotates "
+                                 f"{rotated} channels; RoPE rotates pairs of channels: give an even count of at "
+                                 "least 2")
 
 
 def _declared(name: object, parts: Registry[Any]) -> Any:

@@ -34,6 +34,7 @@ from torch import Tensor, nn
 
 from headwise.errors import HeadwiseError
 from headwise.model import FRONT_ENDS
+from headwise.model.kernels import repeat_kv
 
 #: Upper bound on the attention probabilities held at once (bytes), to size micro-batches.
 PROBS_BUDGET_BYTES = 256 * 2**20
@@ -84,7 +85,11 @@ def attention_probabilities(attn: nn.Module, qkv: Tensor, key_mask: Tensor | Non
     are the exact softmax probabilities its approximation stands for."""
     b, t, _ = qkv.shape
     work = torch.promote_types(qkv.dtype, torch.float32)  # bf16 probabilities are too coarse
-    q, k, _ = qkv.to(work).view(b, t, 3, attn.heads, attn.head_dim).permute(2, 0, 3, 1, 4)
+    if getattr(attn, "fused", True):
+        q, k, _ = qkv.to(work).view(b, t, 3, attn.heads, attn.head_dim).permute(2, 0, 3, 1, 4)
+    else:  # the layer's own q and k of a fresh sequence: normed, rotated, each KV head per query head
+        q, k, _ = attn.split_heads(qkv.to(work), 0)
+        k = repeat_kv(k, attn.heads)
     scores = (q @ k.transpose(-1, -2)) * attn.scale
     allowed = attn.kind.allowed_keys(attn, t, qkv.device)
     if allowed is not None:

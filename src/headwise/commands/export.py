@@ -1,6 +1,9 @@
 """``headwise export``: a run's model as a folder that loads in the Hugging Face ecosystem.
 
     headwise export runs/lm-tiny --hf exports/lm-tiny            # HeadwiseForCausalLM, any spec
+    headwise export runs/llama --hf exports/llama                # LlamaForCausalLM where it fits (--native auto)
+    headwise export runs/llama --hf exports/llama --native none  # HeadwiseForCausalLM even so
+    headwise export runs/laguna --hf exports/laguna              # LagunaForCausalLM: per-layer query heads
     headwise export runs/vit --hf exports/vit                    # HeadwiseForImageClassification
     headwise export runs/lm-tiny --hf exports/lm-tiny-neo --gpt-neo
     python -c "from transformers import AutoModelForCausalLM as A; A.from_pretrained('exports/lm-tiny', trust_remote_code=True)"
@@ -10,10 +13,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 NAME = "export"
 HELP = "write a run's model as a Hugging Face folder (its Auto class, tokenizer, model card)"
+
+
+#: ``--native`` choices (:data:`headwise.hf.native.CHOICES`, kept here so the parser needs no torch)
+CHOICES = ("auto", "llama", "qwen3", "laguna", "gpt-neo", "none")
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -24,9 +32,15 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="the folder to write (must not exist, or be empty): config.json, model.safetensors, the "
                         "modelling code (loads with trust_remote_code=True without headwise), a language model's or "
                         "masked LM's tokenizer, a language model's generation config, model card")
+    p.add_argument("--native", default="auto", choices=CHOICES,
+                   help="the transformers class to write a language model as (no remote code): auto (default) "
+                        "writes LlamaForCausalLM or Qwen3ForCausalLM for a uniform Llama-style model, "
+                        "LagunaForCausalLM for per-layer query heads with q/k norms and a softplus output gate, "
+                        "else HeadwiseForCausalLM, saying which rule forced it; llama, qwen3, laguna, gpt-neo: "
+                        "that class or exit 2 naming the rule; none: always HeadwiseForCausalLM")
     p.add_argument("--gpt-neo", action="store_true",
                    help="write a plain GPTNeoForCausalLM instead (no remote code), where GPT-Neo can express the "
-                        "spec: one head count and width for every layer")
+                        "spec: one head count and width for every layer (the same as --native gpt-neo)")
     p.add_argument("--checkpoint", metavar="PATH", help="a checkpoint folder of the run (default: the final model)")
 
 
@@ -40,8 +54,12 @@ def run(args: argparse.Namespace) -> int:
     if blocked is not None:
         raise HeadwiseError(f"--hf {args.hf}: {blocked} is not writable, so the export cannot be written there; "
                             "give another folder (nothing was written)")
-    out = export_hf(Path(args.run_dir), Path(args.hf), checkpoint=args.checkpoint, gpt_neo=args.gpt_neo)
+    notes: list[str] = []
+    out = export_hf(Path(args.run_dir), Path(args.hf), checkpoint=args.checkpoint, gpt_neo=args.gpt_neo,
+                    native=args.native, notes=notes)
+    for note in notes:
+        print(f"headwise export: {note}", file=sys.stderr)
     config = json.loads((out / "config.json").read_text(encoding="utf-8"))
-    remote = "" if args.gpt_neo else " (load with trust_remote_code=True)"
+    remote = " (load with trust_remote_code=True)" if "auto_map" in config else ""
     print(f"wrote {out}: {config['architectures'][0]}{remote}")
     return 0

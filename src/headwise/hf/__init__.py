@@ -1,8 +1,9 @@
 """headwise and the Hugging Face ecosystem, in one package (``transformers`` is imported only by
 the modules that need it, never by training):
 
-- :mod:`~headwise.hf.gpt_neo`, :mod:`~headwise.hf.vit`: exact conversion to and from
-  ``GPTNeoForCausalLM`` and ``ViTForImageClassification`` for the specs they express, on the
+- :mod:`~headwise.hf.gpt_neo`, :mod:`~headwise.hf.vit`, :mod:`~headwise.hf.llama`: exact
+  conversion to and from ``GPTNeoForCausalLM``, ``ViTForImageClassification`` and
+  ``LlamaForCausalLM`` / ``Qwen3ForCausalLM`` for the specs they express, on the
   shared skeleton of :mod:`~headwise.hf.convert` (the checks, the attention kinds' names there,
   the copy of the weights);
 - :mod:`~headwise.hf.models`: every spec as a ``transformers`` model (``HeadwiseConfig``,

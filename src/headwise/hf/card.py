@@ -63,16 +63,25 @@ def _plan(spec: ModelSpec) -> list[str]:
         *(f"| {i} | {s.heads} | {s.head_dim} | {s.width} | {ATTENTION_KINDS[s.attention].describe(spec)} | "
           f"{s.mlp_hidden} |" for i, s in enumerate(layers)),
         "",
-        f"d_model {spec.d_model}, {spec.total_heads} heads in all, {count_params(spec):,} parameters, {inputs}"
+        f"d_model {spec.d_model}, {spec.total_heads} heads in all{_kv_heads(spec)}, "
+        f"{count_params(spec):,} parameters, {inputs}"
         f"{outputs}, {spec.max_seq_len} positions, {'causal' if spec.causal else 'bidirectional'}, {spec.norm} "
         f"norm{embedding_norm}, {spec.positions} positions, {spec.activation}{padding}.",
     ]
 
 
-def model_card(run_dir: Path, cfg, spec: ModelSpec, weights: str, arch: str, auto: str, remote_code: bool) -> str:
+def _kv_heads(spec: ModelSpec) -> str:
+    """The key/value heads per layer, where they are fewer than the query heads (grouped-query attention)."""
+    kv = spec.kv_heads_per_layer
+    return "" if kv == spec.heads else f" sharing key/value heads {', '.join(map(str, kv))} per layer"
+
+
+def model_card(run_dir: Path, cfg, spec: ModelSpec, weights: str, arch: str, auto: str, remote_code: bool,
+               note: str | None = None) -> str:
     """The card's markdown for the model of ``run_dir`` (``cfg``: its resolved config; ``weights``:
     where the exported weights came from; ``arch``/``auto``: its class and the Auto class that
-    loads it; ``remote_code``: whether loading needs ``trust_remote_code``)."""
+    loads it; ``remote_code``: whether loading needs ``trust_remote_code``; ``note``: why no native
+    ``transformers`` class was written, where one was looked for)."""
     summary = read_summary(run_dir)
     fine_tuned = cfg.task.vocabulary_run() is not None
     tokenized = auto in _TOKENIZED or fine_tuned
@@ -93,6 +102,7 @@ def model_card(run_dir: Path, cfg, spec: ModelSpec, weights: str, arch: str, aut
         f"A {spec.n_layers}-layer {OUTPUT_HEAD_PARTS[spec.output_head].noun} trained with headwise on the "
         f"{cfg.task.kind!r} task and exported as "
         f"`{arch}`{' (its modelling code is in this folder)' if remote_code else ''}.",
+        *(["", f"Why `{arch}`: {note}."] if note else []),
         "",
         "## Head plan",
         "",

@@ -1,7 +1,8 @@
 """What the converters to and from ``transformers`` architectures (:mod:`headwise.hf.gpt_neo`,
-:mod:`headwise.hf.vit`) share: the check that a spec meets what an architecture fixes, its
-attention kinds' names there, and the copy of the weights between the two layouts (headwise fuses
-q, k and v into one projection; ``transformers`` keeps three)."""
+:mod:`headwise.hf.vit`, :mod:`headwise.hf.llama`) share: the check that a spec meets what an
+architecture fixes, its attention kinds' names there, and the copy of the weights between the two
+layouts (headwise fuses q, k and v into one projection, and a gated MLP's value and gate maps;
+``transformers`` keeps them apart)."""
 
 from __future__ import annotations
 
@@ -93,6 +94,9 @@ class Layout:
     pairs: Callable[[ModelSpec], list[tuple[str, str]]]
     #: its q, k and v keys of layer i's ``"weight"`` (or ``"bias"``)
     qkv: Callable[[int, str], list[str]]
+    #: (headwise key, its keys) of the other weights headwise joins along their first dimension
+    #: (a gated MLP's value and gate maps), for a spec
+    joined: Callable[[ModelSpec], list[tuple[str, list[str]]]] = lambda spec: []
 
 
 @torch.no_grad()
@@ -103,14 +107,16 @@ def copy_weights(model: Transformer, hf: Any, layout: Layout, to_hf: bool) -> No
     for a, b in layout.pairs(spec):
         source, target = (ours[a], theirs[b]) if to_hf else (theirs[b], ours[a])
         target.copy_(source.reshape(target.shape))
-    for i, shape in enumerate(spec.layers()):
-        for part in ("weight", "bias") if spec.qkv_bias else ("weight",):
-            fused, names = ours[f"blocks.{i}.attn.qkv.{part}"], layout.qkv(i, part)
-            if to_hf:
-                for name, w in zip(names, fused.split(shape.width, dim=0)):
-                    theirs[name].copy_(w)
-            else:
-                fused.copy_(torch.cat([theirs[name] for name in names]))
+    joined = [(f"blocks.{i}.attn.qkv.{part}", layout.qkv(i, part))
+              for i in range(spec.n_layers) for part in (("weight", "bias") if spec.qkv_bias else ("weight",))]
+    for key, names in joined + layout.joined(spec):
+        # the parts' sizes are theirs: q, k and v of a layer with fewer KV heads differ
+        fused = ours[key]
+        if to_hf:
+            for name, w in zip(names, fused.split([theirs[name].shape[0] for name in names], dim=0)):
+                theirs[name].copy_(w)
+        else:
+            fused.copy_(torch.cat([theirs[name] for name in names]))
 
 
 def to_architecture(model: Transformer, hf: Any, layout: Layout) -> Any:

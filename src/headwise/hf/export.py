@@ -13,8 +13,10 @@ sibling files (and the spec read from ``config.json`` through :mod:`headwise.hf.
 the exported model computes exactly what headwise does, and
 ``AutoModelForCausalLM.from_pretrained(OUT, trust_remote_code=True)`` (``AutoModelForMaskedLM``
 for an encoder, ``AutoModelForImageClassification`` for a ViT, ...) needs only torch and
-transformers. ``gpt_neo=True`` writes a plain ``GPTNeoForCausalLM`` instead,
-for specs GPT-Neo expresses.
+transformers. A language model that a native ``transformers`` class expresses is written as that
+class instead (``native``, :mod:`headwise.hf.native`: ``LlamaForCausalLM``, ``Qwen3ForCausalLM``,
+``LagunaForCausalLM``, or ``GPTNeoForCausalLM`` when asked for, as ``gpt_neo=True`` does), which
+needs no remote code.
 """
 
 from __future__ import annotations
@@ -153,14 +155,18 @@ def _defined_names(text: str) -> set[str]:
 
 
 def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path | None = None,
-              gpt_neo: bool = False) -> Path:
+              gpt_neo: bool = False, native: str = "auto", notes: list[str] | None = None) -> Path:
     """Write a run's model to ``out_dir`` (which must not exist, or be empty) as a Hugging Face
-    folder; returns ``out_dir``. What cannot be exported is refused before anything is written;
-    the folder is written beside it and moved into place last, so a failure leaves nothing
-    half-written (nor the folders made above it)."""
+    folder; returns ``out_dir``. ``native``: the ``transformers`` class to write
+    (:func:`headwise.hf.native.choose`; ``gpt_neo=True`` is ``native="gpt-neo"``); where ``auto``
+    falls back to headwise's own class, the line saying why is put in the card and appended to
+    ``notes``. What cannot be exported is refused before anything is written; the folder is
+    written beside it and moved into place last, so a failure leaves nothing half-written (nor the
+    folders made above it)."""
     from transformers.utils.logging import disable_progress_bar
 
     from headwise.hf.masked_tokenizer import save_masked_hf_tokenizer
+    from headwise.hf.native import choose, to_native
     from headwise.hf.tokenizer import save_hf_tokenizer
     from headwise.train.generate import run_config
 
@@ -169,8 +175,11 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path |
     cfg = run_config(run_dir)
     model, source, eot_id = run_model(run_dir, checkpoint)
     auto, cls = hf_class(model.spec)
-    if gpt_neo:
-        _check_gpt_neo(model.spec)
+    if gpt_neo and native not in ("auto", "gpt-neo"):
+        raise HeadwiseError(f"--gpt-neo and --native {native} name two targets: give one (nothing was written)")
+    target, note = choose(model.spec, "gpt-neo" if gpt_neo else native)
+    if note is not None and notes is not None:
+        notes.append(note)
     language = cls.can_generate()
     # transformers draws a progress bar for writing even a one-file model: noise on a terminal
     disable_progress_bar()
@@ -178,8 +187,8 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path |
     tmp: Path | None = None
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-        if gpt_neo:
-            hf = _gpt_neo(model, eot_id)
+        if target is not None:
+            hf = to_native(model, target, eot_id)
             hf.save_pretrained(tmp)
         else:
             hf = save_with_code(model, tmp, eot_id)
@@ -193,8 +202,8 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path |
             save_masked_hf_tokenizer(run_dir, cfg, tmp, cfg.task.dims()[1])
         shutil.copyfile(RunDir(run_dir).config, tmp / "headwise_config.toml")
         arch = type(hf).__name__
-        (tmp / "README.md").write_text(model_card(run_dir, cfg, model.spec, source, arch, auto, not gpt_neo),
-                                       encoding="utf-8")
+        card = model_card(run_dir, cfg, model.spec, source, arch, auto, target is None, note)
+        (tmp / "README.md").write_text(card, encoding="utf-8")
         if out_dir.exists():
             out_dir.rmdir()
         tmp.rename(out_dir)
@@ -242,24 +251,3 @@ def _make_folders(folder: Path) -> list[Path]:
     for path in missing:
         path.mkdir()
     return missing
-
-
-def _check_gpt_neo(spec: ModelSpec) -> None:
-    """Refuse, with the reason, a spec GPT-Neo cannot express (before anything is written)."""
-    from headwise.hf.gpt_neo import gpt_neo_incompatibility
-
-    reason = gpt_neo_incompatibility(spec)
-    if reason:
-        raise HeadwiseError(f"--gpt-neo: GPT-Neo cannot express this model: {reason}; export without --gpt-neo "
-                            "(headwise's own transformers classes take every spec)")
-
-
-def _gpt_neo(model, eot_id: int):
-    """The run's model as ``GPTNeoForCausalLM`` (its spec checked by :func:`_check_gpt_neo`)."""
-    from headwise.hf.gpt_neo import to_hf
-
-    hf = to_hf(model)
-    hf.config.bos_token_id = hf.config.eos_token_id = eot_id
-    hf.generation_config.bos_token_id = hf.generation_config.eos_token_id = eot_id
-    hf.generation_config.pad_token_id = eot_id
-    return hf

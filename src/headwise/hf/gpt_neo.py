@@ -24,6 +24,8 @@ _GPT_NEO_FIXED = [
     ("out_bias", True, "GPT-Neo's out_proj has a bias"),
     ("mlp_bias", True, "GPT-Neo's MLP has biases"),
     ("embedding_norm", None, "GPT-Neo has no LayerNorm on its embeddings"),
+    ("qk_norm", None, "GPT-Neo does not normalise q and k"),
+    ("output_gate", None, "GPT-Neo has no gate on the attention outputs"),
 ]
 
 
@@ -35,6 +37,8 @@ def gpt_neo_incompatibility(spec: ModelSpec) -> str | None:
         return f"outputs = {spec.output_head!r}: GPT-Neo ends in a language-model head"
     if len(set(spec.heads)) != 1:
         return f"its layers have different head counts {spec.heads}; GPT-Neo has one num_heads for all layers"
+    if spec.kv_heads_per_layer != spec.heads:
+        return f"it has {spec.kv_heads_per_layer} key/value heads per layer; GPT-Neo has one per query head"
     if spec.head_dim is not None and any(hd * h != spec.d_model for hd, h in zip(spec.head_dims, spec.heads)):
         return f"its head width {spec.head_dims} is decoupled from d_model / heads; GPT-Neo ties them"
     hidden = {s.mlp_hidden for s in spec.layers()}

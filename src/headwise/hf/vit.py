@@ -36,6 +36,8 @@ _VIT_FIXED = [
     ("mlp_bias", True, "ViT's MLP has biases"),
     ("classifier_hidden", None, "ViT's classifier is one linear map"),
     ("embedding_norm", None, "ViT has no LayerNorm on its embeddings"),
+    ("qk_norm", None, "ViT does not normalise q and k"),
+    ("output_gate", None, "ViT has no gate on the attention outputs"),
 ]
 #: headwise activations and the ``hidden_act`` names (transformers' ACT2FN) that compute them
 _ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_new", "relu": "relu"}
@@ -51,6 +53,8 @@ def vit_incompatibility(spec: ModelSpec) -> str | None:
         return f"its layers have different head counts {spec.heads}; ViT has one num_attention_heads for all layers"
     if len(set(spec.head_dims)) != 1:
         return f"its layers have different head widths {spec.head_dims}; ViT has one head width for all layers"
+    if spec.kv_heads_per_layer != spec.heads:
+        return f"it has {spec.kv_heads_per_layer} key/value heads per layer; ViT has one per query head"
     hidden = {s.mlp_hidden for s in spec.layers()}
     if len(hidden) != 1:
         return f"its layers have different MLP widths {sorted(hidden)}; ViT has one intermediate_size"

@@ -9,6 +9,7 @@
   output heads, chosen by ``ModelSpec.inputs`` and ``ModelSpec.outputs`` through the registries
   :data:`FRONT_ENDS` and :data:`OUTPUT_HEADS`;
 - :mod:`~headwise.model.kernels`: how attention and logits are computed, with the CPU workarounds;
+- :mod:`~headwise.model.rotary`: rotary positions (RoPE) on each layer's q and k;
 - :mod:`~headwise.model.loss`: the training losses (next-token cross-entropy without the full-size
   temporaries, the masked LM's over its masked positions);
 - :mod:`~headwise.model.cache`: key/value caches for decoding;

@@ -1,5 +1,5 @@
-"""Attention kinds: what one attention layer computes from its fused q, k, v projection, as
-plug-ins. ``ModelSpec.attention`` names a kind per layer; a kind is one module that registers an
+"""Attention kinds: what one attention layer computes from its q, k, v projection, as plug-ins.
+``ModelSpec.attention`` names a kind per layer; a kind is one module that registers an
 :class:`AttentionKind` subclass with :func:`register_kind` and declares all there is to layers of
 its kind:
 
@@ -55,9 +55,11 @@ class Option:
 class AttentionKind:
     """One kind of attention layer. Kinds are stateless classes; the layer is
     :class:`headwise.model.transformer.Attention`, which holds for every kind the fused ``qkv``
-    and the ``out`` projection, ``heads``, ``head_dim``, ``width``, ``causal``, ``scale`` and
-    ``dropout``, and whatever :meth:`build` adds. The defaults are softmax attention over every
-    key a position may see: the ``global`` kind is this class unchanged."""
+    and the ``out`` projection, ``heads``, ``kv_heads``, ``head_dim``, ``width``, ``causal``,
+    ``scale`` and ``dropout``, and whatever :meth:`build` adds. The layer applies the block's
+    q/k norms, RoPE and grouped key/value heads before the kind sees q, k and v. The defaults are
+    softmax attention over every key a position may see: the ``global`` kind is this class
+    unchanged."""
 
     #: the name ``ModelSpec.attention`` gives layers of this kind
     name: ClassVar[str]
@@ -102,7 +104,11 @@ class AttentionKind:
     def forward(attn: nn.Module, qkv: Tensor, cache: LayerCache | None, queries: int | None,
                 key_mask: Tensor | None) -> Tensor:
         """The attention outputs [B, heads, T', head_dim] of ``qkv`` [B, T, 3, heads, head_dim],
-        before the output projection, with ``attn.dropout`` on the weights in training.
+        before the output projection, with ``attn.dropout`` on the weights in training. A layer
+        with fewer KV heads than query heads, RoPE or q/k norms hands over q [B, heads, T,
+        head_dim] and k, v [B, kv_heads, T, head_dim] instead, normed and rotated
+        (:data:`headwise.model.kernels.QKV`); :func:`headwise.model.kernels.split_qkv` reads
+        either, and each KV head serves ``heads / kv_heads`` consecutive query heads.
 
         ``queries``: the outputs of the first this many positions only (T' = queries), each still
         attending to every key; ``key_mask`` [B, T]: keys where it is False (padding) get no
@@ -110,8 +116,8 @@ class AttentionKind:
 
         The key/value cache contract (causal layers, incremental decoding): ``cache`` is the
         layer's :class:`~headwise.model.cache.LayerCache` (or a view of a ``transformers`` cache
-        with the same ``length`` and ``extend``); the layer appends its new keys and values with
-        ``cache.extend(k, v)`` and the new positions, which follow the ``cache.length`` cached
+        with the same ``length`` and ``extend``); the layer appends its new keys and values (its
+        KV heads, rotated) with ``cache.extend(k, v)`` and the new positions, which follow the ``cache.length`` cached
         ones, attend to the cached keys too. A fresh cache (``length`` 0) must give exactly what
         no cache gives. Bidirectional layers get no cache.
 

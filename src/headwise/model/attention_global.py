@@ -17,4 +17,5 @@ class GlobalAttention(AttentionKind):
     # bidirectional softmax attention weighs its keys by content alone (positions are in the
     # embeddings already), so reordering the positions reorders its outputs and nothing more
     reorderable = True
-    hf_names = {"gpt_neo": "global", "vit": "global"}
+    hf_names = {"gpt_neo": "global", "vit": "global", "llama": "full_attention", "qwen3": "full_attention",
+                "laguna": "full_attention"}

@@ -21,13 +21,18 @@ class LocalAttention(AttentionKind):
 
     name = "local"
     options = {"window": Option(int, 256, "local layers: the positions each one sees, itself included", gt=0)}
-    hf_names = {"gpt_neo": "local"}
-    hf_config = {"gpt_neo": {"window_size": "window"}}
+    # Qwen3's sliding-window layers see the same keys: key j from query i when i - window < j <= i
+    hf_names = {"gpt_neo": "local", "qwen3": "sliding_attention", "laguna": "sliding_attention"}
+    hf_config = {"gpt_neo": {"window_size": "window"}, "qwen3": {"sliding_window": "window"},
+                 "laguna": {"sliding_window": "window"}}
 
     @staticmethod
     def check(spec: ModelSpec, used: bool) -> None:
         if used and not spec.causal:
-            raise ValueError("local attention layers need causal = true (the window is defined for decoders)")
+            kinds = spec.attention or []
+            first = kinds.index(LocalAttention.name) if LocalAttention.name in kinds else 0
+            raise ValueError(f"layer {first}: local attention layers need causal = true (a sliding window is "
+                             "defined for decoders): set causal = true or make the layer global")
 
     @staticmethod
     def build(attn: nn.Module, spec: ModelSpec, shape: LayerShape) -> None:

@@ -66,10 +66,13 @@ class NystromAttention(AttentionKind):
     @staticmethod
     def forward(attn: nn.Module, qkv: Tensor, cache: LayerCache | None, queries: int | None,
                 key_mask: Tensor | None) -> Tensor:
-        from headwise.model.kernels import split_qkv
+        from headwise.model.kernels import repeat_kv, split_qkv
         from headwise.model.nystrom import nystrom_attention
 
         q, k, v = split_qkv(qkv)
+        # grouped KV heads: the approximation (and the convolution, one kernel per head) reads
+        # each query head's own copy of its group's keys and values
+        k, v = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1])
         y = nystrom_attention(q, k, v, attn.landmarks, attn.scale, attn.pinv_iterations, key_mask=key_mask,
                               pinv_init=attn.pinv_init)
         if attn.conv is not None:

@@ -122,6 +122,8 @@ POSITIONS: dict[str, tuple[Callable[[ModelSpec], nn.Module | None], Callable[[Mo
                 lambda spec: spec.max_seq_len * spec.d_model),
     "none": (lambda spec: None, lambda spec: 0),
     "scaled_sinusoid": (lambda spec: ScaledSinusoid(spec.max_seq_len, spec.d_model), lambda spec: 1),
+    # rotary positions turn each layer's q and k (headwise.model.rotary): nothing is added here
+    "rope": (lambda spec: None, lambda spec: 0),
 }
 
 

@@ -2,7 +2,10 @@
 
 One file, nanoGPT style: attention, MLP, block, and the Transformer that runs front end -> blocks
 -> final norm -> output head. With a uniform spec and GPT-Neo's options it is exactly Hugging
-Face's ``GPTNeoForCausalLM`` (see :mod:`headwise.hf.gpt_neo`). The front end and the head come from the
+Face's ``GPTNeoForCausalLM`` (see :mod:`headwise.hf.gpt_neo`); with Llama's (RMSNorm, SwiGLU,
+RoPE, grouped key/value heads, q/k norms) ``LlamaForCausalLM`` or ``Qwen3ForCausalLM``
+(:mod:`headwise.hf.llama`), and with per-layer query heads and a softplus output gate
+``LagunaForCausalLM`` (:mod:`headwise.hf.laguna`). The front end and the head come from the
 spec through the registries of :mod:`headwise.model.inputs` and :mod:`headwise.model.outputs`, each
 layer's attention kind through :data:`headwise.model.attention.ATTENTION_KINDS`; how attention runs
 fast on the CPU is :mod:`headwise.model.kernels`' business.
@@ -17,8 +20,10 @@ from torch import Tensor, nn
 from headwise.model.attention import ATTENTION_KINDS
 from headwise.model.cache import KVCache, LayerCache
 from headwise.model.inputs import FRONT_ENDS
+from headwise.model.output_gate import OUTPUT_GATES
 from headwise.model.outputs import OUTPUT_HEADS
-from headwise.spec import GATED_ACTIVATIONS, LayerShape, ModelSpec
+from headwise.model.rotary import Rotary
+from headwise.spec import GATED_ACTIVATIONS, PRE_NORMS, LayerShape, ModelSpec
 
 
 def geglu(x: Tensor) -> Tensor:
@@ -29,11 +34,19 @@ def geglu(x: Tensor) -> Tensor:
     return F.gelu(gate) * value
 
 
+def swiglu(x: Tensor) -> Tensor:
+    """Gated SiLU of ``x`` [..., 2n] -> [..., n]: ``silu(gate) * value``, the value in the first
+    half (Llama's ``up_proj``) and the gate in the second (its ``gate_proj``), as :func:`geglu`."""
+    value, gate = x.chunk(2, dim=-1)
+    return F.silu(gate) * value
+
+
 ACTIVATIONS = {
     "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
     "gelu": F.gelu,
     "relu": F.relu,
     "geglu": geglu,
+    "swiglu": swiglu,
 }
 
 
@@ -49,43 +62,99 @@ class UnitNorm(nn.Module):
 
 
 def make_norm(spec: ModelSpec) -> nn.Module:
-    """The normalisation layer of a block: LayerNorm, or unit-norm for ``norm = "unitnorm_post"``."""
+    """The normalisation layer of a block: LayerNorm, unit-norm for ``norm = "unitnorm_post"``, or
+    RMSNorm for ``"rmsnorm_pre"`` (torch's, which in float32 computes Llama's ``LlamaRMSNorm`` to
+    the bit: ``weight * x * rsqrt(mean(x^2) + eps)``)."""
     if spec.norm == "unitnorm_post":
         return UnitNorm()
+    if spec.norm == "rmsnorm_pre":
+        return nn.RMSNorm(spec.d_model, eps=spec.layer_norm_eps)
     return nn.LayerNorm(spec.d_model, eps=spec.layer_norm_eps)
 
 
 class Attention(nn.Module):
-    """All heads of a layer in one fused qkv projection, attending as the layer's kind does
-    (:mod:`headwise.model.attention`: softmax attention in one SDPA call, a local window, the
-    Nyström approximation, ...), then one output projection."""
+    """All heads of a layer in one fused projection ``qkv`` (q of every query head, then k and v
+    of every key/value head), attending as the layer's kind does (:mod:`headwise.model.attention`:
+    softmax attention in one SDPA call, a local window, the Nyström approximation, ...), then one
+    output projection.
+
+    With as many KV heads as query heads and no RoPE or q/k norms (every model before the
+    Llama-style options) the projection is read as [B, T, 3, heads, head_dim] and handed to the
+    kind as it is, which the kernels read in place. Otherwise the layer splits it into q
+    [B, heads, T, head_dim] and k, v [B, kv_heads, T, head_dim], norms each head's q and k
+    (``qk_norm``) and rotates them (``positions = "rope"``) before the kind sees them, so every
+    kind gets grouped-query attention, q/k norms and RoPE, and a KV cache stores the KV heads alone."""
 
     def __init__(self, spec: ModelSpec, shape: LayerShape) -> None:
         super().__init__()
         self.heads, self.head_dim, self.width = shape.heads, shape.head_dim, shape.width
-        self.qkv = nn.Linear(spec.d_model, 3 * self.width, bias=spec.qkv_bias)
+        self.kv_heads = shape.kv_heads or shape.heads
+        kv_width = self.kv_heads * self.head_dim
+        self.qkv = nn.Linear(spec.d_model, self.width + 2 * kv_width, bias=spec.qkv_bias)
         self.out = nn.Linear(self.width, spec.d_model, bias=spec.out_bias)
         self.causal = spec.causal
         self.scale = 1.0 if spec.score_scale == "none" else self.head_dim**-0.5
         self.dropout = spec.dropout
         self.kind = ATTENTION_KINDS[shape.attention]
+        # Qwen3's q/k norms: one RMSNorm over head_dim for all of the layer's query heads, one for its key heads
+        self.q_norm = nn.RMSNorm(self.head_dim, eps=spec.layer_norm_eps) if spec.qk_norm == "rmsnorm" else None
+        self.k_norm = nn.RMSNorm(self.head_dim, eps=spec.layer_norm_eps) if spec.qk_norm == "rmsnorm" else None
+        rope = spec.positions == "rope"
+        self.rotary = Rotary(int(self.head_dim * spec.partial_rotary_factor), spec.rope_theta) if rope else None
+        #: whether the kind gets the fused [B, T, 3, heads, head_dim] projection (see the class docstring)
+        self.fused = self.kv_heads == self.heads and self.q_norm is None and self.rotary is None
         #: whether the layer's output at a position is the same for any order of the others (a
-        #: bidirectional layer of a reorderable kind: see :func:`selected_first`)
-        self.reorderable = not self.causal and self.kind.reorderable
+        #: bidirectional layer of a reorderable kind: see :func:`selected_first`); rotary
+        #: positions make attention depend on where the keys are, so a RoPE layer never is
+        self.reorderable = not self.causal and self.kind.reorderable and self.rotary is None
         # the kind's settings and modules, built after the projections (the order the weights
         # are drawn in, which a seed reproduces)
         self.kind.build(self, spec, shape)
+        # the output gate (Laguna's g_proj): its projection of the layer's input, last (a config.json
+        # written before output gates has no such field: no gate)
+        gate = getattr(spec, "output_gate", None)
+        self.output_gate = OUTPUT_GATES[gate] if gate is not None else None
+        if self.output_gate is not None:
+            self.gate = nn.Linear(spec.d_model, self.output_gate.width(self.heads, self.head_dim), bias=False)
 
     def forward(self, x: Tensor, cache: LayerCache | None = None, queries: int | None = None,
                 key_mask: Tensor | None = None) -> Tensor:
         """The layer's output for ``x`` [B, T, d]; ``queries``: for the first this many positions
         only; ``key_mask`` [B, T]: False at padding, which no position attends to."""
         b, t, _ = x.shape
-        qkv = self.qkv(x).view(b, t, 3, self.heads, self.head_dim)
+        projected = self.qkv(x)
+        if self.fused:
+            qkv = projected.view(b, t, 3, self.heads, self.head_dim)
+        else:
+            qkv = self.split_heads(projected, cache.length if cache is not None else 0)
         y = self.kind.forward(self, qkv, cache, queries, key_mask)
+        if self.output_gate is not None:
+            # the gate of each position the outputs are for (the first `queries` ones, or all)
+            y = self.output_gate.apply(self.gate(x[:, :y.shape[2]]), y.transpose(1, 2)).transpose(1, 2)
         # SDPA's output is laid out [B, T, heads, head_dim] in memory: unless the kernel padded the
         # heads, this reshape copies nothing
         return self.out(y.transpose(1, 2).reshape(b, y.shape[2], self.width))
+
+    def split_heads(self, projected: Tensor, past: int) -> tuple[Tensor, Tensor, Tensor]:
+        """q [B, heads, T, head_dim] and k, v [B, kv_heads, T, head_dim] of the projection
+        ``projected`` [B, T, ...] at positions ``past ..``, q and k normed and rotated as the
+        layer's options say (views in SDPA's layout: [B, T, heads, head_dim] in memory)."""
+        b, t, _ = projected.shape
+        kv_width = self.kv_heads * self.head_dim
+        # one split (not three slices): its backward writes the three gradients side by side at once
+        q, k, v = projected.split((self.width, kv_width, kv_width), dim=-1)
+        q = q.view(b, t, self.heads, self.head_dim)
+        k = k.view(b, t, self.kv_heads, self.head_dim)
+        v = v.view(b, t, self.kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            # under autocast q and k come in bf16 while the norms' weights stay float32: normalise in
+            # the weights' dtype (torch's fused RMSNorm takes one dtype; mixed, it warns and falls
+            # back to the composite) and hand the result on in q's dtype
+            q = self.q_norm(q.to(self.q_norm.weight.dtype)).to(q.dtype)
+            k = self.k_norm(k.to(self.k_norm.weight.dtype)).to(k.dtype)
+        if self.rotary is not None:
+            q, k = self.rotary(q, k, past)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
 
 def selected_first(x: Tensor, key_mask: Tensor | None, select: Tensor) -> tuple[Tensor, Tensor | None, int, Tensor]:
@@ -155,7 +224,7 @@ class Block(nn.Module):
 
     def __init__(self, spec: ModelSpec, shape: LayerShape, drop_path: float = 0.0) -> None:
         super().__init__()
-        self.pre_norm = spec.norm == "layernorm_pre"
+        self.pre_norm = spec.norm in PRE_NORMS
         self.norm1 = make_norm(spec)
         self.attn = Attention(spec, shape)
         self.norm2 = make_norm(spec)
@@ -193,9 +262,8 @@ class Transformer(nn.Module):
         self.drop = nn.Dropout(spec.dropout)
         rates = drop_path_rates(spec)
         self.blocks = nn.ModuleList(Block(spec, shape, rate) for shape, rate in zip(spec.layers(), rates))
-        # Pre-norm models end with a final LayerNorm; post-norm blocks already end normalised.
-        pre_norm = spec.norm == "layernorm_pre"
-        self.norm_f = nn.LayerNorm(spec.d_model, eps=spec.layer_norm_eps) if pre_norm else nn.Identity()
+        # Pre-norm models end with a final norm (LayerNorm, RMSNorm); post-norm blocks already end normalised.
+        self.norm_f = make_norm(spec) if spec.norm in PRE_NORMS else nn.Identity()
         for name, module in self.output_head.build(spec, self).items():
             setattr(self, name, module)
         self.apply(self._init_weights)
@@ -217,6 +285,8 @@ class Transformer(nn.Module):
         elif isinstance(module, nn.LayerNorm):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.RMSNorm):
+            nn.init.ones_(module.weight)
 
     def forward(self, inputs: Tensor, cache: KVCache | None = None, pad_vocab: bool = False,
                 select: Tensor | None = None) -> Tensor:

@@ -34,6 +34,12 @@ class PlanConfig(Config):
     total_heads: int | None = Field(default=None, gt=0)
     ratio: float = Field(default=2.0, gt=0)
     heads: list[int] | None = None
+    #: ``layerwise`` only (:func:`headwise.plans.layerwise_scaling`; None: OpenELM's defaults): the
+    #: first and last layers' multipliers, query heads per KV head, the FFN width's divisor
+    qkv_multipliers: tuple[float, float] | None = None
+    ffn_multipliers: tuple[float, float] | None = None
+    gqa_groups: int | None = Field(default=None, gt=0)
+    ffn_divisor: int | None = Field(default=None, gt=0)
 
 
 # ``[model]`` accepts every ModelSpec field, each optional (a preset or the spec's default fills
@@ -266,6 +272,14 @@ def resolve_spec(model: Any, task: TaskShape | Task, source: str = "config") -> 
                 "give heads or [model.plan], or heads equal to what the plan gives"
             )
         fields["heads"] = list(plan.heads)
+        for key in ("kv_heads", "mlp_hidden"):  # set by the layerwise scheme only
+            value = list(getattr(plan, key))
+            if value:
+                # a saved run config keeps them beside the plan: equal values are the plan's own
+                if given.get(key) is not None and given[key] != value:
+                    raise HeadwiseError(f"{where}: {key} {given[key]} differ from the {plan.scheme} plan's {value}; "
+                                        f"give {key} or [model.plan], or {key} equal to what the plan gives")
+                fields[key] = value
     spec = ModelSpec.parse(fields, source=where)
     # the positions the blocks see: the task's sequences, with a class token if the model has one
     positions = FRONT_ENDS[spec.inputs].positions(spec, shape.seq_len)
@@ -314,8 +328,13 @@ def _plan_of(asked: PlanConfig, fields: dict[str, Any], where: str) -> Plan:
         if key not in fields:
             raise HeadwiseError(f"{where}: [model.plan] needs {key} (set it or choose a preset)")
     head_dim = fields.get("head_dim")
+    layerwise = {key: getattr(asked, key) for key in ("qkv_multipliers", "ffn_multipliers", "gqa_groups",
+                                                      "ffn_divisor") if getattr(asked, key) is not None}
+    if layerwise and asked.scheme is not Scheme.LAYERWISE:
+        raise HeadwiseError(f"{where}: [model.plan] {next(iter(layerwise))} applies only to scheme 'layerwise'")
     return plan_heads(asked.scheme, fields["n_layers"], fields["d_model"], asked.total_heads, ratio=asked.ratio,
-                      heads=asked.heads, head_dim=head_dim if isinstance(head_dim, int) else None)
+                      heads=asked.heads, head_dim=head_dim if isinstance(head_dim, int) else None,
+                      layerwise=layerwise)
 
 
 @dataclass(frozen=True)

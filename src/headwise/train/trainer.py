@@ -244,8 +244,10 @@ class Trainer:
             self.progress.message(f"warning: {self.run_dir.metrics} had {self.metrics.dropped} damaged line(s); "
                                   "dropped them, kept the rows that read back")
         where = f"resuming at step {self.step}" if self.resume_from is not None else "starting"
+        kv_heads = self.spec.kv_heads_per_layer
+        kv = "" if kv_heads == self.spec.heads else f" (key/value heads {kv_heads})"
         self.progress.message(
-            f"{where}: {count_params(self.spec):,} parameters, heads {self.spec.heads}, {lay.steps} steps x "
+            f"{where}: {count_params(self.spec):,} parameters, heads {self.spec.heads}{kv}, {lay.steps} steps x "
             f"{lay.tokens_per_step:,} {self.task.unit} (micro-batch {lay.micro_batch} x accumulation {lay.grad_accum} x "
             f"{lay.world_size} processes), {self.device.type} {self.cfg.train.precision}"
         )

@@ -65,8 +65,8 @@ def config_for(spec: ModelSpec, eot_id: int | None = None) -> HeadwiseConfig:
     resolves to and each layer's shape; ``eot_id`` (the tokenizer's end-of-text) becomes the
     beginning-, end- and padding-token id."""
     fields = {**spec.model_dump(mode="json"), "output_head": spec.output_head}
-    shapes = [{"heads": s.heads, "head_dim": s.head_dim, "mlp_hidden": s.mlp_hidden, "attention": s.attention}
-              for s in spec.layers()]
+    shapes = [{"heads": s.heads, "head_dim": s.head_dim, "mlp_hidden": s.mlp_hidden, "attention": s.attention,
+               "kv_heads": s.kv_heads} for s in spec.layers()]
     extra: dict = {} if eot_id is None else {"bos_token_id": eot_id, "eos_token_id": eot_id, "pad_token_id": eot_id}
     # a head that decodes into the vocabulary has no labels, whatever num_classes says
     if spec.num_classes is not None and not OUTPUT_HEAD_PARTS[spec.output_head].vocabulary:

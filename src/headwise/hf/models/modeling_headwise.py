@@ -31,6 +31,7 @@ from transformers.utils import ModelOutput
 
 from headwise.hf.models.configuration_headwise import HeadwiseConfig
 from headwise.model.inputs import ScaledSinusoid
+from headwise.model.rotary import Rotary
 from headwise.model.transformer import Transformer
 
 
@@ -94,6 +95,8 @@ class HeadwisePreTrainedModel(PreTrainedModel):
                 table = ScaledSinusoid(rows, width).table
             with torch.no_grad():
                 module.table.copy_(table)
+        elif isinstance(module, Rotary):
+            module.recompute_buffers()  # the rotary frequencies, likewise not saved
 
 
 class TokenLMPreTrainedModel(HeadwisePreTrainedModel):

@@ -2,7 +2,8 @@
 
 ``headwise export --hf`` copies the model modules into the exported folder, where ``headwise``
 is not installed. There, their ``from headwise.spec import ...`` reads from this module instead,
-so it defines the names they import (``ModelSpec``, ``LayerShape``, ``GATED_ACTIVATIONS``) with
+so it defines the names they import (``ModelSpec``, ``LayerShape``, ``GATED_ACTIVATIONS``,
+``PRE_NORMS``) with
 only the standard library. The fields come resolved from ``config.json`` (written by
 :func:`headwise.hf.models.config_for`): nothing is derived here,
 so the exported model cannot drift from the spec headwise validated.
@@ -14,7 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 #: Gated activations (the same tuple as ``headwise.spec.GATED_ACTIVATIONS``)
-GATED_ACTIVATIONS = ("geglu",)
+GATED_ACTIVATIONS = ("geglu", "swiglu")
+#: Norms before each sub-block (the same tuple as ``headwise.spec.PRE_NORMS``)
+PRE_NORMS = ("layernorm_pre", "rmsnorm_pre")
 
 
 @dataclass(frozen=True)
@@ -25,11 +28,18 @@ class LayerShape:
     head_dim: int
     mlp_hidden: int
     attention: str
+    #: key/value heads (None, as a config.json written before them has it: as many as ``heads``)
+    kv_heads: int | None = None
 
     @property
     def width(self) -> int:
-        """Attention width: the size q, k and v project to (heads x head_dim)."""
+        """Attention width: the size q projects to and the output projection reads (heads x head_dim)."""
         return self.heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        """The size k and v each project to (kv_heads x head_dim)."""
+        return (self.kv_heads or self.heads) * self.head_dim
 
 
 class ModelSpec:

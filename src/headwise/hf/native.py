@@ -1,0 +1,128 @@
+"""The native ``transformers`` classes ``headwise export`` can write a language model as, instead
+of headwise's own ``HeadwiseForCausalLM`` (which loads with ``trust_remote_code=True``).
+
+``--native`` names the target:
+
+- ``llama``, ``qwen3``: ``LlamaForCausalLM`` / ``Qwen3ForCausalLM`` (:mod:`headwise.hf.llama`), for
+  a uniform Llama-style model (one query-head count, key/value-head count, head width and MLP width
+  for every layer; pre-RMSNorm, RoPE over the whole head, SwiGLU; Qwen3 with q/k RMSNorm);
+- ``laguna``: ``LagunaForCausalLM`` (:mod:`headwise.hf.laguna`), for per-layer query heads over one
+  key/value-head count and head width, with q/k RMSNorm and a softplus output gate;
+- ``gpt-neo``: ``GPTNeoForCausalLM`` (:mod:`headwise.hf.gpt_neo`, what ``--gpt-neo`` writes);
+- ``none``: ``HeadwiseForCausalLM``, any spec (its modelling code in the folder);
+- ``auto`` (the default): the first of :data:`AUTO_ORDER` that expresses the model, else
+  ``HeadwiseForCausalLM`` with one line saying which rule of the nearest native class forced it.
+  ``auto`` never picks GPT-Neo: GPT-Neo's attention is computed in another order than headwise's
+  (equal to 1e-5, not bit for bit), so the seed works' blocks keep the exact
+  ``HeadwiseForCausalLM`` unless ``--native gpt-neo`` asks for it.
+
+A model that is not a language model (an encoder, a classifier) has no native target here; an
+explicit target that cannot express the model is refused, with the rule, before anything is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from headwise.errors import HeadwiseError
+from headwise.spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class NativeTarget:
+    """One native ``transformers`` causal-LM class that ``headwise export`` can write."""
+
+    #: its name on ``--native``
+    name: str
+    #: its ``transformers`` class name
+    model_class: str
+    #: why it cannot express a spec, or None when it can
+    problem: Callable[[ModelSpec], str | None]
+    #: the ``transformers`` model with exactly a headwise model's weights
+    build: Callable[[Any], Any]
+
+
+def _llama(arch_name: str) -> NativeTarget:
+    """The target of one :mod:`headwise.hf.llama` architecture."""
+    from headwise.hf import llama
+
+    arch = llama.ARCHITECTURES[arch_name]
+    return NativeTarget(arch_name, arch.model_class, lambda spec: llama.incompatibility(spec, arch),
+                        lambda model: llama.to_hf(model, arch))
+
+
+def _gpt_neo() -> NativeTarget:
+    """The GPT-Neo target."""
+    from headwise.hf import gpt_neo
+
+    return NativeTarget("gpt-neo", "GPTNeoForCausalLM", gpt_neo.gpt_neo_incompatibility, gpt_neo.to_hf)
+
+
+def _laguna() -> NativeTarget:
+    """The Laguna target."""
+    from headwise.hf import laguna
+
+    return NativeTarget("laguna", laguna.MODEL_CLASS, laguna.incompatibility, laguna.to_hf)
+
+
+def targets() -> dict[str, NativeTarget]:
+    """Every native target, by its ``--native`` name."""
+    return {t.name: t for t in (_llama("llama"), _llama("qwen3"), _laguna(), _gpt_neo())}
+
+
+#: ``--native`` choices: the targets, ``auto`` and ``none``
+CHOICES = ("auto", "llama", "qwen3", "laguna", "gpt-neo", "none")
+#: what ``auto`` tries, in order (at most one of them fits a spec: Llama has no q/k norms, Qwen3
+#: no output gate, Laguna always both)
+AUTO_ORDER = ("llama", "qwen3", "laguna")
+
+
+def _nearest(spec: ModelSpec) -> str:
+    """The ``auto`` target whose rule is the one to name when none fits: Laguna for a model with an
+    output gate or per-layer query heads, Qwen3 for one with q/k norms, else Llama."""
+    if spec.output_gate is not None or len(set(spec.heads)) > 1:
+        return "laguna"
+    return "qwen3" if spec.qk_norm else "llama"
+
+
+def choose(spec: ModelSpec, native: str) -> tuple[NativeTarget | None, str | None]:
+    """The native target to write ``spec`` as (None: ``HeadwiseForCausalLM``), and, where ``auto``
+    fell back to ``HeadwiseForCausalLM`` for a language model, one line saying which rule forced it.
+    An explicit target that cannot express ``spec`` is a HeadwiseError naming the rule."""
+    if native not in CHOICES:
+        raise HeadwiseError(f"--native {native!r}: choose one of {', '.join(CHOICES)}")
+    if native == "none":
+        return None, None
+    known = targets()
+    if native != "auto":
+        target = known[native]
+        reason = target.problem(spec)
+        if reason:
+            flag = "--gpt-neo" if native == "gpt-neo" else f"--native {native}"
+            raise HeadwiseError(f"{flag}: {target.model_class} cannot express this model: {reason}; export without "
+                                f"{flag} (--native auto writes the native class that fits, else headwise's own, "
+                                "which takes every spec; nothing was written)")
+        return target, None
+    if spec.output_head != "lm":
+        return None, None
+    for name in AUTO_ORDER:
+        if known[name].problem(spec) is None:
+            return known[name], None
+    nearest = known[_nearest(spec)]
+    return None, (f"no native transformers class expresses this model ({nearest.model_class}: "
+                  f"{nearest.problem(spec)}), so it is exported as HeadwiseForCausalLM, which loads with "
+                  "trust_remote_code=True")
+
+
+def to_native(model: Any, target: NativeTarget, eot_id: int | None) -> Any:
+    """``model`` as ``target``'s class, with the tokenizer's end-of-text ``eot_id`` as its bos,
+    eos and pad (in the config and in the generation config)."""
+    hf = target.build(model)
+    if eot_id is not None:
+        hf.config.bos_token_id = hf.config.eos_token_id = eot_id
+        hf.generation_config.bos_token_id = hf.generation_config.eos_token_id = eot_id
+        hf.generation_config.pad_token_id = eot_id
+    hf.config.architectures = [target.model_class]
+    return hf

@@ -1,0 +1,188 @@
+"""Conversion to and from Apple's OpenELM (corenet's ``general_gpt`` and the hub's
+``OpenELMForCausalLM`` remote code), for the Llama-style specs it can express.
+
+OpenELM is a Llama-style decoder whose layers differ (layer-wise scaling,
+:func:`headwise.plans.layerwise_scaling`): every layer has its own query heads, key/value heads and
+FFN width, all heads of one width. Its blocks are pre-RMSNorm, RMS-normed q and k (one weight over
+head_dim per layer), RoPE, 1/sqrt(head_dim) scores, a SwiGLU FFN, no biases, and one eps for every
+norm; the output layer is the token embedding (``share_input_output_layers``) or a bias-free map.
+
+The weights map one to one. OpenELM's ``qkv_proj`` is laid out as headwise's fused ``qkv``: the
+query heads, then the key heads, then the value heads, each head's rows together. Its ``proj_1``
+holds the FFN's gate first and its value second (``act(y_1) * y_2``), headwise's ``mlp.fc`` the
+value first (:func:`headwise.model.transformer.swiglu`): the two halves swap.
+
+No ``transformers`` class is involved: OpenELM is remote code, so this module reads and writes
+state dicts under the hub's names (``transformer.layers.{i}.attn.qkv_proj.weight``, ...; corenet's
+own checkpoints have the same names without the ``transformer.`` prefix: pass ``prefix=""``) and
+the hub's ``config.json`` fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from headwise.errors import HeadwiseError
+from headwise.hf.convert import fixed_field_problem
+from headwise.model.transformer import Transformer
+from headwise.plans import layerwise_scaling, make_divisible
+from headwise.spec import ModelSpec
+
+#: what OpenELM's block fixes, as (spec field, required value, why)
+_FIXED: list[tuple[str, object, str]] = [
+    ("inputs", "tokens", "it reads token ids"),
+    ("output_head", "lm", "it ends in a language-model head"),
+    ("causal", True, "it is a decoder"),
+    ("norm", "rmsnorm_pre", "its blocks are pre-norm RMSNorm"),
+    ("positions", "rope", "it has rotary positions"),
+    ("partial_rotary_factor", 1.0, "its RoPE rotates every channel of a head"),
+    ("activation", "swiglu", "its FFN is SwiGLU (ffn_with_glu, swish)"),
+    ("score_scale", "inv_sqrt", "it scales attention scores by 1/sqrt(head_dim)"),
+    ("qk_norm", "rmsnorm", "it normalises each head's q and k (normalize_qk_projections)"),
+    ("qkv_bias", False, "its projections have no biases"),
+    ("out_bias", False, "its projections have no biases"),
+    ("mlp_bias", False, "its FFN has no biases"),
+    ("embedding_norm", None, "it has no norm on its embeddings"),
+    ("dropout", 0.0, "it has no dropout"),
+    ("drop_path", None, "it has no stochastic depth"),
+    ("output_gate", None, "it has no gate on the attention outputs"),
+]
+
+
+def incompatibility(spec: ModelSpec) -> str | None:
+    """Why OpenELM cannot express ``spec``, or None when it can."""
+    if len(set(spec.head_dims)) != 1:
+        return f"its layers have different head widths {spec.head_dims}; OpenELM has one head_dim for all layers"
+    kinds = sorted({s.attention for s in spec.layers()} - {"global"})
+    if kinds:
+        return f"it has {' and '.join(kinds)} attention layers; OpenELM's layers are all global causal attention"
+    return fixed_field_problem(spec, _FIXED)
+
+
+def _check(spec: ModelSpec) -> None:
+    reason = incompatibility(spec)
+    if reason:
+        raise HeadwiseError(f"cannot convert to OpenELM: {reason}")
+
+
+def to_config(spec: ModelSpec) -> dict[str, Any]:
+    """The hub ``config.json`` fields of an OpenELM equal to ``spec`` (per-layer heads and FFN
+    multipliers given as lists; ``ffn_dim_divisor`` 1 keeps every FFN width exact). A model of two
+    layers with different FFN widths cannot be written so (two multipliers read as a ramp)."""
+    _check(spec)
+    layers = spec.layers()
+    if spec.n_layers == 2 and len({s.mlp_hidden for s in layers}) == 2:
+        raise HeadwiseError("cannot convert to OpenELM: a 2-layer model with two FFN widths; OpenELM reads two "
+                            "ffn_multipliers as the ends of a ramp rounded to 2 decimals")
+    return {
+        "model_type": "openelm", "vocab_size": spec.vocab_size, "max_context_length": spec.max_seq_len,
+        "num_transformer_layers": spec.n_layers, "model_dim": spec.d_model, "head_dim": layers[0].head_dim,
+        "num_query_heads": [s.heads for s in layers], "num_kv_heads": [s.kv_heads for s in layers],
+        "ffn_multipliers": [s.mlp_hidden / 2 / spec.d_model for s in layers], "ffn_dim_divisor": 1,
+        "ffn_with_glu": True, "activation_fn_name": "swish", "normalization_layer_name": "rms_norm",
+        "normalize_qk_projections": True, "share_input_output_layers": spec.tie_embeddings,
+        "rope_freq_constant": spec.rope_theta, "rope_max_length": 2 * spec.max_seq_len,
+        "initializer_range": spec.init_std, "rms_norm_eps": spec.layer_norm_eps,
+    }
+
+
+def _per_layer(value: Any, n_layers: int, name: str) -> list[Any]:
+    """A per-layer list from a config field that is one value or a list with one per layer."""
+    values = list(value) if isinstance(value, (list, tuple)) else [value] * n_layers
+    if len(values) != n_layers:
+        raise HeadwiseError(f"cannot convert: {name} has {len(values)} values for {n_layers} layers")
+    return values
+
+
+def spec_from_config(config: Mapping[str, Any]) -> ModelSpec:
+    """The ModelSpec of an OpenELM config (the hub's ``config.json`` fields, or corenet's
+    ``GPTConfig`` fields as a dict). Per-layer heads are read when given, else computed by
+    layer-wise scaling from ``qkv_multipliers``; FFN widths are rounded from ``ffn_multipliers``
+    by ``make_divisible(m * model_dim, ffn_dim_divisor)`` as OpenELM's FFN does."""
+    get = config.get
+    if not get("ffn_with_glu", True) or get("activation_fn_name", "swish") not in ("swish", "silu"):
+        raise HeadwiseError("cannot convert: headwise's OpenELM FFN is SwiGLU (ffn_with_glu, swish)")
+    if get("normalization_layer_name", "rms_norm") != "rms_norm":
+        raise HeadwiseError(f"cannot convert: normalization_layer_name = {get('normalization_layer_name')!r}; "
+                            "headwise reads OpenELM's rms_norm")
+    n, d, head_dim = int(config["num_transformer_layers"]), int(config["model_dim"]), int(config["head_dim"])
+    groups, divisor = int(get("num_gqa_groups") or 1), int(get("ffn_dim_divisor", 256))
+    heads, kv_heads = get("num_query_heads"), get("num_kv_heads")
+    if not isinstance(heads, (list, tuple)) or not isinstance(kv_heads, (list, tuple)):
+        qkv = get("qkv_multipliers", 1.0)
+        pair = tuple(qkv) if isinstance(qkv, (list, tuple)) else (qkv, qkv)
+        shape = layerwise_scaling(n, d, head_dim, qkv_multipliers=pair, gqa_groups=groups, ffn_divisor=divisor)
+        heads, kv_heads = shape.heads, shape.kv_heads
+    ffn = get("ffn_multipliers", 4.0)
+    if isinstance(ffn, (list, tuple)) and len(ffn) == 2:
+        # two values are the first and last layers' (corenet's rule), ramped as OpenELM ramps them
+        mlp = list(layerwise_scaling(n, d, head_dim, ffn_multipliers=tuple(ffn), ffn_divisor=divisor).mlp_hidden)
+    else:
+        mlp = [2 * int(make_divisible(m * d, divisor)) for m in _per_layer(ffn, n, "ffn_multipliers")]
+    return ModelSpec(
+        vocab_size=int(config["vocab_size"]), d_model=d, n_layers=n,
+        max_seq_len=int(get("max_context_length", 2048)), heads=list(heads), kv_heads=list(kv_heads),
+        head_dim=head_dim, mlp_hidden=mlp, activation="swiglu", norm="rmsnorm_pre",
+        layer_norm_eps=float(get("rms_norm_eps", 1e-6)), positions="rope",
+        rope_theta=float(get("rope_freq_constant", 10000)), qk_norm="rmsnorm", score_scale="inv_sqrt",
+        qkv_bias=False, out_bias=False, mlp_bias=False, tie_embeddings=bool(get("share_input_output_layers", True)),
+        init_std=float(get("initializer_range", 0.02)),
+    )
+
+
+def _names(spec: ModelSpec, prefix: str) -> list[tuple[str, str]]:
+    """(headwise key, OpenELM key) of every weight; the FFN's ``mlp.fc`` / ``proj_1`` swap halves."""
+    pairs = [("tok_emb.weight", f"{prefix}token_embeddings.weight"), ("norm_f.weight", f"{prefix}norm.weight")]
+    for i in range(spec.n_layers):
+        ours, theirs = f"blocks.{i}.", f"{prefix}layers.{i}."
+        pairs += [(ours + a, theirs + b) for a, b in (
+            ("norm1.weight", "attn_norm.weight"), ("norm2.weight", "ffn_norm.weight"),
+            ("attn.qkv.weight", "attn.qkv_proj.weight"), ("attn.out.weight", "attn.out_proj.weight"),
+            ("attn.q_norm.weight", "attn.q_norm.weight"), ("attn.k_norm.weight", "attn.k_norm.weight"),
+            ("mlp.fc.weight", "ffn.proj_1.weight"), ("mlp.proj.weight", "ffn.proj_2.weight"))]
+    if not spec.tie_embeddings:
+        pairs.append(("lm_head.weight", "lm_head.weight"))
+    return pairs
+
+
+def _swap_halves(w: Tensor) -> Tensor:
+    """The two halves of ``w`` along its first dimension, the second first."""
+    first, second = w.chunk(2, dim=0)
+    return torch.cat([second, first])
+
+
+@torch.no_grad()
+def to_state_dict(model: Transformer, prefix: str = "transformer.") -> dict[str, Tensor]:
+    """OpenELM's state dict (the hub's names; ``prefix=""`` for corenet's) with exactly ``model``'s
+    weights; the tied output layer is not repeated."""
+    _check(model.spec)
+    ours = model.state_dict()
+    return {theirs: (_swap_halves(ours[a]) if a.endswith("mlp.fc.weight") else ours[a]).clone()
+            for a, theirs in _names(model.spec, prefix)}
+
+
+@torch.no_grad()
+def from_state_dict(state: Mapping[str, Tensor], spec: ModelSpec, prefix: str = "transformer.") -> Transformer:
+    """A headwise Transformer of ``spec`` (in eval mode) with exactly the weights of OpenELM's state
+    dict ``state``; a missing or misshapen weight is a HeadwiseError naming it."""
+    _check(spec)
+    model = Transformer(spec).eval()
+    ours = model.state_dict()
+    for a, theirs in _names(spec, prefix):
+        if theirs not in state:
+            raise HeadwiseError(f"cannot convert: the OpenELM state dict has no {theirs!r}")
+        w = state[theirs]
+        if tuple(w.shape) != tuple(ours[a].shape):
+            raise HeadwiseError(f"cannot convert: {theirs} is {list(w.shape)}; the spec needs {list(ours[a].shape)}")
+        ours[a].copy_(_swap_halves(w) if a.endswith("mlp.fc.weight") else w)
+    return model
+
+
+def from_openelm(reference: torch.nn.Module, config: Mapping[str, Any], prefix: str = "transformer.") -> Transformer:
+    """A headwise Transformer with exactly the weights of an OpenELM module (the hub's
+    ``OpenELMForCausalLM``, or corenet's model with ``prefix=""``) of config ``config``."""
+    return from_state_dict(reference.state_dict(), spec_from_config(config), prefix)
