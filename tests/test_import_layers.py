@@ -45,7 +45,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # each family: its task, data, model parts, presets (its report layouts and bench section plug
     # into the report and the bench, and sit with them)
     ("families", ("headwise.families.*",)),
-    ("bench", ("headwise.bench", "headwise.bench.*", "headwise.families.*.bench")),
+    ("bench", ("headwise.bench", "headwise.bench.*", "headwise.families.*.bench", "headwise.families.*.bench_*")),
     ("study", ("headwise.study", "headwise.study.*")),
     ("report", ("headwise.report", "headwise.report.*", "headwise.families.*.report", "headwise.families.*.report_*")),
     ("commands", ("headwise.commands", "headwise.commands.*", "headwise.cli", "headwise.__main__", "headwise")),

@@ -95,3 +95,31 @@ def flops_per_token(spec: ModelSpec, seq_len: int) -> int:
     n = count_params(spec) - position_params(spec)
     per_sequence = 6 * n * t + sum(attention_flops(spec, s, t) for s in spec.layers())
     return round(per_sequence * front.sequences_per_example / seq_len)
+
+
+#: bytes per cached key or value element, by the dtype the cache is kept in
+KV_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+def kv_cache_bytes_per_token(spec: ModelSpec, dtype: str = "fp32") -> int:
+    """Bytes the key/value cache grows by per generated token: over the layers of a causal model,
+    2 (key and value) x the layer's KV heads x its head_dim x the bytes of one ``dtype`` element
+    (:data:`KV_DTYPE_BYTES`); 0 for a bidirectional model, which decodes nothing and keeps no cache.
+
+    The cache stores only KV heads, so grouped-query attention shrinks it by heads / kv_heads.
+    ``local`` (sliding-window) layers are counted at full context, as headwise's cache keeps them
+    (:mod:`headwise.model.cache` keeps every position; a query reads the last ``window``); a cache
+    that evicts beyond the window holds at most ``window`` tokens of such a layer, so past the window
+    its per-token growth is the global layers' alone.
+    """
+    if dtype not in KV_DTYPE_BYTES:
+        raise ValueError(f"unknown cache dtype {dtype!r}: one of {', '.join(KV_DTYPE_BYTES)}")
+    if not spec.causal:
+        return 0
+    return sum(2 * s.kv_heads * s.head_dim * KV_DTYPE_BYTES[dtype] for s in spec.layers())
+
+
+def kv_cache_budget(spec: ModelSpec) -> dict[str, int]:
+    """:func:`kv_cache_bytes_per_token` for fp32 and bf16 (fp16's equals bf16's): what plans and
+    run summaries report beside parameters and FLOPs."""
+    return {dtype: kv_cache_bytes_per_token(spec, dtype) for dtype in ("fp32", "bf16")}

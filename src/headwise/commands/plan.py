@@ -6,7 +6,7 @@ import argparse
 import json
 
 from headwise.errors import HeadwiseError
-from headwise.params import count_params
+from headwise.params import count_params, kv_cache_budget
 from headwise.plans import SCHEMES, plan_heads
 from headwise.spec import ModelSpec
 
@@ -100,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
         tie_embeddings=not args.untied, kv_heads=kv[0] if kv is not None and len(kv) == 1 else kv, **block,
     ), source="plan")
     params = count_params(spec)
+    kv_cache = kv_cache_budget(spec)  # a plan's model is causal: it decodes with a key/value cache
     # the KV heads as the spec resolves them, per layer, and the MLP widths; shown only when asked
     # for or set by the scheme, so that the output of a plan without them stays as it was
     kv_heads = spec.kv_heads_per_layer if kv is not None else None
@@ -107,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         extra = {} if kv_heads is None else {"kv_heads": kv_heads}
         print(json.dumps({**plan.to_dict(), "total_heads": plan.total, "attention_widths": list(plan.widths),
-                          "exact": plan.exact, **extra, "params": params}))
+                          "exact": plan.exact, **extra, "params": params,
+                          "kv_cache_bytes_per_token": kv_cache}))
         return 0
     print(f"scheme {plan.scheme}, d_model {args.d_model}, {args.layers} layers")
     kv_column = "" if kv_heads is None else f" {'kv heads':>9}"
@@ -120,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"total heads {plan.total}" + ("" if plan.exact else f" (requested {plan.requested_total})")
           + ("" if kv_heads is None else f", {sum(kv_heads)} key/value heads"))
     print(f"parameters {params:,}")
+    print(f"KV cache: {kv_cache['fp32']:,} bytes per token (fp32), {kv_cache['bf16']:,} (bf16)")
     if mlp is not None:
         print("note: an mlp width counts the SwiGLU's value and gate halves; OpenELM's FFN width is half of it")
     for note in plan.notes:

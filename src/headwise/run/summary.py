@@ -59,6 +59,9 @@ class RunSummary(BaseModel):
     peak_memory_bytes: int | None = None
     mfu: float | None = None
     flops_per_token: int | None = None
+    #: bytes the key/value cache grows by per token, by cache dtype (``{"fp32": ..., "bf16": ...}``;
+    #: :func:`headwise.params.kv_cache_budget`); None for bidirectional models, which keep no cache
+    kv_cache_bytes_per_token: dict[str, int] | None = None
     peak_flops: float | None = None
     peak_flops_source: str | None = None
     steps: int = 0
@@ -122,7 +125,8 @@ class RunSummary(BaseModel):
     def to_json(self) -> str:
         """The ``summary.json`` text."""
         data = self.model_dump(mode="json")
-        for key in ("init_from", "tokenizer"):  # only some runs have them: other summaries stay as they were
+        # only some runs have them (no KV cache: bidirectional models): other summaries stay as they were
+        for key in ("init_from", "tokenizer", "kv_cache_bytes_per_token"):
             if data[key] is None:
                 del data[key]
         return json.dumps(data, indent=2) + "\n"

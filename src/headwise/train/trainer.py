@@ -25,7 +25,7 @@ from torch.nn.parallel import DistributedDataParallel
 from headwise.analysis.conditioning import training_metrics
 from headwise.errors import HeadwiseError, RunFailure
 from headwise.model import Transformer, save_pretrained
-from headwise.params import count_params, flops_per_token
+from headwise.params import count_params, flops_per_token, kv_cache_budget
 from headwise.run import RunDir, RunStatus, RunSummary, write_summary
 from headwise.run.tokenizer import task_tokenizer, tokenizer_record
 from headwise.tasks.base import Task
@@ -473,6 +473,7 @@ class Trainer:
             peak_memory_bytes=peak_memory_bytes(self.device),
             mfu=mfu,
             flops_per_token=fpt,
+            kv_cache_bytes_per_token=kv_cache_budget(self.spec) if self.spec.causal else None,
             peak_flops=self.peak_flops,
             peak_flops_source=self.peak_source,
             steps=self.step,

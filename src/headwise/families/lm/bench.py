@@ -30,6 +30,7 @@ from typing import Any
 from headwise.bench.report import target
 from headwise.bench.sections import BenchSection, SuiteRun, register_section
 from headwise.data.sources import data_root, open_source
+from headwise.families.lm import bench_llama  # noqa: F401  (registers the llama and decode sections)
 from headwise.text.tokenizer import gpt_neo_tokenizer
 
 SAMPLE = "tinystories-train-sample.txt"
