@@ -85,9 +85,10 @@ def render_markdown(result: dict[str, Any]) -> str:
                  f"Only quiet rounds count when there are two or more: a sample is quiet when other work kept a "
                  f"task waiting for a CPU less than {100 * QUIET_STALL:.0f}% of its time (Linux PSI); "
                  "the `quiet` column says how many were.")
-    lines.append(f"- Model: GPT-Neo, d_model {cfg['d_model']}, {cfg['n_layers']} layers G,L,..., window 256, "
-                 f"vocab {cfg['vocab_size']:,}; HF = transformers GPTNeoForCausalLM, eager attention, "
-                 "same weights (headwise.hf.to_hf)")
+    if result.get("training"):  # the GPT-Neo model of the training sections; other sections describe their own
+        lines.append(f"- Model: GPT-Neo, d_model {cfg['d_model']}, {cfg['n_layers']} layers G,L,..., window 256, "
+                     f"vocab {cfg['vocab_size']:,}; HF = transformers GPTNeoForCausalLM, eager attention, "
+                     "same weights (headwise.hf.to_hf)")
     opt = next((t.get("optimizer") for t in result.get("training", [])), None)
     settings = result.get("settings", {})
     lines.append(f"- Settings: glibc malloc keeps freed memory: {'yes' if settings.get('malloc_tuned') else 'no'}"
