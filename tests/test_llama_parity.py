@@ -14,7 +14,7 @@ from headwise.hf.llama import LLAMA, QWEN3, from_hf, incompatibility, to_config,
 from headwise.model import Transformer
 from headwise.params import count_params
 from headwise.spec import ModelSpec
-from headwise.train.generate import generate
+from decoder_parity import assert_logits_match, assert_same_greedy_tokens, perturbed
 from helpers import one_thread  # noqa: F401  (one torch thread for this module)
 
 transformers = pytest.importorskip("transformers", reason="transformers is the parity reference (pip install .[dev])")
@@ -37,50 +37,23 @@ CASES = {
 }
 
 
-def _perturbed(model: torch.nn.Module, seed: int) -> None:
-    # every parameter moved (the norms' ones too), so the comparison cannot pass on ones and zeros;
-    # a large scale spreads the logits, so greedy tokens are decided well above float noise
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.3 * torch.randn(p.shape, generator=g))
-
-
 def _pair(name: str) -> tuple[Transformer, torch.nn.Module]:
     arch, fields = CASES[name]
     torch.manual_seed(0)
     ours = Transformer(ModelSpec(**{**LLAMA_STYLE, **fields})).eval()
-    _perturbed(ours, seed=1)
+    perturbed(ours, seed=1)
     theirs = to_hf(ours, arch)
-    theirs.generation_config.eos_token_id = None  # greedy to the end, never stopped early
-    theirs.generation_config.pad_token_id = 0
     return ours, theirs
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_logits_match(name):
-    ours, theirs = _pair(name)
-    x = torch.randint(0, VOCAB, (3, 40), generator=torch.Generator().manual_seed(2))
-    with torch.no_grad():
-        diff = (ours(x) - theirs(x).logits).abs().max().item()
-    print(f"{name}: max |logits diff| {diff:.3g}")
-    assert diff < 1e-5
-    assert count_params(ours.spec) == ours.num_params() == sum(p.numel() for p in theirs.parameters())
+    assert_logits_match(name, *_pair(name), VOCAB)
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_cached_greedy_generation_matches(name):
-    ours, theirs = _pair(name)
-    distinct = []
-    for prompt in ([5, 17, 42, 8, 3], [1, 2, 3]):
-        with torch.no_grad():
-            expected = theirs.generate(torch.tensor([prompt]), max_new_tokens=30, do_sample=False,
-                                       use_cache=True)[0, len(prompt):].tolist()
-        cached = generate(ours, prompt, 30, temperature=0)
-        uncached = generate(ours, prompt, 30, temperature=0, use_cache=False)
-        assert cached == uncached == expected, prompt
-        distinct.append(len(set(expected)))
-    assert max(distinct) > 3  # not only a degenerate repetition (a random model falls into some)
+    assert_same_greedy_tokens(*_pair(name))
 
 
 @pytest.mark.parametrize("name", ["llama-gqa-4q-2kv-untied", "qwen3-gqa-qk-norm"])
@@ -88,7 +61,7 @@ def test_conversion_from_transformers(name):
     arch, fields = CASES[name]
     spec = ModelSpec(**{**LLAMA_STYLE, **fields})
     hf = getattr(transformers, arch.model_class)(to_config(spec, arch)).eval()
-    _perturbed(hf, seed=3)
+    perturbed(hf, seed=3)
     ours = from_hf(hf)
     assert ours.spec.kv_heads_per_layer == spec.kv_heads_per_layer and ours.spec.qk_norm == spec.qk_norm
     x = torch.randint(0, VOCAB, (2, 33), generator=torch.Generator().manual_seed(4))
