@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from headwise.bench.core import QUIET_STALL, quiet_mask
@@ -30,6 +31,18 @@ def target(name: str, goal: str, value: float | None, ok: bool | None, shown: st
 def ratio_shown(row: dict[str, Any]) -> str:
     """A ratio row's figure in the targets table: the median ratio, its rounds and the ratio of medians."""
     return f"{row['ratio']:.2f}x ({row.get('basis', '')} rounds; ratio of medians {row['ratio_of_medians']:.2f}x)"
+
+
+def versus_hf_targets(what: str, rows: list[dict[str, Any]], goal: float,
+                      first_label: Callable[[dict[str, Any]], str],
+                      worst_label: Callable[[dict[str, Any]], str]) -> list[dict[str, Any]]:
+    """The two targets of a section's headwise / HF rows: the first (the reference plan) at least
+    ``goal``x, and no plan slower than HF (the worst plan at least 1.0x)."""
+    first, worst = rows[0], min(rows, key=lambda r: r["ratio"])
+    return [target(f"{what}: {first_label(first)}", f">= {goal}x", first["ratio"], first["ratio"] >= goal,
+                   ratio_shown(first)),
+            target(f"{what}: never slower at any plan (worst plan)", ">= 1.0x", worst["ratio"], worst["ratio"] >= 1.0,
+                   f"{ratio_shown(worst)}: {worst_label(worst)}")]
 
 
 def ratio_cell(row: dict[str, Any] | None) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from headwise.bench.core import case_ratio, interleave, median, pick_quiet, quiet_mask, rate_result, ratio_stats, versus_hf
-from headwise.bench.report import number, quiet_count, ratio_cell, ratio_shown, target
+from headwise.bench.report import number, quiet_count, ratio_cell, ratio_shown, target, versus_hf_targets
 from headwise.bench.sections import BenchSection, SuiteRun, register_section
 from headwise.bench.settings import BenchConfig
 from headwise.bench.training import hf_loss, make_optimizer, make_train_step
@@ -157,13 +157,9 @@ def llama_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     sec = result.get("llama")
     if sec is None:
         return []
-    rows = sec["comparisons"]["vs_hf"]
-    first, worst = rows[0], min(rows, key=lambda r: r["ratio"])
     what = f"Llama-style block vs HF LlamaForCausalLM ({sec['hf_attn_implementation']}), fp32 training tokens/s"
-    out = [target(f"{what}: uniform {first['plan']}", f">= {LLAMA_VS_HF_GOAL}x", first["ratio"],
-                  first["ratio"] >= LLAMA_VS_HF_GOAL, ratio_shown(first)),
-           target(f"{what}: never slower at any plan (worst plan)", ">= 1.0x", worst["ratio"], worst["ratio"] >= 1.0,
-                  f"{ratio_shown(worst)}: {worst['plan']}")]
+    out = versus_hf_targets(what, sec["comparisons"]["vs_hf"], LLAMA_VS_HF_GOAL,
+                            lambda r: f"uniform {r['plan']}", lambda r: r["plan"])
     pen = sec["comparisons"]["penalty"]
     if pen:
         low = min(pen, key=lambda r: r["ratio"])
