@@ -11,6 +11,7 @@ the modules that need it, never by training):
 - :mod:`~headwise.hf.tokenizer`: a run's tokenizer as a ``transformers`` tokenizer;
   :mod:`~headwise.hf.masked_tokenizer`: a masked-LM run's, ``[PAD] [CLS] [SEP] [MASK]`` in front;
 - :mod:`~headwise.hf.export` and :mod:`~headwise.hf.card`: ``headwise export``, a folder that loads
-  without headwise, with its model card;
+  without headwise, with its model card; :mod:`~headwise.hf.native`: the native classes it writes,
+  which :mod:`~headwise.hf.importer` (``headwise convert``) reads back into a run directory;
 - :mod:`~headwise.hf.evaluation`: lm-evaluation-harness on a run (``headwise eval``).
 """

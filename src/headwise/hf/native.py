@@ -18,6 +18,8 @@ of headwise's own ``HeadwiseForCausalLM`` (which loads with ``trust_remote_code=
 
 A model that is not a language model (an encoder, a classifier) has no native target here; an
 explicit target that cannot express the model is refused, with the rule, before anything is written.
+Each target also says how to read its class back (``spec_from_config``, ``from_hf``): ``headwise
+convert`` (:mod:`headwise.hf.importer`) picks the target of a folder's ``config.json`` from this table.
 """
 
 from __future__ import annotations
@@ -42,6 +44,12 @@ class NativeTarget:
     problem: Callable[[ModelSpec], str | None]
     #: the ``transformers`` model with exactly a headwise model's weights
     build: Callable[[Any], Any]
+    #: the ``model_type`` of its configs (``headwise convert`` reads it from ``config.json``)
+    model_type: str
+    #: the spec of one of its configs, or a HeadwiseError saying why headwise cannot express it
+    spec_from_config: Callable[[Any], ModelSpec]
+    #: the headwise model with exactly the weights of one of its models (``headwise convert``)
+    from_hf: Callable[[Any], Any]
 
 
 def _llama(arch_name: str) -> NativeTarget:
@@ -50,21 +58,23 @@ def _llama(arch_name: str) -> NativeTarget:
 
     arch = llama.ARCHITECTURES[arch_name]
     return NativeTarget(arch_name, arch.model_class, lambda spec: llama.incompatibility(spec, arch),
-                        lambda model: llama.to_hf(model, arch))
+                        lambda model: llama.to_hf(model, arch), arch.arch, llama.spec_from_config, llama.from_hf)
 
 
 def _gpt_neo() -> NativeTarget:
     """The GPT-Neo target."""
     from headwise.hf import gpt_neo
 
-    return NativeTarget("gpt-neo", "GPTNeoForCausalLM", gpt_neo.gpt_neo_incompatibility, gpt_neo.to_hf)
+    return NativeTarget("gpt-neo", "GPTNeoForCausalLM", gpt_neo.gpt_neo_incompatibility, gpt_neo.to_hf, "gpt_neo",
+                        gpt_neo.spec_from_gpt_neo_config, gpt_neo.from_hf)
 
 
 def _laguna() -> NativeTarget:
     """The Laguna target."""
     from headwise.hf import laguna
 
-    return NativeTarget("laguna", laguna.MODEL_CLASS, laguna.incompatibility, laguna.to_hf)
+    return NativeTarget("laguna", laguna.MODEL_CLASS, laguna.incompatibility, laguna.to_hf, laguna.ARCH,
+                        laguna.spec_from_config, laguna.from_hf)
 
 
 def targets() -> dict[str, NativeTarget]:

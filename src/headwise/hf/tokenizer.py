@@ -11,15 +11,21 @@ tokenizer, a literal ``<|endoftext|>`` inside a text is encoded as ordinary text
 ``tokenizer.eos_token_id`` itself is the end-of-text id, so a story quoting the marker never ends
 a document. ``decode`` shows the end-of-text id as ``<|endoftext|>``, as headwise does.
 
+The other way, :func:`from_hf_tokenizer` (``headwise convert``) finds the headwise tokenizer
+that gives exactly a ``transformers`` tokenizer's ids, where there is one.
+
 ``transformers`` is imported lazily, as in :mod:`headwise.hf.gpt_neo`.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
-from headwise.text.tokenizer import EOT_TEXT, BPETokenizer, GPTNeoTokenizer, Tokenizer, gpt_neo_files
+from headwise.text.tokenizer import (
+    EOT_TEXT, GPT_NEO_VOCAB, MIN_BPE_VOCAB, BPETokenizer, GPTNeoTokenizer, Tokenizer, gpt_neo_files, gpt_neo_tokenizer,
+)
 from headwise.errors import HeadwiseError
 
 
@@ -84,3 +90,45 @@ def save_hf_tokenizer(run_dir: str | Path, out_dir: str | Path) -> Path:
     out = Path(out_dir)
     run_hf_tokenizer(run_dir).save_pretrained(str(out))
     return out
+
+
+#: the parts of a ``tokenizers`` file that decide the ids of ordinary text: the post-processor only
+#: adds special tokens (which headwise never asks for), the decoder only turns ids back into text
+_ENCODING_PARTS = ("normalizer", "pre_tokenizer")
+
+
+def _same_model(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two ``tokenizers`` BPE models split text alike: the same vocabulary and merges, and
+    options equal where unset, empty and false mean the same (a prefix "" is no prefix)."""
+    options = set(a) | set(b)
+    return all((a.get(k) or None) == (b.get(k) or None) for k in options)
+
+
+def from_hf_tokenizer(backend: Any, vocab_size: int) -> tuple[Tokenizer | None, str | None]:
+    """The headwise tokenizer giving exactly the ids of ``backend`` (a ``tokenizers.Tokenizer``, the
+    one of a model with ``vocab_size`` embeddings) for any text, with its end-of-text as headwise's,
+    or None and why there is none. GPT-2's BPE with ``<|endoftext|>`` 50256 is ``gpt-neo``; a BPE
+    whose only added token is ``<|endoftext|>``, its last id, is ``bpe:N`` (what ``headwise export``
+    writes: its file read back is byte for byte the run's ``tokenizer.json``). Other tokenizers
+    (more special tokens, end-of-text elsewhere, SentencePiece) have no headwise counterpart."""
+    from tokenizers import Tokenizer as Backend
+
+    data = json.loads(backend.to_str())
+    added = {t["content"]: t["id"] for t in data.get("added_tokens") or []}
+    size = backend.get_vocab_size(with_added_tokens=True)
+    model = data.get("model") or {}
+    if size > vocab_size:
+        return None, f"it has {size:,} ids, more than the model's {vocab_size:,} embeddings"
+    if added == {EOT_TEXT: GPT_NEO_VOCAB - 1}:
+        ours = json.loads(_backend(gpt_neo_tokenizer()).to_str())
+        if _same_model(model, ours["model"]) and all(data.get(k) == ours.get(k) for k in _ENCODING_PARTS):
+            return gpt_neo_tokenizer(), None
+    if (model.get("type") == "BPE" and added == {EOT_TEXT: size - 1} and len(model.get("vocab") or {}) == size - 1
+            and size >= MIN_BPE_VOCAB):
+        # headwise keeps end-of-text out of the BPE (text never produces it) and adds no special tokens
+        data["added_tokens"], data["post_processor"] = [], None
+        return BPETokenizer(size, Backend.from_str(json.dumps(data)).to_str()), None
+    specials = ", ".join(f"{k} {v}" for k, v in sorted(added.items(), key=lambda kv: kv[1])[:4])
+    return None, (f"its {model.get('type', 'unknown')} model of {size:,} ids with added tokens "
+                  f"[{specials}{', ...' if len(added) > 4 else ''}] is neither GPT-2's BPE (gpt-neo) nor a BPE "
+                  f"whose only added token is {EOT_TEXT}, its last id (bpe:N), the two kinds headwise encodes with")

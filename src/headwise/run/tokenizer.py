@@ -88,6 +88,8 @@ def read_run_tokenizer(run_dir: str | Path, spec: str | None, older: Callable[[]
         print(f"warning: {run.path} has no saved tokenizer (an older headwise made it): {how}", file=sys.stderr,
               flush=True)
         return older()
+    if record.get("spec") == "none":  # `headwise convert` of a model whose tokenizer headwise cannot encode with
+        raise HeadwiseError(f"{run.path} has no tokenizer headwise can use: {record.get('why', 'none was converted')}")
     try:
         recorded, digest = str(record["spec"]), str(record["sha256"])
         n = parse_tokenizer_spec(recorded)

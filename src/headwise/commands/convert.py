@@ -1,0 +1,56 @@
+"""``headwise convert``: a ``transformers`` causal LM (a folder, or a hub name) as a headwise run.
+
+    headwise convert exports/llama --out runs/llama-back                 # a folder headwise export wrote
+    headwise convert path/to/TinyStories-33M --out runs/ts33m --set task.source=tinystories-train-sample.txt
+    headwise convert roneneldan/TinyStories-33M --out runs/ts33m          # a hub name (downloads it)
+    headwise analyze runs/ts33m && headwise generate runs/ts33m --prompt "Once upon a time"
+    headwise train runs/ts33m/config.toml --out runs/ts33m-ft --set train.init_from=runs/ts33m --set train.steps=500
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+NAME = "convert"
+HELP = "write a transformers causal LM (Llama, Qwen3, Laguna, GPT-Neo; a folder or a hub name) as a headwise run"
+
+#: ``--class`` choices (:data:`headwise.hf.importer.CLASSES` and auto, kept here so the parser needs no torch)
+CHOICES = ("auto", "llama", "qwen3", "laguna", "gpt-neo")
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("src", metavar="SRC",
+                   help="a transformers model folder (config.json, weights, tokenizer files), e.g. one headwise export "
+                        "wrote, or a Hugging Face hub name (downloaded; with HF_HUB_OFFLINE=1 only from the cache)")
+    p.add_argument("--out", required=True, metavar="RUN_DIR",
+                   help="the run folder to write (must not exist, or be empty): config.toml, summary.json, model/, "
+                        "checkpoints/step_00000000/, the tokenizer")
+    p.add_argument("--class", dest="cls", default="auto", choices=CHOICES,
+                   help="the converter: auto (default) takes the one of config.json's architectures (else its "
+                        "model_type); llama, qwen3, laguna, gpt-neo name it")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="set a table of the run's config.toml other than [model], e.g. --set task.source=FILE (the "
+                        "data headwise analyze and eval read) or --set train.steps=500")
+
+
+def run(args: argparse.Namespace) -> int:
+    from headwise.errors import HeadwiseError
+    from headwise.hf.importer import convert
+    from headwise.paths import unwritable
+
+    # the run is written beside RUN_DIR and renamed into place: its parent takes the writes
+    blocked = unwritable(Path(args.out).parent)
+    if blocked is not None:
+        raise HeadwiseError(f"--out {args.out}: {blocked} is not writable, so the run cannot be written there; give "
+                            "another folder (nothing was written)")
+    notes: list[str] = []
+    done = convert(args.src, Path(args.out), cls=args.cls, overrides=args.overrides, notes=notes)
+    for note in notes:
+        print(f"headwise convert: {note}", file=sys.stderr)
+    spec = done.spec
+    print(f"wrote {done.out}: {done.model_class} as a headwise run, heads {list(spec.heads)}, "
+          f"tokenizer {done.tokenizer or 'none'}; logits within {done.max_diff:.2g} of transformers' "
+          "(relative to the largest)")
+    return 0
