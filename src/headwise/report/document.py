@@ -49,6 +49,12 @@ class Document:
         atomic_write_text(self.out / f"{name}.csv", rows_to_csv(rows))
         self.add(f"![{caption}]({name}.png)", f"*{caption}* Data: [{name}.csv]({name}.csv).")
 
+    def data(self, name: str, rows: list[dict[str, Any]], caption: str) -> None:
+        """Save ``rows`` as NAME.csv and link it: a table's numbers unrounded, where no figure
+        carries them."""
+        atomic_write_text(self.out / f"{name}.csv", rows_to_csv(rows))
+        self.add(f"*{caption}* Data: [{name}.csv]({name}.csv).")
+
     def mark(self) -> int:
         """A position to :meth:`insert` at later."""
         return len(self.lines)

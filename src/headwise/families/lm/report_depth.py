@@ -15,6 +15,10 @@ against parameters.
     baseline = { shape = "GPT-2 12 x 12", loss = 2.47, params = 89e6, memory_gb = 12.8 }
     model = { shape = "4 x 16", loss = 2.41, params = 64e6, memory_gb = 9.7 }
 
+The headline table's numbers go to ``headline_table.csv`` beside it; where the listed variants'
+KV caches differ, or one shares its KV heads (grouped-query attention: the ``kv-heads`` study), the
+table adds each variant's KV heads per layer and KV-cache bytes per token (:mod:`.report_kv`).
+
 Depth is the number of layers of each run's plan. The grid is the variants with the same heads
 and head_dim in every layer, at the baseline's head_dim; the others are drawn on their own.
 """
@@ -27,11 +31,18 @@ from typing import Any
 from pydantic import Field
 
 from headwise.config import Config
+from headwise.families.lm.report_kv import KVColumns
 from headwise.report import stats
 from headwise.report.data import VariantRuns
 from headwise.report.document import LABEL_SIDES, Document, dodge, fixed_ticks, fmt, fmt_params, new_figure
 from headwise.report.registry import Layout, LayoutOptions, PaperReference, register_layout
 from headwise.report.sections import comparison_table, cpu_memory_note, loss_cell, missing_baseline_note
+
+
+def _spliced(row: list[str], kv: list[str], shown: bool) -> list[str]:
+    """A headline row (model, shape, loss, parameters, memory) with the two KV cells where shown:
+    the KV heads beside the shape, the cache beside the parameters (the study's two budgets)."""
+    return row[:2] + kv[:1] + row[2:4] + kv[1:] + row[4:] if shown else row
 
 
 class PaperModel(Config):
@@ -126,44 +137,75 @@ class DepthLayout(Layout):
                 f"head_dim {v.head_dims[0] if v.head_dims else '?'}")
 
     def _table(self, doc: Document) -> list[str]:
-        """Table 2: each listed variant's loss, parameters and peak memory against the baseline."""
+        """Table 2: each listed variant's loss, parameters and peak memory against the baseline, with
+        its KV heads and KV-cache bytes per token where they tell something (:mod:`.report_kv`)."""
         opts: DepthOptions = self.options
+        by_name = {v.name: v for v in self.study.variants}
+        listed = [by_name[name] for name in opts.table or list(by_name) if name in by_name]
+        # the baseline's precision picks the cache dtype, so it leads wherever the table lists it
+        kv = KVColumns.of(sorted(listed, key=lambda v: v is not self.base))
         doc.add("## Table 2: depth for heads",
-                "Leaner Transformers' Table 2 layout: validation loss, parameters and peak training memory, each "
+                "Leaner Transformers' Table 2 layout: validation loss, parameters"
+                + (", KV-cache bytes per token" if kv.shown else "") + " and peak training memory, each "
                 f"against the baseline `{opts.baseline}`." + (f" {opts.paper.reports()}" if opts.paper else ""))
         missing_baseline_note(doc, opts.baseline, self.base)
-        by_name = {v.name: v for v in self.study.variants}
         rows, findings = [], []
-        for name in opts.table or list(by_name):
-            if name in by_name:
-                row, finding = self._versus_base(by_name[name])
-                rows.append(row)
-                findings += [finding] if finding else []
+        for v in listed:
+            row, finding = self._versus_base(v, kv)
+            rows.append(row)
+            findings += [finding] if finding else []
         if findings and opts.paper is not None:
             findings.append(opts.paper.finding())
-        doc.table(["model", "shape", "val. loss", "parameters", "peak memory"], rows)
+        doc.table(_spliced(["model", "shape", "val. loss", "parameters", "peak memory"], kv.headers, kv.shown), rows)
+        if kv.shown:
+            doc.add(kv.note())
         cpu_memory_note(doc, self.base.info if self.base is not None else None)
+        doc.data("headline_table", [self._csv_row(v, kv) for v in listed],
+                 "The table's numbers, unrounded (KV-cache bytes in every recorded dtype; empty where not recorded).")
         return findings
 
-    def _versus_base(self, v: VariantRuns) -> tuple[list[str], str | None]:
+    def _versus_base(self, v: VariantRuns, kv: KVColumns) -> tuple[list[str], str | None]:
         """A variant's row of Table 2 (with its differences from the baseline) and its finding."""
         base, pct = self.base, stats.percent_difference
         loss, params = loss_cell(v), fmt_params(v.params)
         memory = (fmt(v.peak_mb, 0) + " MiB") if v.peak_mb else "–"
         name = f"`{v.name}`" + (" (baseline)" if v is base else "")
+        cells = kv.cells(v, base)
         if base is None or v is base or not (base.params and v.params):
-            return [name, self._shape(v), loss, params, memory], None
+            return _spliced([name, self._shape(v), loss, params, memory], cells, kv.shown), None
         dp = pct(v.params, base.params)
         dm = pct(v.peak_mb, base.peak_mb) if v.peak_mb and base.peak_mb else None
         dl = pct(v.stats.mean, base.stats.mean) if v.done and base.done else None
+        dk = kv.difference(v, base) if kv.shown else None
         row = [name, self._shape(v), loss + (f" ({dl:+.2f}%)" if dl is not None else ""), f"{params} ({dp:+.0f}%)",
                memory + (f" ({dm:+.0f}%)" if dm is not None else "")]
         if dl is None:
-            return row, None
+            return _spliced(row, cells, kv.shown), None
         better = "lower" if v.stats.mean < base.stats.mean else "higher"
-        return row, (f"`{v.name}` ({self._shape(v)}): eval loss {v.stats.mean:.4f} vs {base.stats.mean:.4f} for the "
-                     f"baseline ({better}, {dl:+.2f}%), with {dp:+.0f}% parameters"
-                     + (f" and {dm:+.0f}% peak memory" if dm is not None else "") + ".")
+        budgets = [f"{dp:+.0f}% parameters"] + ([f"{dk:+.0f}% KV-cache bytes per token"] if dk is not None else [])
+        budgets += [f"{dm:+.0f}% peak memory"] if dm is not None else []
+        listed = ", ".join(budgets[:-1]) + " and " + budgets[-1] if len(budgets) > 1 else budgets[0]
+        return _spliced(row, cells, kv.shown), (
+            f"`{v.name}` ({self._shape(v)}): eval loss {v.stats.mean:.4f} vs {base.stats.mean:.4f} for the baseline "
+            f"({better}, {dl:+.2f}%), with {listed}.")
+
+    def _csv_row(self, v: VariantRuns, kv: KVColumns) -> dict[str, Any]:
+        """A variant's row of the table's CSV: the markdown's numbers, unrounded."""
+        base, pct = self.base, stats.percent_difference
+        other = base is not None and v is not base
+
+        def versus(mine: float | None, theirs: float | None) -> float | None:
+            return pct(mine, theirs) if other and mine is not None and theirs else None
+
+        return dict(variant=v.name, baseline=v is base, n_layers=v.n_layers, heads=" ".join(map(str, v.heads)),
+                    head_dims=" ".join(map(str, v.head_dims)), loss_mean=v.stats.mean if v.done else None,
+                    loss_sd=v.stats.std if v.stats.n > 1 else None, seeds=v.stats.n,
+                    loss_vs_baseline_pct=versus(v.stats.mean if v.done else None,
+                                                base.stats.mean if base is not None and base.done else None),
+                    params=v.params, params_vs_baseline_pct=versus(v.params, base.params if base else None),
+                    peak_memory_mib=v.peak_mb,
+                    peak_memory_vs_baseline_pct=versus(v.peak_mb, base.peak_mb if base else None),
+                    **kv.csv_fields(v, base))
 
     def _point_row(self, v: VariantRuns) -> dict[str, Any]:
         return dict(variant=v.name, n_layers=v.n_layers, heads_per_layer=v.heads[0], head_dim=v.head_dims[0],
