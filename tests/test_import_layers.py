@@ -48,6 +48,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("bench", ("headwise.bench", "headwise.bench.*", "headwise.families.*.bench", "headwise.families.*.bench_*")),
     ("study", ("headwise.study", "headwise.study.*")),
     ("report", ("headwise.report", "headwise.report.*", "headwise.families.*.report", "headwise.families.*.report_*")),
+    # the search runs its trials as study jobs and its confirmation as a study, whose report it writes
+    ("search", ("headwise.search", "headwise.search.*")),
     ("commands", ("headwise.commands", "headwise.commands.*", "headwise.cli", "headwise.__main__", "headwise")),
 ]
 FAMILIES = "headwise.families"

@@ -25,7 +25,8 @@ its first lookup of a name not registered yet (:func:`import_family_modules`):
     presets              model presets (:mod:`headwise.presets`)
     bench                bench sections (:mod:`headwise.bench.sections`)
     *.toml               built-in studies (:func:`headwise.study.definition.builtin_studies`,
-                         through :func:`family_files`)
+                         through :func:`family_files`); ``search-*.toml``: built-in searches
+                         (:func:`headwise.search.definition.builtin_searches`)
 
 What the families share lives below them and imports none of them: batches, cache files,
 shuffling, sources and hub access in :mod:`headwise.data`; tokenizers, token caches, packing and

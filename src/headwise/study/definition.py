@@ -324,9 +324,14 @@ def _sanitize(text: str) -> str:
     return text or "value"
 
 
+#: the prefix of a family folder's search files (:mod:`headwise.search`), which are not studies
+SEARCH_PREFIX = "search-"
+
+
 def builtin_studies() -> dict[str, Any]:
-    """Built-in study files by name: every family folder's ``*.toml`` (see :mod:`headwise.families`)."""
-    return {p.name.removesuffix(".toml"): p for p in family_files(".toml")}
+    """Built-in study files by name: every family folder's ``*.toml`` (see :mod:`headwise.families`)
+    but its search files (``search-*.toml``, :func:`headwise.search.definition.builtin_searches`)."""
+    return {p.name.removesuffix(".toml"): p for p in family_files(".toml") if not p.name.startswith(SEARCH_PREFIX)}
 
 
 def _read_builtin(entry: Any, name: str) -> dict[str, Any]:
@@ -364,26 +369,7 @@ def resolve_study(
     """Merge the preset into a raw study, apply ``key=value`` overrides to its base, and expand
     and validate every variant's run config (naming the variant on a bad value), with what its
     stages, tuning and claims ask of the variant's runs."""
-    raw = copy.deepcopy(raw)
-    presets = raw.pop("presets", {}) or {}
-    default = raw.pop("default_preset", None)
-    if not isinstance(presets, dict):
-        raise HeadwiseError(f"{source}: `presets` must be a table of named presets")
-    if preset is None:
-        preset = default
-    if preset is not None:
-        if preset not in presets:
-            known = ", ".join(sorted(presets)) or "none"
-            hint = difflib.get_close_matches(preset, presets, n=1)
-            extra = f"; did you mean {hint[0]!r}?" if hint else ""
-            raise HeadwiseError(f"study {raw.get('name', source)!r} has no preset {preset!r}{extra} (presets: {known})")
-        chain = _preset_chain(presets, preset, raw.get("name", source))
-        summary = str(presets[preset].get("summary", ""))  # one line about the preset, for listings
-        for name in chain:
-            over = {k: v for k, v in presets[name].items() if k not in ("summary", "extends")}
-            raw = deep_merge(raw, over)
-    else:
-        summary = ""
+    raw, preset, summary = merge_preset(raw, source, preset)
     raw.setdefault("base", {})
     apply_stage_defaults(raw, source)
     for item in overrides or []:
@@ -413,6 +399,33 @@ def resolve_study(
     check_metrics(config.claims, config.stages, {v.name: v.config for v in variants})
     return Study(config=config, source=source, preset=preset, seeds=n_seeds, variants=variants,
                  preset_summary=summary)
+
+
+def merge_preset(raw: dict[str, Any], source: str, preset: str | None,
+                 what: str = "study") -> tuple[dict[str, Any], str | None, str]:
+    """A copy of a raw study (or search) file with ``preset`` (default: its ``default_preset``)
+    deep-merged in, after the presets it ``extends``; returns it without its ``presets`` and
+    ``default_preset`` keys, the preset's name and its one-line summary."""
+    raw = copy.deepcopy(raw)
+    presets = raw.pop("presets", {}) or {}
+    default = raw.pop("default_preset", None)
+    if not isinstance(presets, dict):
+        raise HeadwiseError(f"{source}: `presets` must be a table of named presets")
+    if preset is None:
+        preset = default
+    if preset is None:
+        return raw, None, ""
+    if preset not in presets:
+        known = ", ".join(sorted(presets)) or "none"
+        hint = difflib.get_close_matches(preset, presets, n=1)
+        extra = f"; did you mean {hint[0]!r}?" if hint else ""
+        raise HeadwiseError(f"{what} {raw.get('name', source)!r} has no preset {preset!r}{extra} (presets: {known})")
+    chain = _preset_chain(presets, preset, raw.get("name", source))
+    summary = str(presets[preset].get("summary", ""))  # one line about the preset, for listings
+    for name in chain:
+        over = {k: v for k, v in presets[name].items() if k not in ("summary", "extends")}
+        raw = deep_merge(raw, over)
+    return raw, preset, summary
 
 
 def _preset_chain(presets: dict[str, Any], name: str, study: str) -> list[str]:
@@ -461,7 +474,7 @@ def build_run_config(base: dict[str, Any], variant: Variant) -> tuple[dict[str, 
             set_dotted(cfg, key, copy.deepcopy(value))  # variants never share a list
         except HeadwiseError as exc:
             raise HeadwiseError(f"variant {variant.name!r}: {exc}") from None
-    _broadcast_heads(cfg)
+    broadcast_heads(cfg)
     try:
         _, plan = resolve_run_model(cfg)
     except HeadwiseError as exc:
@@ -469,7 +482,7 @@ def build_run_config(base: dict[str, Any], variant: Variant) -> tuple[dict[str, 
     return cfg, plan
 
 
-def _broadcast_heads(cfg: dict[str, Any]) -> None:
+def broadcast_heads(cfg: dict[str, Any]) -> None:
     """``model.heads = 8`` in a study means 8 heads in every layer."""
     model = cfg.get("model")
     if not isinstance(model, dict) or not isinstance(model.get("heads"), int) or isinstance(model.get("heads"), bool):

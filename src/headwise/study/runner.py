@@ -138,6 +138,12 @@ def resolve_environment(study_dir: Path, threads: int | None, fallback: int) -> 
     recorded: dict[str, Any] = {}
     if (study_dir / layout.STUDY_TOML).is_file():
         recorded = load_study_record(study_dir).environment
+    return check_environment(study_dir, recorded, threads, fallback)
+
+
+def check_environment(study_dir: Path, recorded: dict[str, Any], threads: int | None, fallback: int) -> dict[str, Any]:
+    """:func:`resolve_environment` on the environment a directory recorded (a study's, or a
+    search's: :mod:`headwise.search.layout`): the one to record, or a refusal in one line."""
     torch_version = installed_version("torch")
     if recorded.get("threads") and threads and threads != recorded["threads"]:
         raise HeadwiseError(f"--out {study_dir} ran its runs with {recorded['threads']} torch thread(s) each, and a "
@@ -294,7 +300,9 @@ def run_study(
     return outcome
 
 
-def _child_env(threads: int) -> dict[str, str]:
+def child_env(threads: int) -> dict[str, str]:
+    """The environment of a run started by this process: its parent's pid (the worker dies with
+    it) and ``threads`` torch threads."""
     env = dict(os.environ)
     env["HEADWISE_PARENT_PID"] = str(os.getpid())
     env["OMP_NUM_THREADS"] = str(threads)  # torch's intra-op threads
@@ -341,7 +349,7 @@ class _LocalBackend:
         try:
             with open_log(job) as log:
                 proc = subprocess.Popen([sys.executable, *job.argv()], stdout=log, stderr=subprocess.STDOUT,
-                                        env=_child_env(self.threads))
+                                        env=child_env(self.threads))
                 with self.lock:
                     self.procs.append(proc)
                 rc = proc.wait()

@@ -10,7 +10,9 @@ layer's (:mod:`headwise.text`), the ``[task]`` and task bases those of every tas
 - :mod:`~headwise.families.lm.report_heads`, :mod:`~headwise.families.lm.report_depth`: the
   ``heads`` (the blog) and ``depth`` (Leaner Transformers) report layouts;
 - :mod:`~headwise.families.lm.bench`: the ``tokenize`` section of ``headwise bench``;
-- ``progression.toml``, ``depth-for-heads.toml``: the built-in studies.
+- ``progression.toml``, ``depth-for-heads.toml``, ``kv-heads.toml``: the built-in studies;
+  ``search-progression.toml``, ``search-depth-for-heads.toml``, ``search-kv-heads.toml``: the
+  built-in searches (:mod:`headwise.search`).
 """
 
 from headwise.families.lm import task as task  # registers the family

@@ -1,0 +1,128 @@
+"""The confirmation: the search's best plans against the named ones, as a verdict study.
+
+A search's best trial is an optimistic draw: of many plans trained once on one seed, the one that
+came out best owes some of its lead to that seed (the winner's curse). So the claim the search
+makes, "the search's best beats the baseline" (a named plan, constant by default), is declared
+before its own runs and tested on runs the search never saw: a study
+(:mod:`headwise.study.definition`) whose variants are the top-k distinct plans (``best-1``,
+``best-2``, ...; a top plan that is a named one keeps its name) and every named plan, on paired
+seeds ``0 .. seeds-1`` (the trials trained on ``[fidelity] run_seed``, which must lie outside
+them and outside the tuning seeds), each variant at its own tuned learning rate when ``[confirm]
+nuisance`` says so, at ``[confirm] steps``. It runs with :func:`headwise.study.runner.run_study`
+into ``SEARCH_DIR/confirm`` and resumes like any study; its report has the verdict.
+
+The top plans are ranked by the first measured objective at the trials' fidelity (several
+objectives: by that one alone, within the budget's cap).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Callable
+
+from headwise.errors import HeadwiseError, RunFailure
+from headwise.search.definition import Search
+from headwise.search.space import SearchPlan
+from headwise.study.definition import Study, resolve_study
+from headwise.study.nuisance import DEFAULT_SEEDS
+
+
+def top_plans(search: Search, record: dict[str, Any]) -> list[tuple[str, SearchPlan]]:
+    """The top-k distinct plans of the complete trials, best first, each under its variant name:
+    the named plan's name when it is one, else ``best-N``."""
+    objective = next(o for o in search.config.objectives if not o.from_budget)
+    sign = 1 if objective.direction == "minimize" else -1
+    done = [t for t in record["trials"] if t["state"] in ("complete", "duplicate") and objective.metric in t["values"]]
+    done.sort(key=lambda t: (sign * t["values"][objective.metric], t["number"]))
+    named = {n.plan: n.name for n in search.named if n.plan is not None}
+    out: list[tuple[str, SearchPlan]] = []
+    for t in done:
+        plan = search.space.decode(lambda name, p=t["params"]: p[name])
+        if plan in (p for _, p in out):
+            continue
+        out.append((named.get(plan, f"best-{sum(1 for n, _ in out if n.startswith('best-')) + 1}"), plan))
+        if len(out) == search.config.confirm.top_k:
+            break
+    return out
+
+
+def confirm_raw(search: Search, top: list[tuple[str, SearchPlan]]) -> dict[str, Any]:
+    """The confirmation study as a study file's tables."""
+    confirm = search.config.confirm
+    base = copy.deepcopy(search.base)
+    base.get("model", {}).pop("heads", None)  # every variant sets its heads (a scheme through [model.plan])
+    base["train"].pop("seed", None)            # the study sets each run's seed
+    if confirm.steps is not None:
+        base["train"]["steps"] = confirm.steps
+    variants = [{"name": name, "set": search.space.run_sets(plan)} for name, plan in top]
+    variants += [{"name": n.name, "set": n.sets} for n in search.named if n.name not in {v["name"] for v in variants}]
+    objective = next(o for o in search.config.objectives if not o.from_budget)
+    best = next((name for name, _ in top if name != confirm.baseline), None)
+    raw: dict[str, Any] = {
+        "name": f"{search.name}-confirm",
+        "description": f"The confirmation of search {search.name}: its top {confirm.top_k} plans at "
+                       f"{search.base['train']['steps']} steps against its named plans, on fresh paired seeds.",
+        "seeds": confirm.seeds,
+        "base": base,
+        "variants": variants,
+        "report": copy.deepcopy(confirm.report),
+    }
+    if best is not None:
+        claim = {"name": f"the search's best beats {confirm.baseline}",
+                 "source": f"headwise search {search.name}" + (f" --preset {search.preset}" if search.preset else "")
+                           + f": the best of its trials at {search.base['train']['steps']} steps on seed "
+                             f"{search.config.fidelity.run_seed}, declared before these runs",
+                 "metric": objective.metric, "pairs": [[best, confirm.baseline]]}
+        if objective.metric != "loss":
+            claim["better"] = "lower" if objective.direction == "minimize" else "higher"
+        raw["claims"] = [claim]
+    if confirm.nuisance is not None:
+        raw["nuisance"] = copy.deepcopy(confirm.nuisance)
+    return raw
+
+
+def confirm_study(search: Search, top: list[tuple[str, SearchPlan]]) -> Study:
+    """The confirmation study, resolved (every variant's run config checked)."""
+    return resolve_study(confirm_raw(search, top), f"{search.source} [confirm]")
+
+
+def check_confirm(search: Search) -> None:
+    """Refuse, before any trial, a confirmation that could not run: a baseline that is no named
+    plan, seeds that reach the trials' seed, a study its runs would refuse (checked with the
+    first feasible plan as the best)."""
+    confirm = search.config.confirm
+    where = f"{search.source} [confirm]"
+    names = [n.name for n in search.named]
+    if confirm.baseline not in names:
+        raise HeadwiseError(f"{where}: baseline {confirm.baseline!r} is not a named plan (named: "
+                            f"{', '.join(names) or 'none'}); name one, or set [confirm] enabled = false")
+    seed = search.config.fidelity.run_seed
+    tuning = (confirm.nuisance or {}).get("seeds", list(DEFAULT_SEEDS)) if confirm.nuisance else []
+    if seed < confirm.seeds or seed in tuning:
+        raise HeadwiseError(f"{where}: the trials train on seed {seed} ([fidelity] run_seed), which the confirmation "
+                            f"would use again (seeds 0..{confirm.seeds - 1}, tuning {tuning}); its seeds must be "
+                            "fresh: give a run_seed outside them")
+    example = next(search.space.plans(limit=1))
+    confirm_study(search, [("best-1", example)])
+
+
+def run_confirmation(search: Search, search_dir: Path, record: dict[str, Any], *, jobs: int | None,
+                     threads: int | None, report: Callable[[Path], Path] | None,
+                     echo: Callable[[str], None]) -> Any:
+    """Run (or resume) the confirmation study in ``SEARCH_DIR/confirm``; its outcome."""
+    from headwise.study.runner import run_study
+
+    top = top_plans(search, record)
+    if not top:
+        raise RunFailure(f"search {search.name}: no trial completed, so there is nothing to confirm")
+    study = confirm_study(search, top)
+    echo("confirmation: " + "; ".join(f"{name} = {plan.describe()}" for name, plan in top)
+         + f", against {', '.join(n.name for n in search.named)}")
+    try:
+        return run_study(study, search_dir / "confirm", jobs=jobs, threads=threads, report=report, echo=echo)
+    except HeadwiseError as exc:
+        if "holds a different study" in str(exc):
+            raise HeadwiseError(f"{search_dir / 'confirm'} holds the confirmation of other top plans (the search has "
+                                "had more trials since): move it aside to confirm the new ones") from None
+        raise

@@ -1,0 +1,417 @@
+"""Search files: a base run, a space of head plans, a budget, objectives and the trials' fidelity,
+with named presets, as study files have (:mod:`headwise.study.definition`).
+
+    name = "progression"
+    description = "..."
+    default_preset = "tiny"
+    seed = 0                        # the sampler's seed (trial n samples with seed + n)
+    trials = 24                     # trials over the whole search: the named plans, then sampled ones
+
+    [base]                          # a run config (the tables of ``headwise train``), no [model.plan]
+    model.preset = "tiny-lm"
+
+    [space]                         # headwise.search.space
+    depth = 4
+    heads = "divisors"
+
+    [budget]                        # headwise.search.budget
+    metric = "total_heads"
+    target = 180
+
+    [[objectives]]                  # eval metrics the task reports, or a budget metric
+    metric = "loss"                 #   (several: NSGA-II, e.g. loss and kv_bytes_per_token)
+    direction = "minimize"
+
+    [fidelity]                      # how each trial trains
+    steps = 300                     # train.steps of every trial
+    pruner = "successive_halving"   # or "hyperband", "none" (one objective only)
+    min_steps = 50                  # the pruner's first rung (default: eval.every)
+    run_seed = 100                  # train.seed of every trial (the confirmation's seeds differ)
+
+    [[named]]                       # fixed plans run first, at the trials' fidelity (default: the
+    name = "constant"               #   constant, ascending and descending schemes at the budget's
+    scheme = "constant"             #   total heads when the budget is on total_heads)
+    total_heads = 180
+    # or: heads = [...], head_dim = ..., kv_heads = [...], mlp_ratio = ..., depth = ...
+
+    [confirm]                       # headwise.search.confirm: the verdict study after the search
+    top_k = 2
+    seeds = 5
+    steps = 600
+    baseline = "constant"
+    nuisance = { values = { "optim.lr" = [2e-3, 5e-3, 1.25e-2] }, selection = { ... } }
+
+    [runner]
+    jobs = 2
+    threads = 1
+
+    [presets.quick]
+    extends = "tiny"
+    ...
+
+The built-in searches are the family folders' ``search-NAME.toml`` files, found as the built-in
+studies are (:func:`headwise.families.family_files`), named ``NAME``.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from headwise.config import Config, parse_value, read_toml, set_dotted
+from headwise.errors import HeadwiseError
+from headwise.families import family_files
+from headwise.plans import plan_heads
+from headwise.presets import preset_dict
+from headwise.search.budget import METRICS, BudgetConfig, plan_budget
+from headwise.search.space import LayerChoice, SearchPlan, Space
+from headwise.study.claims import metric_problem
+from headwise.study.definition import SEARCH_PREFIX, RunnerDefaults, broadcast_heads, merge_preset
+from headwise.train.config import RunConfig, resolve_run_model
+
+
+class SpaceConfig(Config):
+    """``[space]``: what each layer may be (see :mod:`headwise.search.space`)."""
+
+    depth: int | list[int] | None = None
+    heads: Literal["divisors"] | list[int]
+    head_dim: Literal["tied"] | int | list[int] | None = None
+    kv_heads: Literal["divisors"] | list[int] | None = None
+    mlp_ratio: list[float] | None = None
+
+    @field_validator("depth")
+    @classmethod
+    def _depth(cls, v: int | list[int] | None) -> int | list[int] | None:
+        if isinstance(v, list) and (len(v) != 2 or v[0] > v[1]):
+            raise ValueError(f"depth {v}: give one count or [min, max] with min <= max")
+        if v is not None and min(v if isinstance(v, list) else [v]) < 1:
+            raise ValueError(f"depth {v}: a model needs at least 1 layer")
+        return v
+
+    @field_validator("heads", "head_dim", "kv_heads", "mlp_ratio")
+    @classmethod
+    def _positive(cls, v: Any) -> Any:
+        if isinstance(v, list) and not v:
+            raise ValueError("an empty list allows nothing: give at least one value")
+        if isinstance(v, list) and min(v) <= 0 or isinstance(v, int) and v <= 0:
+            raise ValueError(f"{v}: every value must be positive")
+        return v
+
+
+class Objective(Config):
+    """One objective: an eval metric the runs report (``loss``, ``accuracy``...) or a budget metric."""
+
+    metric: str = "loss"
+    direction: Literal["minimize", "maximize"] = "minimize"
+
+    @property
+    def from_budget(self) -> bool:
+        """True for a metric computed from the plan rather than measured by training."""
+        return self.metric in METRICS
+
+
+class FidelityConfig(Config):
+    """``[fidelity]``: how each trial trains, and when a poor one is stopped."""
+
+    steps: int | None = Field(default=None, gt=0)
+    pruner: Literal["none", "successive_halving", "hyperband"] = "none"
+    min_steps: int | None = Field(default=None, gt=0)
+    reduction_factor: int = Field(default=3, ge=2)
+    run_seed: int = Field(default=100, ge=0)
+
+
+class NamedPlan(Config):
+    """A fixed plan: a scheme of :func:`headwise.plans.plan_heads` or heads given per layer."""
+
+    name: str
+    scheme: Literal["constant", "ascending", "descending", "linear"] | None = None
+    total_heads: int | None = Field(default=None, gt=0)
+    ratio: float = Field(default=2.0, gt=0)
+    depth: int | None = Field(default=None, gt=0)
+    heads: list[int] | None = None
+    head_dim: int | list[int] | None = None
+    kv_heads: int | list[int] | None = None
+    mlp_ratio: float | list[float] | None = None
+
+    @model_validator(mode="after")
+    def _one_way(self) -> "NamedPlan":
+        if (self.scheme is None) == (self.heads is None):
+            raise ValueError(f"named plan {self.name!r}: give a scheme or the heads per layer (one of them)")
+        return self
+
+
+class ConfirmConfig(Config):
+    """``[confirm]``: the verdict study run after the search (:mod:`headwise.search.confirm`)."""
+
+    enabled: bool = True
+    top_k: int = Field(default=2, ge=1)
+    seeds: int = Field(default=5, ge=2)
+    #: train.steps of its runs (None: the trials')
+    steps: int | None = Field(default=None, gt=0)
+    #: the named plan the claim compares the search's best with
+    baseline: str = "constant"
+    #: the study's [nuisance] table (settings tuned per variant), as a study file gives it
+    nuisance: dict[str, Any] | None = None
+    #: the study's [report] table
+    report: dict[str, Any] = Field(default_factory=dict)
+
+
+class SearchConfig(Config):
+    """A search after its preset is merged in."""
+
+    name: str
+    description: str = ""
+    seed: int = Field(default=0, ge=0)
+    trials: int = Field(gt=0)
+    base: dict[str, Any]
+    space: SpaceConfig
+    budget: BudgetConfig | None = None
+    objectives: list[Objective] = Field(default_factory=lambda: [Objective()], min_length=1)
+    fidelity: FidelityConfig = Field(default_factory=FidelityConfig)
+    named: list[NamedPlan] | None = None
+    runner: RunnerDefaults = Field(default_factory=RunnerDefaults)
+    confirm: ConfirmConfig = Field(default_factory=ConfirmConfig)
+
+
+@dataclass
+class Named:
+    """A named plan as the search resolved it."""
+
+    name: str
+    #: the plan (None: it makes no model of the base)
+    plan: SearchPlan | None
+    #: the run-config keys that make it (a scheme's through [model.plan], for the confirmation)
+    sets: dict[str, Any]
+    #: True when the space holds it within the budget: then it runs as a trial
+    in_space: bool
+    note: str = ""
+
+
+@dataclass
+class Search:
+    """A resolved search: its config, where it came from, the trials' base run config and space."""
+
+    config: SearchConfig
+    source: str
+    preset: str | None
+    preset_summary: str
+    base: dict[str, Any]
+    space: Space
+    named: list[Named]
+    seq_len: int
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def n_trials(self) -> int:
+        return self.config.trials
+
+    def run_config(self, sets: dict[str, Any]) -> dict[str, Any]:
+        """The base run config with ``sets`` (dotted keys) applied."""
+        cfg = copy.deepcopy(self.base)
+        for key, value in sets.items():
+            set_dotted(cfg, key, copy.deepcopy(value))
+        return cfg
+
+    def trial_config(self, plan: SearchPlan) -> dict[str, Any]:
+        """The run config of a trial of ``plan``."""
+        return self.run_config(self.space.run_sets(plan))
+
+    def budget_of(self, plan: SearchPlan) -> dict[str, int]:
+        """Every budget metric of ``plan``, exactly, from its spec (no model is built)."""
+        spec, _ = resolve_run_model(self.trial_config(plan), source=f"search {self.name}")
+        return plan_budget(spec, self.seq_len, self.config.budget.dtype if self.config.budget else "fp32")
+
+    def identity(self) -> dict[str, Any]:
+        """What a rerun must match: everything that decides the trials (base, space, budget,
+        objectives, fidelity, named plans, seed), not how many trials, how fast, or the
+        confirmation (its study directory checks its own identity)."""
+        definition = {k: v for k, v in self.config.to_dict().items()
+                      if k not in ("runner", "confirm", "trials", "description")}
+        return {"name": self.name, "preset": self.preset or None, "definition": definition}
+
+    def fingerprint(self) -> str:
+        blob = json.dumps(self.identity(), sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The saved form (``search.toml``)."""
+        return {"name": self.name, "source": self.source, "preset": self.preset or "",
+                "preset_summary": self.preset_summary, "fingerprint": self.fingerprint(),
+                "definition": self.config.to_dict()}
+
+
+def builtin_searches() -> dict[str, Any]:
+    """Built-in search files by name: every family folder's ``search-NAME.toml``."""
+    return {p.name.removeprefix(SEARCH_PREFIX).removesuffix(".toml"): p for p in family_files(".toml")
+            if p.name.startswith(SEARCH_PREFIX)}
+
+
+def load_search_file(name_or_path: str) -> tuple[dict[str, Any], str]:
+    """The raw TOML of a built-in search (by name) or of a search file, and where it came from."""
+    builtins = builtin_searches()
+    if name_or_path in builtins:
+        with resources.as_file(builtins[name_or_path]) as path:
+            return read_toml(path), f"builtin:search-{name_or_path}"
+    path = Path(name_or_path)
+    if path.is_file():
+        return read_toml(path), str(path.resolve())
+    if path.is_dir():
+        raise HeadwiseError(f"{name_or_path} is a directory; pass a search's name or a search .toml file")
+    if path.suffix == ".toml" or "/" in name_or_path:
+        raise HeadwiseError(f"search file {name_or_path} does not exist")
+    hint = difflib.get_close_matches(name_or_path, builtins, n=1)
+    extra = f"; did you mean {hint[0]!r}?" if hint else ""
+    raise HeadwiseError(f"unknown search {name_or_path!r}{extra} (built-in searches: "
+                        f"{', '.join(sorted(builtins))}; or pass a .toml file)")
+
+
+def resolve_search(raw: dict[str, Any], source: str, preset: str | None = None,
+                   overrides: list[str] | None = None, trials: int | None = None) -> Search:
+    """Merge the preset, apply ``key=value`` overrides to the base, and check everything a trial
+    needs before any runs: the base model, the space against the budget (a space with no plan
+    meeting it is refused), the objectives against what the task reports, the named plans, and
+    the confirmation study."""
+    raw, preset, summary = merge_preset(raw, source, preset, what="search")
+    raw.setdefault("base", {})
+    for item in overrides or []:
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise HeadwiseError(f"override {item!r} is not of the form key=value (e.g. train.steps=200)")
+        set_dotted(raw["base"], key.strip(), parse_value(value.strip(), key.strip()))
+    if trials is not None:
+        if trials < 1:
+            raise HeadwiseError(f"--trials {trials}: a search needs at least one trial")
+        raw["trials"] = trials
+    config = SearchConfig.parse(raw, source=source)
+    base = _trial_base(config, source)
+    spec, _ = resolve_run_model(base, source=f"{source} [base]")
+    run = RunConfig.parse(base, source=f"{source} [base]")
+    seq_len = run.task.shape().seq_len
+    _check_objectives(config, run, source)
+    space = Space(config.space, spec, config.budget, seq_len)
+    search = Search(config, source, preset, summary, base, space, [], seq_len)
+    search.named = [_resolve_named(search, n) for n in _named_plans(config, spec)]
+    names = [n.name for n in search.named]
+    if len(set(names)) != len(names):
+        raise HeadwiseError(f"{source}: named plans repeat a name ({', '.join(names)})")
+    if config.confirm.enabled:
+        from headwise.search.confirm import check_confirm  # it builds a study of this search
+
+        check_confirm(search)
+    return search
+
+
+def _trial_base(config: SearchConfig, source: str) -> dict[str, Any]:
+    """The base run config of every trial: the file's base at the fidelity's steps and seed."""
+    base = copy.deepcopy(config.base)
+    model = base.setdefault("model", {})
+    if "plan" in model:
+        raise HeadwiseError(f"{source}: the base gives [model.plan], but a search's space sets each layer's heads: "
+                            "remove it")
+    broadcast_heads(base)
+    # the base's own heads only make its spec checkable (every trial sets its heads): a preset's
+    # count in each of the base's layers when its list does not fit them
+    preset = preset_dict(model["preset"]) if isinstance(model.get("preset"), str) else {}
+    n_layers, heads = model.get("n_layers", preset.get("n_layers")), model.get("heads", preset.get("heads"))
+    if isinstance(n_layers, int) and isinstance(heads, list) and heads and len(heads) != n_layers:
+        model["heads"] = [heads[0]] * n_layers
+    train = base.setdefault("train", {})
+    if config.fidelity.steps is not None:
+        for key in ("epochs", "tokens"):
+            train.pop(key, None)
+        train["steps"] = config.fidelity.steps
+    train["seed"] = config.fidelity.run_seed
+    every = base.get("eval", {}).get("every", 0)
+    if config.fidelity.pruner != "none" and not every:
+        raise HeadwiseError(f"{source}: pruner {config.fidelity.pruner!r} stops trials on their eval curve, but "
+                            "the base evaluates only at the end: set [base.eval] every")
+    return base
+
+
+def _check_objectives(config: SearchConfig, run: RunConfig, source: str) -> None:
+    metrics = [o.metric for o in config.objectives]
+    if len(set(metrics)) != len(metrics):
+        raise HeadwiseError(f"{source}: an objective is given twice ({', '.join(metrics)})")
+    for objective in config.objectives:
+        if not objective.from_budget:
+            problem = metric_problem(objective.metric, run.task)
+            if problem:
+                raise HeadwiseError(f"{source}: objective {objective.metric!r} is not a metric the trials report: "
+                                    f"{problem} (or a budget metric: {', '.join(METRICS)})")
+    if all(o.from_budget for o in config.objectives):
+        raise HeadwiseError(f"{source}: every objective is computed from the plan; give one the trials measure "
+                            "(e.g. loss), or there is nothing to train")
+    if config.fidelity.pruner != "none" and (len(config.objectives) > 1 or config.objectives[0].from_budget):
+        raise HeadwiseError(f"{source}: pruner {config.fidelity.pruner!r} works on one measured objective; "
+                            f"this search has {', '.join(metrics)}: set [fidelity] pruner = \"none\"")
+
+
+def _named_plans(config: SearchConfig, spec: Any) -> list[NamedPlan]:
+    """The named plans: the file's, else the three schemes at a budget on total heads."""
+    if config.named is not None:
+        return config.named
+    budget = config.budget
+    if budget is None or budget.metric != "total_heads" or budget.high is None:
+        return []
+    return [NamedPlan(name=s, scheme=s, total_heads=budget.high) for s in ("constant", "ascending", "descending")]
+
+
+def _per_layer(value: Any, depth: int) -> list[Any] | None:
+    return None if value is None else list(value) if isinstance(value, list) else [value] * depth
+
+
+def _resolve_named(search: Search, named: NamedPlan) -> Named:
+    """A named plan's model and whether the search's space holds it within the budget."""
+    space, d_model = search.space, search.space.base.d_model
+    depth = named.depth or (len(named.heads) if named.heads else search.space.base.n_layers)
+    where = f"{search.source}: named plan {named.name!r}"
+    sets: dict[str, Any] = {"model.n_layers": depth}
+    if named.scheme is not None:
+        total = named.total_heads or (search.config.budget.high if search.config.budget else None)
+        if total is None:
+            raise HeadwiseError(f"{where}: scheme {named.scheme!r} needs total_heads")
+        head_dim = named.head_dim if isinstance(named.head_dim, int) else space.base.head_dim
+        heads = list(plan_heads(named.scheme, depth, d_model, total, ratio=named.ratio,
+                                head_dim=head_dim if isinstance(head_dim, int) else None).heads)
+        sets.update({"model.plan.scheme": named.scheme, "model.plan.total_heads": total,
+                     "model.plan.ratio": named.ratio})
+    else:
+        heads = list(named.heads or [])
+        sets["model.heads"] = heads
+    explicit = {"model.heads": heads}
+    for key, value in (("head_dim", named.head_dim), ("kv_heads", named.kv_heads)):
+        if value is not None:
+            sets[f"model.{key}"] = explicit[f"model.{key}"] = _per_layer(value, depth)
+    ratios = _per_layer(named.mlp_ratio, depth)
+    if ratios is not None:
+        sets["model.mlp_hidden"] = explicit["model.mlp_hidden"] = [int(round(r * d_model)) for r in ratios]
+    try:
+        spec, _ = resolve_run_model(search.run_config({"model.n_layers": depth, **explicit}), source=where)
+    except HeadwiseError as exc:
+        raise HeadwiseError(str(exc)) from None
+    offered = space.config.mlp_ratio or []
+    layers = tuple(LayerChoice(s.heads, s.head_dim, s.kv_heads, s.mlp_hidden,
+                               next((r for r in offered if int(round(r * d_model)) == s.mlp_hidden), None))
+                   for s in spec.layers())
+    plan = SearchPlan(layers)
+    budget = search.config.budget
+    value = search.budget_of(plan)[budget.metric] if budget is not None else None
+    if budget is not None and not budget.allows(value):  # type: ignore[arg-type]
+        return Named(named.name, plan, sets, False, f"its {budget.metric} {value} is outside the budget "
+                     f"{budget.describe()}: not a trial of the search")
+    try:
+        space.encode(plan)
+    except HeadwiseError as exc:
+        return Named(named.name, plan, sets, False, f"not in the space ({exc}): not a trial of the search")
+    return Named(named.name, plan, sets, True)

@@ -1,0 +1,144 @@
+"""Where a search keeps things, its saved definition (``search.toml``), and the checks a rerun
+must pass before anything is written.
+
+    SEARCH_DIR/
+      search.toml          the resolved search (definition after the preset), its fingerprint, the
+                           environment its trials ran in (torch threads, torch version), the store
+      optuna.db            the Optuna store (SQLite), unless --storage names another
+      trials.json          the trials record (headwise.search.trials), rewritten as trials end
+      driver.json          the driver's own time against the trials' (its overhead)
+      trials/NNNN/         trial NNNN's run (an ordinary headwise run directory)
+      configs/NNNN.toml    its input config
+      logs/NNNN.log        its output
+      locks/NNNN.lock      held by its run (headwise.study.worker)
+      locks/NNNN.claim     held by the driver that runs it
+      confirm/             the confirmation: a study directory (headwise.search.confirm)
+      previous-N/          an earlier search moved aside by --new
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from headwise.config import atomic_write_text, read_toml
+from headwise.errors import HeadwiseError
+from headwise.search.definition import Search
+
+SEARCH_TOML = "search.toml"
+TRIALS_JSON = "trials.json"
+DRIVER_JSON = "driver.json"
+CONFIRM_DIR = "confirm"
+#: files a driver makes before anything else (not a search's content)
+LOCKS = (".lock", ".init.lock")
+
+
+def trial_name(number: int) -> str:
+    return f"{number:04d}"
+
+
+def trial_paths(search_dir: Path, number: int) -> dict[str, Path]:
+    """Trial ``number``'s run directory, input config, log and lock (a RunJob's paths)."""
+    name = trial_name(number)
+    return {"run_dir": search_dir / "trials" / name, "config_path": search_dir / "configs" / f"{name}.toml",
+            "log_path": search_dir / "logs" / f"{name}.log", "lock_path": search_dir / "locks" / f"{name}.lock"}
+
+
+def default_out_dir(search: Search) -> Path:
+    """``searches_out/NAME-PRESET`` under the current directory."""
+    return Path("searches_out") / (search.name + (f"-{search.preset}" if search.preset else ""))
+
+
+def load_saved(search_dir: Path) -> dict[str, Any]:
+    """The saved ``search.toml`` ({} when there is none)."""
+    path = search_dir / SEARCH_TOML
+    if not path.is_file():
+        return {}
+    data = read_toml(path)
+    if not isinstance(data.get("definition"), dict) or "fingerprint" not in data:
+        raise HeadwiseError(f"{path} is damaged (no definition or fingerprint); move the folder aside and start again")
+    return data
+
+
+def check_search_dir(search: Search, search_dir: Path, new: bool) -> dict[str, Any]:
+    """Refuse an ``--out`` that is a file, holds something else, or holds another search (unless
+    ``new``); returns what it holds of this search ({} for a new one). Writes nothing."""
+    if not search_dir.exists():
+        return {}
+    if not search_dir.is_dir():
+        raise HeadwiseError(f"--out {search_dir} is a file, not a directory")
+    saved = load_saved(search_dir)
+    if not saved:
+        if any(p.name not in LOCKS for p in search_dir.iterdir()):
+            raise HeadwiseError(f"--out {search_dir} is not empty and holds no search; choose another directory")
+        return {}
+    if new:
+        return {}
+    mine = search.identity()
+    theirs = {"name": saved.get("name"), "preset": saved.get("preset") or None,
+              "definition": {k: v for k, v in saved["definition"].items()
+                             if k not in ("runner", "confirm", "trials", "description")}}
+    if json.dumps(theirs, sort_keys=True, default=str) != json.dumps(mine, sort_keys=True, default=str):
+        changed = sorted(k for k in {*theirs["definition"], *mine["definition"]}
+                         if theirs["definition"].get(k) != mine["definition"].get(k))
+        what = ", ".join(changed) or "its name or preset"
+        raise HeadwiseError(f"--out {search_dir} holds search {saved.get('name')!r} defined differently (changed: "
+                            f"{what}); rerun its own command, choose another --out, or pass --new to start a new "
+                            "search there (the old one is moved into previous-N/)")
+    return saved
+
+
+def move_aside(search_dir: Path) -> Path:
+    """Move an earlier search's files into ``SEARCH_DIR/previous-N`` (``--new``)."""
+    n = 1
+    while (search_dir / f"previous-{n}").exists():
+        n += 1
+    target = search_dir / f"previous-{n}"
+    target.mkdir()
+    for entry in search_dir.iterdir():
+        if entry.name not in LOCKS and not entry.name.startswith("previous-"):
+            entry.rename(target / entry.name)
+    return target
+
+
+def save_search(search: Search, search_dir: Path, environment: dict[str, Any], storage: str, study_name: str) -> None:
+    """Write ``search.toml`` (atomically)."""
+    data = search.to_dict()
+    data.update(environment=environment, storage=storage, study_name=study_name)
+    atomic_write_text(search_dir / SEARCH_TOML, tomli_w.dumps(data))
+
+
+class FileLock:
+    """An flock on a file: exclusive, blocking or not (``acquire`` returns False when taken)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd: int | None = None
+
+    def acquire(self, block: bool = False) -> bool:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if block else fcntl.LOCK_NB))
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self.fd = fd
+        return True
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self) -> "FileLock":
+        self.acquire(block=True)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()

@@ -1,0 +1,451 @@
+"""``write_search_report``: a head-allocation search's ``report/report.md`` and its figures.
+
+It reads the search folder (``trials.json``, the Optuna store, and ``confirm/``, the confirmation
+study, when there is one) and writes only under ``report/``. The confirmation's verdict is judged
+by the study report's own machinery (:func:`headwise.report.verdicts.compare_claim`), so this
+report and ``headwise report SEARCH/confirm`` cannot disagree on it.
+
+A trial's value is one run at the search's fidelity; only the confirmation has seeds and intervals.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from headwise.config import read_toml
+from headwise.errors import HeadwiseError
+from headwise.plans import Plan
+from headwise.report.data import load_stage_runs, load_study_runs
+from headwise.report.document import Document, fmt, heads_str, plural
+from headwise.report.paired import Judged
+from headwise.report.verdicts import compare_claim
+from headwise.search import figures
+from headwise.study.claims import Claim
+from headwise.study.layout import load_study_record
+
+TRIALS_JSON, OPTUNA_DB, SEARCH_TOML, CONFIRM_DIR = "trials.json", "optuna.db", "search.toml", "confirm"
+REPORT_DIR, REPORT_FILE = "report", "report.md"
+#: the Optuna study's name in its storage
+STUDY_NAME = "headwise-search"
+#: plans in the best-plans table, and rows of the heat map
+TOP, HEATMAP_TOP = 5, 10
+#: what a plan costs (trials.json's "budget" of each trial); any can be an objective
+BUDGET_METRICS = ("params", "flops_per_token", "kv_bytes_per_token", "total_heads")
+STATES = ("complete", "pruned", "running", "failed", "duplicate")
+CONFIRM_HOWTO = ("run `headwise search` on this folder again without `--no-confirm`: it reruns the top plans and the "
+                 "named schemes on fresh paired seeds into `confirm/`, then rewrites this report")
+
+
+@dataclass(frozen=True)
+class Objective:
+    metric: str
+    #: "minimize" or "maximize"
+    direction: str
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One trial of ``trials.json``."""
+
+    number: int
+    state: str
+    depth: int
+    heads: tuple[int, ...]
+    head_dims: tuple[int, ...] = ()
+    kv_heads: tuple[int, ...] = ()
+    mlp_hidden: tuple[int, ...] = ()
+    #: what the plan costs: {"params", "flops_per_token", "kv_bytes_per_token", "total_heads"}
+    budget: dict[str, float] = field(default_factory=dict)
+    #: objective metric -> value (a pruned trial's last reported one)
+    values: dict[str, float] = field(default_factory=dict)
+    #: "constant", "ascending" or "descending" for a named scheme's trial
+    named: str | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Trial:
+        """A trial of ``trials.json`` (the fields this report reads; Optuna's params are in its store)."""
+        heads = tuple(int(h) for h in d.get("heads") or ())
+        return cls(int(d["number"]), str(d["state"]), int(d.get("depth") or len(heads)), heads,
+                   *(tuple(int(v) for v in d.get(k) or ()) for k in ("head_dims", "kv_heads", "mlp_hidden")),
+                   dict(d.get("budget") or {}), dict(d.get("values") or {}), d.get("named"))
+
+    def value(self, metric: str) -> float | None:
+        """The trial's finite value of ``metric`` (None when it has none)."""
+        v = self.values.get(metric)
+        return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
+
+    def score(self, o: Objective) -> float:
+        """The trial's value of ``o`` turned so that lower is better (inf when it has none)."""
+        v = self.value(o.metric)
+        return math.inf if v is None else oriented(v, o.direction)
+
+    @property
+    def plan_key(self) -> tuple[tuple[int, ...], ...]:
+        """What makes two trials the same plan (depth is len(heads))."""
+        return self.heads, self.head_dims, self.kv_heads, self.mlp_hidden
+
+
+@dataclass(frozen=True)
+class Search:
+    name: str
+    preset: str
+    objectives: list[Objective]
+    #: {"metric", "max", "min", "target"}; {} without a budget
+    budget: dict[str, Any]
+    trials: list[Trial]
+    #: the named plans: [{"name", "heads", "in_space", "note"}] (one outside the space runs no trial)
+    named: list[dict[str, Any]] = field(default_factory=list)
+
+
+def load_search(search_dir: str | Path) -> Search:
+    """The search's ``trials.json``; a missing or malformed one is a HeadwiseError."""
+    path = Path(search_dir) / TRIALS_JSON
+    if not path.is_file():
+        raise HeadwiseError(f"{Path(search_dir)} is not a search folder (no {TRIALS_JSON}); run `headwise search`")
+    try:
+        d = json.loads(path.read_text())
+        if not d["objectives"]:
+            raise ValueError("no objectives")
+        return Search(str(d["search"]), str(d.get("preset") or ""),
+                      [Objective(o["metric"], o.get("direction", "minimize")) for o in d["objectives"]],
+                      dict(d.get("budget") or {}), [Trial.from_dict(t) for t in d["trials"]],
+                      list(d.get("named") or []))
+    except (ValueError, KeyError, TypeError) as e:
+        raise HeadwiseError(f"{path}: not a search's trials file ({type(e).__name__}: {e})") from e
+
+
+# --------------------------------------------------------------------------- the maths
+
+
+def oriented(value: float, direction: str) -> float:
+    """``value`` turned so that lower is better."""
+    return value if direction == "minimize" else -value
+
+
+def pareto_front(points: Sequence[Sequence[float]], directions: Sequence[str]) -> list[int]:
+    """Indices of the non-dominated points: no other point is at least as good in every
+    objective and better in one. Equal points do not dominate each other: both stay."""
+    keyed = [[oriented(v, d) for v, d in zip(p, directions)] for p in points]
+
+    def dominates(a: list[float], b: list[float]) -> bool:
+        return all(x <= y for x, y in zip(a, b)) and any(x < y for x, y in zip(a, b))
+
+    return [i for i, p in enumerate(keyed) if not any(dominates(q, p) for q in keyed)]
+
+
+def best_plans(trials: Sequence[Trial], objective: Objective, k: int = TOP) -> list[Trial]:
+    """The ``k`` best distinct plans among the complete trials, by ``objective`` (ties: the
+    earlier trial); a plan tried again keeps its best trial."""
+    scored = sorted((t for t in trials if t.state == "complete" and t.value(objective.metric) is not None),
+                    key=lambda t: (t.score(objective), t.number))
+    first = {}
+    for t in scored:
+        first.setdefault(t.plan_key, t)  # dicts keep order: the best trial of each plan, best plan first
+    return list(first.values())[:k]
+
+
+def search_gain(trials: Sequence[Trial], objective: Objective,
+                baseline: str = "constant") -> tuple[Trial, Trial, float] | None:
+    """The search's best complete trial by ``objective``, the named ``baseline``'s trial, and the
+    best's gain over it at the search's fidelity (positive favours the best); None without a
+    complete trial of the baseline."""
+    best = best_plans(trials, objective, 1)
+    base = next((t for t in trials if t.named == baseline and t.state == "complete"
+                 and t.value(objective.metric) is not None), None)
+    return None if not best or base is None else (best[0], base, base.score(objective) - best[0].score(objective))
+
+
+def survived(search_gain: float, confirmed_gain: float, baseline: str = "constant") -> tuple[float | None, str]:
+    """The share of the search's gain over ``baseline`` that the confirmation kept, and a
+    sentence saying it; no share when the search found no gain to keep."""
+    if not (math.isfinite(search_gain) and math.isfinite(confirmed_gain)):
+        return None, "how much of the search's gain survived cannot be computed (a gain is missing)"
+    if search_gain <= 0:
+        return None, (f"the search found no gain over {baseline} at its fidelity ({search_gain:+.4g}), so none could "
+                      f"survive; the confirmation's gain is {confirmed_gain:+.4g}")
+    share = confirmed_gain / search_gain
+    if confirmed_gain < 0:
+        return share, (f"none of the search's gain survived: the sign flipped, {baseline} beats the search's best at "
+                       f"confirmation ({confirmed_gain:+.4g} against the search's {search_gain:+.4g}, {share:.0%})")
+    if confirmed_gain == 0:
+        return 0.0, f"none of the search's gain ({search_gain:+.4g}) survived confirmation (gain 0)"
+    return share, (f"{share:.0%} of the search's gain survived confirmation ({confirmed_gain:+.4g} of "
+                   f"{search_gain:+.4g})" + ("; the search underrated it" if share > 1 else ""))
+
+
+def per_layer(importances: dict[str, float]) -> dict[str, float]:
+    """Param importances summed per layer (``layer3.heads`` and ``layer3.kv_heads`` -> ``layer 3``);
+    a param of no layer (``depth``) stays as itself. Layers first, in order."""
+    out: dict[str, float] = {}
+    for name, v in sorted(importances.items(), key=lambda kv: _layer_order(kv[0])):
+        m = re.match(r"layer(\d+)\.", name)
+        key = f"layer {m.group(1)}" if m else name
+        out[key] = out.get(key, 0.0) + v
+    return out
+
+
+def _layer_order(name: str) -> tuple[int, int, str]:
+    m = re.match(r"layer(\d+)\.", name)
+    return (0, int(m.group(1)), name) if m else (1, 0, name)
+
+
+def value_cell(t: Trial, metric: str) -> str:
+    """A trial's value for a table: a budget metric (an objective too) as a whole number."""
+    v = t.value(metric)
+    return f"{v:,.0f}" if v is not None and metric in BUDGET_METRICS else fmt(v)
+
+
+def budget_use(value: float | None, budget: dict[str, Any]) -> str:
+    """A trial's budget use and its share of the cap (or, without one, of the target)."""
+    if value is None:
+        return "–"
+    ref, what = (budget["max"], "cap") if budget.get("max") else (budget.get("target"), "target")
+    return f"{value:,.0f}" + (f" ({100 * value / ref:.1f}% of {what})" if ref else "")
+
+
+# --------------------------------------------------------------------------- the confirmation
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    """One comparison of the confirmation study, as its report judges it (metric x scale)."""
+
+    claim: Claim
+    variant: str
+    baseline: str
+    judged: Judged
+    plan: Plan | None
+
+    def interval(self) -> str:
+        j = self.judged
+        return f"[{fmt(j.low)}, {fmt(j.high)}]" if j.gain.n > 1 else "(one seed)"
+
+    def line(self) -> str:
+        """``best-1`` vs ``constant``: its gain, interval, paired seeds and verdict."""
+        j = self.judged
+        verdict = str(j.verdict) + (f" ({j.note})" if j.note else "")
+        level = f" ({100 * j.confidence:.4g}%)" if j.gain.n > 1 else ""
+        return (f"`{self.variant}` vs `{self.baseline}`: gain {fmt(j.gain.mean)} {self.interval()}{level} on "
+                f"{plural(j.gain.n, 'paired seed')}, verdict {verdict}")
+
+
+def confirmations(confirm_dir: Path) -> list[Confirmed]:
+    """Every judged comparison of the confirmation study's claims (those with completed pairs)."""
+    record = load_study_record(confirm_dir)
+    runs, stages = load_study_runs(record), load_stage_runs(record)
+    return [Confirmed(claim, c.variant.name, c.baseline.name, c.judged, c.variant.plan) for claim in record.claims
+            for c in compare_claim(stages[claim.stage] if claim.stage else runs, claim)]
+
+
+def same_plan(plan: Plan | None, t: Trial) -> bool:
+    """Whether a confirmation variant's plan is the trial's (a side left empty matches any)."""
+    if plan is None or tuple(plan.heads) != t.heads:
+        return False
+    return all(not a or not b or tuple(a) == b for a, b in
+               ((plan.head_dims, t.head_dims), (plan.kv_heads, t.kv_heads), (plan.mlp_hidden, t.mlp_hidden)))
+
+
+def headline(found: list[Confirmed], best: Trial | None) -> Confirmed | None:
+    """The comparison the report leads with: the search's best plan against the claim's baseline
+    (the plan that is the best trial's, else a variant named best..., else the first)."""
+    mine = [c for c in found if best is not None and same_plan(c.plan, best)]
+    named = [c for c in found if c.variant.startswith("best")]
+    return (mine or named or found or [None])[0]
+
+
+def _confirmation(search: Search, search_dir: Path, best: list[Trial]) -> tuple[list[str], list[Confirmed]]:
+    """The verdict on top: the confirmed gain of the best plan over constant and how much of the
+    search's gain it kept, as lines; and the comparisons, for the best-plans table."""
+    not_yet = "**Confirmation: not confirmed yet.**"
+    if not (search_dir / CONFIRM_DIR).is_dir():
+        return [f"{not_yet} There is no `{CONFIRM_DIR}/` (the search ran with `--no-confirm`, or is still running); "
+                f"to confirm, {CONFIRM_HOWTO}."], []
+    try:
+        found = confirmations(search_dir / CONFIRM_DIR)
+    except HeadwiseError as e:
+        return [f"{not_yet} `{CONFIRM_DIR}/` cannot be judged: {e}"], []
+    top = headline(found, best[0] if best else None)
+    if top is None:
+        return [f"{not_yet} The confirmation study in `{CONFIRM_DIR}/` has no completed pair of runs yet; rerun the "
+                "search to finish it."], []
+    lines = [f"**Confirmation: {top.line()}.** (Claim *{top.claim.name}* of the study in `{CONFIRM_DIR}/`.)"]
+    objective = next((o for o in search.objectives if o.metric == top.claim.metric), None)
+    found_gain = search_gain(search.trials, objective, top.baseline) if objective is not None else None
+    if objective is None:
+        lines.append(f"The confirmation compares {top.claim.metric}, which is none of the search's objectives: "
+                     "no share of the search's gain to compare.")
+    elif found_gain is None:
+        note = next((n.get("note") for n in search.named if n.get("name") == top.baseline and n.get("note")), "")
+        lines.append(f"The search has no complete trial of `{top.baseline}` at its fidelity to take the search's "
+                     "gain from" + (f" ({note})." if note else "."))
+    else:
+        win, base, g = found_gain
+        # a percent claim's gain is in points; the search's values are not
+        _, sentence = survived(g, top.judged.gain.mean / (100.0 if top.claim.percent else 1.0), top.baseline)
+        lines.append(f"Search's gain at its fidelity (trial {win.number} vs {top.baseline}'s trial {base.number}, one "
+                     f"run each, {objective.metric}): {g:+.4g}; {sentence}.")
+    if len(found) > 1:
+        lines += ["", "Every comparison of the confirmation study (its report: `headwise report confirm`):",
+                  *[f"- {c.claim.name}: {c.line()}" for c in found]]
+    return lines, [c for c in found if c.baseline == top.baseline]
+
+
+# --------------------------------------------------------------------------- Optuna's importances
+
+
+def open_study(search_dir: Path) -> tuple[Any, str | None]:
+    """The search's Optuna study, or None and why not."""
+    db, toml = search_dir / OPTUNA_DB, search_dir / SEARCH_TOML
+    try:
+        saved = read_toml(toml) if toml.is_file() else {}
+    except HeadwiseError as e:  # a broken search.toml costs the report its importances only
+        return None, str(e)
+    # the folder's own optuna.db first: a saved sqlite URL breaks when the folder moves
+    storage = f"sqlite:///{db.resolve()}" if db.is_file() else saved.get("storage")
+    if not storage:
+        return None, f"there is no `{OPTUNA_DB}` and no `storage` in `{SEARCH_TOML}`"
+    name = str(saved.get("study_name") or STUDY_NAME)
+    try:
+        import optuna
+
+        return optuna.load_study(study_name=name, storage=storage), None
+    except Exception as e:  # noqa: BLE001 - any storage error only costs the report its importances
+        why = f"the Optuna study `{name}` cannot be opened from `{storage}` ({type(e).__name__}: {e})"
+        return None, re.sub(r"//([^:/@\s]*):[^@/\s]*@", r"//\1:***@", why)  # a URL's password never in a report
+
+
+def importances(study: Any, objectives: list[Objective]) -> tuple[list[dict[str, float]], str | None]:
+    """fANOVA importances of the params, one dict per objective, or none and why not."""
+    import optuna
+    from optuna.importance import FanovaImportanceEvaluator, get_param_importances
+
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    if len(complete) < 2:
+        return [], f"they need at least 2 complete trials and the Optuna study has {len(complete)}"
+    if len(study.directions) != len(objectives):
+        return [], (f"the Optuna study has {len(study.directions)} objectives and `{TRIALS_JSON}` "
+                    f"{len(objectives)}")
+    out = []
+    for i in range(len(objectives)):
+        target = None if len(objectives) == 1 else (lambda t, i=i: t.values[i])
+        try:  # seed 0: the same trials give the same report
+            imp = get_param_importances(study, target=target, evaluator=FanovaImportanceEvaluator(seed=0))
+        except (RuntimeError, ValueError, ZeroDivisionError) as e:
+            return [], f"Optuna could not compute them ({type(e).__name__}: {e})"
+        out.append({k: float(v) for k, v in imp.items()})
+    return out, None
+
+
+def _importance_section(doc: Document, search: Search, search_dir: Path) -> None:
+    doc.add("## Which layers' choices matter",
+            "Optuna's fANOVA importances of the search's params (complete trials; each objective's importances sum "
+            "to 1), and the same summed per layer. Optuna leaves out a param that not every complete trial has "
+            "(a layer that only deeper plans have).")
+    study, why = open_study(search_dir)
+    imps, why = importances(study, search.objectives) if study is not None else ([], why)
+    if not imps or not any(imps):
+        doc.add(f"No importances: {why or 'the study has no params'}.")
+        return
+    names = [o.metric for o in search.objectives]
+    doc.table(["param", *names], [[f"`{p}`", *[fmt(i.get(p)) for i in imps]]
+                                  for p in sorted(imps[0], key=_layer_order)])
+    layers = [per_layer(i) for i in imps]
+    doc.table(["layer", *names], [[k, *[fmt(l.get(k)) for l in layers]] for k in layers[0]])
+    doc.figure("importances", *figures.importances_figure(names, imps, layers))
+
+
+# --------------------------------------------------------------------------- the report
+
+
+def write_search_report(search_dir: str | Path) -> Path:
+    """Write ``SEARCH/report/report.md`` and its figures (PNG, each with its CSV); returns its path.
+
+    The confirmation's verdict leads; then the search (trials by state, budget), the best plans,
+    the Pareto front (several objectives), the optimisation history, where the heads go, and the
+    params' importances. A missing ``trials.json`` is a HeadwiseError; a missing confirmation or
+    Optuna store is said in the report."""
+    search_dir = Path(search_dir)
+    search = load_search(search_dir)
+    out = search_dir / REPORT_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    doc = Document(out)
+    first = search.objectives[0]
+    best = best_plans(search.trials, first, max(TOP, HEATMAP_TOP))
+    doc.add(f"# Head-allocation search `{search.name}`" + (f" (preset `{search.preset}`)" if search.preset else ""))
+    lines, found = _confirmation(search, search_dir, best)
+    doc.add(*lines)
+    _header(doc, search, search_dir)
+    _best_table(doc, search, best[:TOP], found)
+    if len(search.objectives) > 1:
+        _pareto_section(doc, search)
+    doc.add("## Optimisation history")
+    doc.figure("history", *figures.history_figure(search.objectives, search.trials))
+    doc.add("## Where the heads go")
+    if best:
+        doc.figure("heads-heatmap", *figures.heads_heatmap(best[:HEATMAP_TOP], first.metric))
+    else:
+        doc.add("No complete trial yet.")
+    _importance_section(doc, search, search_dir)
+    return doc.write(REPORT_FILE)
+
+
+def _header(doc: Document, search: Search, search_dir: Path) -> None:
+    counts = Counter(t.state for t in search.trials)
+    states = ", ".join(f"{counts[s]} {s}" for s in (*STATES, *sorted(set(counts) - set(STATES))) if counts[s])
+    b = search.budget
+    bounds = [f"{w} {fmt(b[k])}" for k, w in (("max", "at most"), ("min", "at least"), ("target", "target"))
+              if b.get(k) is not None]
+    budget = f"{b['metric']}{''.join(', ' + x for x in bounds)}" if b.get("metric") else "none"
+    objectives = ", ".join(f"{o.metric} ({o.direction})" for o in search.objectives)
+    doc.add("## The search",
+            f"{plural(len(search.trials), 'trial')}: {states or 'none'}. Objectives: {objectives}. Budget: {budget}. "
+            f"Search folder `{search_dir}`; each trial's run is in its `run_dir` there. A duplicate is a plan the "
+            "search had already tried (not rerun); a pruned trial stopped early at its last reported value.")
+
+
+def _best_table(doc: Document, search: Search, best: list[Trial], found: list[Confirmed]) -> None:
+    first = search.objectives[0]
+    doc.add("## Best plans",
+            f"The {plural(len(best), 'best distinct complete plan')} by {first.metric} ({first.direction}), one run "
+            "each at the search's fidelity; *confirmed* is the plan's paired gain over the confirmation's baseline, "
+            "with its interval, where it was confirmed. Named schemes are marked.")
+    if not best:
+        doc.add("No complete trial yet.")
+        return
+    names = {t.plan_key: t.named for t in search.trials if t.named}
+    metric = search.budget.get("metric")
+    rows = []
+    for rank, t in enumerate(best, 1):
+        c = next((c for c in found if same_plan(c.plan, t)), None)
+        named = t.named or names.get(t.plan_key)
+        rows.append([rank, t.number, f"*{named}*" if named else "searched", t.depth, heads_str(list(t.heads)),
+                     sum(t.heads), heads_str(list(t.head_dims)), heads_str(list(t.kv_heads)),
+                     heads_str(list(t.mlp_hidden)), budget_use(t.budget.get(metric) if metric else None, search.budget),
+                     *[value_cell(t, o.metric) for o in search.objectives],
+                     f"{fmt(c.judged.gain.mean)} {c.interval()}" if c else "–"])
+    doc.table(["rank", "trial", "plan", "depth", "heads per layer", "total heads", "head widths", "KV heads",
+               "MLP widths", f"budget use ({metric})" if metric else "budget use",
+               *[o.metric for o in search.objectives],
+               "confirmed" + (f" vs {found[0].baseline}" if found else "")], rows)
+
+
+def _pareto_section(doc: Document, search: Search) -> None:
+    metrics = [o.metric for o in search.objectives]
+    scored = [t for t in search.trials if t.state == "complete" and all(t.value(m) is not None for m in metrics)]
+    points = [[t.value(m) for m in metrics] for t in scored]
+    front = pareto_front(points, [o.direction for o in search.objectives])  # type: ignore[arg-type]
+    doc.add("## Pareto front",
+            "The complete trials that no other complete trial beats in every objective at once, best first by "
+            f"{metrics[0]}.")
+    rows = sorted((scored[i] for i in front), key=lambda t: t.score(search.objectives[0]))
+    doc.table(["trial", "plan", "depth", "heads per layer", *metrics],
+              [[t.number, t.named or "searched", t.depth, heads_str(list(t.heads)),
+                *[value_cell(t, m) for m in metrics]] for t in rows])
+    if scored:
+        doc.figure("pareto", *figures.pareto_figure(search.objectives, scored, front))

@@ -1,0 +1,140 @@
+"""Run (or resume, or join) a search: every check first, then the store, the trials, the
+confirmation.
+
+Nothing is written before the checks pass: the search (resolved when it was loaded: space,
+budget, objectives, named plans, confirmation), the output folder (empty, new, or this same
+search; a changed one only with ``new``), the torch threads and version its trials ran with, a
+``--storage`` URL (it must open), the device and the data (prepared once, outside the folder).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from headwise.config import atomic_write_text
+from headwise.errors import HeadwiseError, RunFailure
+from headwise.search import layout
+from headwise.search.definition import Search
+from headwise.search.layout import FileLock
+from headwise.study.definition import RunSpec
+from headwise.study.preflight import check_data, check_devices, check_out_dir
+from headwise.study.runner import check_environment, default_threads
+
+
+@dataclass
+class SearchOutcome:
+    """What a search run ended with."""
+
+    search_dir: Path
+    record: dict[str, Any]
+    #: trials that failed in this run (rerunning asks new ones in their place)
+    failed: list[int]
+    #: the driver's own time against its trials' (driver.json)
+    timing: dict[str, Any]
+    #: True when this driver ran as a worker (no confirmation)
+    worker: bool = False
+    confirm: Any = None
+    #: why the confirmation did not complete (some of its runs failed: a rerun retries them)
+    confirm_failure: str = ""
+
+
+def storage_url(search_dir: Path, storage: str | None) -> str:
+    """``storage``, or the SQLite file ``optuna.db`` inside the search folder."""
+    return storage or f"sqlite:///{(search_dir / 'optuna.db').resolve()}"
+
+
+def run_search(search: Search, out_dir: str | Path | None = None, *, jobs: int | None = None,
+               threads: int | None = None, storage: str | None = None, worker: bool = False, new: bool = False,
+               confirm: bool = True, confirm_report: Callable[[Path], Path] | None = None,
+               echo: Callable[[str], None] = print) -> SearchOutcome:
+    """Run (or resume) ``search`` into ``out_dir`` until it has its trials, then (the main driver,
+    unless ``confirm`` is False or the search says not to) its confirmation study, whose report
+    ``confirm_report`` writes. A HeadwiseError before anything is written for bad input."""
+    from headwise.search.driver import Driver, check_trials, enqueue_named
+    from headwise.search.store import STUDY_NAME, open_storage, open_study
+    from headwise.search.trials import write_record
+
+    if jobs is not None and jobs < 1:
+        raise HeadwiseError(f"--jobs {jobs}: give at least 1")
+    if threads is not None and threads < 1:
+        raise HeadwiseError(f"--threads {threads}: give at least 1")
+    check_trials(search)
+    jobs = jobs or search.config.runner.jobs or 1
+    search_dir = Path(out_dir) if out_dir is not None else layout.default_out_dir(search)
+    saved = layout.check_search_dir(search, search_dir, new)
+    if new and saved == {} and not (search_dir / layout.SEARCH_TOML).is_file():
+        new = False  # nothing to move aside
+    environment = check_environment(search_dir, {} if new else saved.get("environment", {}),
+                                    threads or search.config.runner.threads, default_threads(jobs))
+    check_out_dir(search_dir)
+    if saved and not new:  # a rerun keeps the store the search started with ("": its own SQLite file)
+        kept = saved.get("storage") or None
+        if storage is not None and storage != kept:
+            raise HeadwiseError(f"--out {search_dir} keeps its trials in {kept or 'its own optuna.db'}: rerun with "
+                                + (f"--storage {kept}" if kept else "no --storage") + ", or pass --new")
+        storage = kept
+    if storage is not None:
+        open_storage(storage).remove_session()  # a URL that does not open writes nothing
+    example = next(search.space.plans(limit=1))
+    specs = [RunSpec("trial", search.config.fidelity.run_seed, {}, search.trial_config(example))]
+    import torch
+
+    check_devices(specs, torch.cuda.device_count() if torch.cuda.is_available() else 0, "this machine")
+    check_data(specs, echo)
+
+    search_dir.mkdir(parents=True, exist_ok=True)
+    search_dir = search_dir.resolve()
+    main_lock = FileLock(search_dir / ".lock")
+    main = not worker and main_lock.acquire()
+    if not worker and not main:
+        echo(f"another driver is running search {search.name} in {search_dir}: joining it as a worker")
+    try:
+        with FileLock(search_dir / ".init.lock"):
+            if new and main:
+                echo(f"--new: the earlier search moved into {layout.move_aside(search_dir)}")
+            elif new:
+                raise HeadwiseError("--new starts a search afresh: stop the driver running in --out first")
+            url = storage_url(search_dir, storage)
+            study_name = saved.get("study_name", STUDY_NAME) if not new else _fresh_name(search_dir, storage)
+            layout.save_search(search, search_dir, environment, storage or "", study_name)
+            study = open_study(search, open_storage(url), study_name)
+            enqueue_named(search, study)
+            if main or "n_trials" not in study.user_attrs:
+                study.set_user_attr("n_trials", search.n_trials)
+        driver = Driver(search, search_dir, study, jobs=jobs, threads=environment["threads"], main=main, echo=echo)
+        driver.target = int(study.user_attrs.get("n_trials", search.n_trials))
+        done = sum(1 for t in study.get_trials(deepcopy=False) if t.state.name in ("COMPLETE", "PRUNED"))
+        echo(f"search {search.name}" + (f" (preset {search.preset})" if search.preset else "")
+             + f": {driver.target} trials, {done} already finished, {jobs} at a time"
+             + ("" if main else " (worker)") + f" -> {search_dir}")
+        driver.run()
+        record = write_record(search_dir, search, study.get_trials(deepcopy=False))
+        timing = driver.timing.to_dict()
+        if main:
+            atomic_write_text(search_dir / layout.DRIVER_JSON, json.dumps(timing, indent=1) + "\n")
+        outcome = SearchOutcome(search_dir, record, driver.failed, timing, worker=not main)
+        if main and confirm and search.config.confirm.enabled:
+            from headwise.search.confirm import run_confirmation
+
+            try:
+                outcome.confirm = run_confirmation(search, search_dir, record, jobs=jobs,
+                                                   threads=environment["threads"], report=confirm_report, echo=echo)
+            except RunFailure as exc:  # the search's report is still written; the command fails after it
+                outcome.confirm_failure = str(exc)
+        return outcome
+    finally:
+        main_lock.release()
+
+
+def _fresh_name(search_dir: Path, storage: str | None) -> str:
+    """The study name of a search started afresh: its own SQLite file starts empty, a shared store
+    keeps the earlier study under its name."""
+    from headwise.search.store import STUDY_NAME
+
+    if storage is None:
+        return STUDY_NAME
+    previous = sum(1 for p in search_dir.iterdir() if p.name.startswith("previous-"))
+    return f"{STUDY_NAME}-{previous + 1}"

@@ -1,0 +1,397 @@
+"""A search's space, feasible by construction: numbers in [0, 1) in, a plan that meets the budget out.
+
+    [space]
+    depth = [2, 8]              # layers: one count, or [min, max] (default: the base's n_layers)
+    heads = "divisors"          # per layer: the divisors of d_model, or a list of counts
+    head_dim = "tied"           # "tied" (d_model / heads), one width, or a list (default: the base's)
+    kv_heads = "divisors"       # per layer: divisors of its heads, or a list (default: the base's)
+    mlp_ratio = [2.0, 4.0]      # per layer: MLP widths as multiples of d_model (default: the base's)
+
+The optimiser draws one number ``u`` in [0, 1) for the depth (``depth``, when it varies) and for
+each varying choice of each layer (``layer{i}.heads``, ``layer{i}.head_dim``, ``layer{i}.kv_heads``,
+``layer{i}.mlp_ratio``), always from the same distribution. :meth:`Space.decode` maps them in
+order: each ``u`` picks the quantile of the sorted values *that still leave a completion within
+the budget*. That is decided exactly, because every budget is a constant plus per-layer costs
+through a non-decreasing map (:mod:`headwise.search.budget`): the layer options' costs are
+computed once, and for the layers still to choose the search keeps the smallest and largest sum
+they can add (a budget with only a cap or only a floor) or every sum they can add (a target, or a
+floor and a cap together). So every decoded plan keeps the budget, every plan that keeps it is
+reachable (:meth:`Space.encode` gives numbers that decode to it), and a space with no such plan
+is refused before any trial.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Callable, Iterator
+
+from headwise.errors import HeadwiseError
+from headwise.search.budget import BudgetConfig, CostModel
+from headwise.spec import ModelSpec, divisors
+
+#: the choices of one layer, in the order they are drawn, as their parameters name them
+DIMS = ("heads", "head_dim", "kv_heads", "mlp_ratio")
+#: reachable sums kept for the layers still to choose, over every depth, before a space is too
+#: large to check exactly
+MAX_SUMS = 2_000_000
+
+
+@dataclass(frozen=True)
+class LayerChoice:
+    """One layer of a plan."""
+
+    heads: int
+    head_dim: int
+    kv_heads: int
+    mlp_hidden: int
+    #: the MLP ratio the space offered for it (None: the base's width)
+    mlp_ratio: float | None = None
+
+    def value(self, dim: str) -> Any:
+        return getattr(self, dim)
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """A plan of the search: its depth and each layer's choice."""
+
+    layers: tuple[LayerChoice, ...]
+
+    @property
+    def depth(self) -> int:
+        return len(self.layers)
+
+    @property
+    def heads(self) -> list[int]:
+        return [c.heads for c in self.layers]
+
+    @property
+    def head_dims(self) -> list[int]:
+        return [c.head_dim for c in self.layers]
+
+    @property
+    def kv_heads(self) -> list[int]:
+        return [c.kv_heads for c in self.layers]
+
+    @property
+    def mlp_hidden(self) -> list[int]:
+        return [c.mlp_hidden for c in self.layers]
+
+    def describe(self) -> str:
+        """``4 layers: heads 96,48,24,12`` (+ head widths where they are not d_model / heads, KV
+        heads where there are fewer than heads, MLP widths where they differ between layers)."""
+        text = f"{self.depth} layers: heads {','.join(map(str, self.heads))}"
+        widths = {h * d for h, d in zip(self.heads, self.head_dims)}
+        shown = (("head_dim", self.head_dims, len(widths) > 1 and len(set(self.head_dims)) > 1), ("kv_heads", self.kv_heads, self.kv_heads != self.heads),
+                 ("mlp", self.mlp_hidden, len(set(self.mlp_hidden)) > 1))
+        for name, values, differ in shown:
+            if differ:
+                text += f", {name} {','.join(map(str, values))}"
+        return text
+
+
+@dataclass(frozen=True)
+class _Option:
+    choice: LayerChoice
+    cost: int
+
+
+def pick(values: list[Any], u: float) -> Any:
+    """The value at quantile ``u`` of the sorted ``values`` (u = 1.0 counts as just below 1)."""
+    return values[min(len(values) - 1, max(0, math.floor(u * len(values))))]
+
+
+def _centre(index: int, n: int) -> float:
+    """A number that :func:`pick` maps to ``index`` of ``n`` values."""
+    return (index + 0.5) / n
+
+
+class Space:
+    """The plans of a base model that a ``[space]`` table allows and a budget keeps.
+
+    ``base`` is the base model's spec, ``fields`` its spec fields as given (what a plan's run
+    config leaves alone); ``cost`` the budget's :class:`CostModel` (None: no budget)."""
+
+    def __init__(self, config: Any, base: ModelSpec, budget: BudgetConfig | None, seq_len: int) -> None:
+        self.config, self.base, self.budget, self.seq_len = config, base, budget, seq_len
+        metric = budget.metric if budget is not None else "params"
+        self.cost = CostModel(metric, base, seq_len, budget.dtype if budget is not None else "fp32")
+        self.constant = self.cost.constant()
+        self.depths = self._depths()
+        self.varies = {"heads": len(self._heads()) > 1,
+                       "head_dim": isinstance(config.head_dim, list) and len(config.head_dim) > 1,
+                       "kv_heads": config.kv_heads == "divisors" or isinstance(config.kv_heads, list)
+                       and len(config.kv_heads) > 1,
+                       "mlp_ratio": config.mlp_ratio is not None and len(config.mlp_ratio) > 1}
+        self._options: dict[tuple[Any, ...], list[_Option]] = {}
+        self._rests: dict[int, list[Any]] = {}
+        self._sums = 0
+        # a plan's run config sets what the base does not already say for every layer
+        self.sets_head_dim = config.head_dim not in (None, "tied") or config.head_dim == "tied" and base.head_dim is not None
+        self.sets_kv_heads = config.kv_heads is not None
+        self.sets_mlp = config.mlp_ratio is not None
+        empty = [d for d in self.depths if not self._options_at(d, 0)]
+        if len(empty) == len(self.depths):
+            raise HeadwiseError(f"[space] allows no layer: {self._why_no_option()}")
+        self.feasible_depths = [d for d in self.depths if self._admits(self.constant, d, 0)]
+        if not self.feasible_depths:
+            raise HeadwiseError(f"no plan of the space meets the budget {budget.describe()}: "  # type: ignore[union-attr]
+                                f"{self._range_note()}; widen the space or the budget")
+
+    # ---- what a layer may be ---------------------------------------------------------------
+
+    def _depths(self) -> list[int]:
+        depth = self.config.depth
+        if depth is None:
+            return [self.base.n_layers]
+        if isinstance(depth, int):
+            return [depth]
+        return list(range(depth[0], depth[1] + 1))
+
+    def _heads(self) -> list[int]:
+        heads = self.config.heads
+        return divisors(self.base.d_model) if heads == "divisors" else sorted(set(heads))
+
+    def _fixed(self, depth: int, i: int) -> tuple[Any, ...]:
+        """What layer ``i`` of a ``depth``-layer plan takes from the base: its attention kind, and
+        its head width, KV heads and MLP width where the space leaves them to the base."""
+        out = []
+        for name in ("attention", "head_dim", "kv_heads", "mlp_hidden"):
+            value = getattr(self.base, name)
+            if isinstance(value, list) and len(set(value)) > 1:
+                if depth != self.base.n_layers:
+                    raise HeadwiseError(f"the base model's per-layer {name} {value} fix its depth at "
+                                        f"{self.base.n_layers}: give [space] depth = {self.base.n_layers}, "
+                                        f"or one {name} for every layer")
+                value = value[i]
+            elif isinstance(value, list):
+                value = value[0]
+            out.append(value)
+        if out[3] is None:
+            out[3] = int(round(self.base.mlp_ratio * self.base.d_model))
+        return tuple(out)
+
+    def _candidates(self, fixed: tuple[Any, ...]) -> Iterator[tuple[LayerChoice, dict[str, Any]]]:
+        kind, base_head_dim, base_kv, base_mlp = fixed
+        d_model = self.base.d_model
+        head_dim, kv, mlp = self.config.head_dim, self.config.kv_heads, self.config.mlp_ratio
+        for h in self._heads():
+            if head_dim is None and base_head_dim is None or head_dim == "tied":
+                if d_model % h:
+                    continue
+                widths = [d_model // h]
+            elif head_dim is None:
+                widths = [base_head_dim]
+            else:
+                widths = [head_dim] if isinstance(head_dim, int) else sorted(set(head_dim))
+            if kv is None:
+                kvs = [base_kv if base_kv is not None else h]
+            else:
+                kvs = divisors(h) if kv == "divisors" else sorted(set(kv))
+            ratios = [None] if mlp is None else sorted(set(mlp))
+            for w in widths:
+                for k in kvs:
+                    if h % k:
+                        continue
+                    for r in ratios:
+                        hidden = base_mlp if r is None else int(round(r * d_model))
+                        fields = {"heads": [h], "head_dim": w, "kv_heads": k, "mlp_hidden": hidden,
+                                  "attention": None if kind is None else [kind]}
+                        yield LayerChoice(h, w, k, hidden, r), fields
+
+    def _options_at(self, depth: int, i: int) -> list[_Option]:
+        """Layer ``i``'s options in a ``depth``-layer plan with their costs, each a layer the
+        model accepts (checked on a one-layer spec: divisibility, KV groups, RoPE pairs, gated
+        MLP widths), sorted by their choices."""
+        fixed = self._fixed(depth, i)
+        if fixed not in self._options:
+            options = []
+            for choice, fields in self._candidates(fixed):
+                try:
+                    one = ModelSpec.model_validate({**self._base_fields, "n_layers": 1, **fields})
+                except ValueError as exc:
+                    self._last_refusal = f"{choice}: {str(exc).splitlines()[-1].strip()}"
+                    continue
+                options.append(_Option(choice, self.cost.layer_cost(one, 0)))
+            self._options[fixed] = sorted(options, key=lambda o: [o.choice.value(d) or 0 for d in DIMS])
+        return self._options[fixed]
+
+    @cached_property
+    def _base_fields(self) -> dict[str, Any]:
+        fields = self.base.model_dump()
+        for name in ("n_layers", "heads", "head_dim", "kv_heads", "mlp_hidden", "attention"):
+            fields.pop(name, None)
+        return fields
+
+    def _why_no_option(self) -> str:
+        last = getattr(self, "_last_refusal", None)
+        heads, d_model = self._heads(), self.base.d_model
+        tied = self.config.head_dim == "tied" or self.config.head_dim is None and self.base.head_dim is None
+        if last:
+            return f"every choice fails a check of the model (last: {last})"
+        if tied and all(d_model % h for h in heads):
+            return (f"heads {heads} do not divide d_model {d_model}, and head_dim is tied to d_model / heads: give "
+                    "heads that divide it, or a head_dim")
+        return f"no heads in {heads} is a multiple of the KV heads the space or the base allow"
+
+    # ---- what the layers still to choose can add ------------------------------------------
+
+    @property
+    def _exact_sums(self) -> bool:
+        """True when bounds alone cannot decide: a target, or a floor and a cap together."""
+        b = self.budget
+        return b is not None and b.low is not None and b.high is not None
+
+    def _rest(self, depth: int, i: int) -> Any:
+        """Layers ``i .. depth-1``: (smallest, largest) sum they can add, or their sorted sums."""
+        if depth not in self._rests:
+            rests: list[Any] = [None] * (depth + 1)
+            rests[depth] = [0] if self._exact_sums else (0, 0)
+            for j in range(depth - 1, -1, -1):
+                costs = sorted({o.cost for o in self._options_at(depth, j)})
+                if not costs:
+                    rests[j] = [] if self._exact_sums else None
+                elif not self._exact_sums:
+                    after = rests[j + 1]
+                    rests[j] = None if after is None else (costs[0] + after[0], costs[-1] + after[1])
+                else:
+                    high = self.budget.high  # type: ignore[union-attr]
+                    sums = {c + s for c in costs for s in rests[j + 1]
+                            if self.cost.value(self.constant + c + s) <= high}
+                    self._sums += len(sums)
+                    if self._sums > MAX_SUMS:
+                        raise HeadwiseError(f"the space is too large to check the budget {self.budget.describe()} "  # type: ignore[union-attr]
+                                            "exactly (more than 2 million partial sums): give a cap or a floor alone, "
+                                            "or narrow the space")
+                    rests[j] = sorted(sums)
+            self._rests[depth] = rests
+        return self._rests[depth][i]
+
+    def _admits(self, raw: int, depth: int, i: int) -> bool:
+        """True when a plan that has spent ``raw`` (the constant and layers before ``i``) can be
+        completed by layers ``i .. depth-1`` within the budget."""
+        rest = self._rest(depth, i)
+        if rest is None or rest == []:
+            return False
+        if self.budget is None:
+            return True
+        value, low, high = self.cost.value, self.budget.low, self.budget.high
+        if not self._exact_sums:
+            return (high is None or value(raw + rest[0]) <= high) and (low is None or value(raw + rest[1]) >= low)
+        k = bisect.bisect_left(rest, low, key=lambda s: value(raw + s))
+        return k < len(rest) and value(raw + rest[k]) <= high
+
+    def _range_note(self) -> str:
+        """The smallest and largest value the space's plans reach, for a refusal."""
+        lows, highs = [], []
+        for d in self.depths:
+            costs = [[o.cost for o in self._options_at(d, i)] for i in range(d)]
+            if all(costs):
+                lows.append(self.cost.value(self.constant + sum(min(c) for c in costs)))
+                highs.append(self.cost.value(self.constant + sum(max(c) for c in costs)))
+        if not lows:
+            return "no depth has options in every layer"
+        return f"its plans' {self.cost.metric} run from {min(lows)} to {max(highs)}" + (
+            " (not every value between)" if self._exact_sums else "")
+
+    # ---- numbers to plans and back ----------------------------------------------------------
+
+    def _walk(self, choose: Callable[[str, list[Any]], Any]) -> SearchPlan:
+        """The plan made by ``choose(parameter name, sorted feasible values)`` at each choice."""
+        depth = choose("depth", self.feasible_depths) if len(self.depths) > 1 else self.feasible_depths[0]
+        raw, layers = self.constant, []
+        for i in range(depth):
+            options = [o for o in self._options_at(depth, i) if self._admits(raw + o.cost, depth, i + 1)]
+            for dim in DIMS:
+                if self.varies[dim]:
+                    values = sorted({o.choice.value(dim) for o in options})
+                    chosen = choose(f"layer{i}.{dim}", values)
+                    options = [o for o in options if o.choice.value(dim) == chosen]
+            if len(options) != 1:  # the fixed choices leave one option; anything else is a bug
+                raise AssertionError(f"layer {i}: {len(options)} options left after every choice")
+            raw += options[0].cost
+            layers.append(options[0].choice)
+        return SearchPlan(tuple(layers))
+
+    def decode(self, draw: Callable[[str], float]) -> SearchPlan:
+        """The plan of the numbers ``draw(name)`` gives (each in [0, 1]): always within budget."""
+        return self._walk(lambda name, values: pick(values, draw(name)))
+
+    def encode(self, plan: SearchPlan) -> dict[str, float]:
+        """Numbers that :meth:`decode` maps to ``plan``; a HeadwiseError (saying why) when the
+        plan is not in the space or misses the budget."""
+        params: dict[str, float] = {}
+
+        def choose(name: str, values: list[Any]) -> Any:
+            want = plan.depth if name == "depth" else plan.layers[int(name[5:].split(".")[0])].value(name.split(".")[1])
+            if want not in values:
+                where = "depth" if name == "depth" else f"layer {name[5:].split('.')[0]} {name.split('.')[1]}"
+                raise HeadwiseError(f"{where} {want} is not one the space and the budget leave ({values})")
+            params[name] = _centre(values.index(want), len(values))
+            return want
+
+        if plan.depth not in self.depths:
+            raise HeadwiseError(f"depth {plan.depth} is outside the space's {self.depths[0]}..{self.depths[-1]}")
+        got = self._walk(choose)
+        if got != plan:
+            raise HeadwiseError(f"{plan.describe()} is not a plan of the space (its layers' other choices differ)")
+        return params
+
+    def plans(self, limit: int | None = None) -> Iterator[SearchPlan]:
+        """Every feasible plan (depth-first, in sorted order); at most ``limit``."""
+        count = 0
+        for depth in self.feasible_depths:
+            stack: list[tuple[int, int, tuple[LayerChoice, ...]]] = [(0, self.constant, ())]
+            while stack:
+                i, raw, layers = stack.pop()
+                if i == depth:
+                    yield SearchPlan(layers)
+                    count += 1
+                    if limit is not None and count >= limit:
+                        return
+                    continue
+                ok = [o for o in self._options_at(depth, i) if self._admits(raw + o.cost, depth, i + 1)]
+                stack.extend((i + 1, raw + o.cost, (*layers, o.choice)) for o in reversed(ok))
+
+    def count(self, limit: int = 1_000_000) -> int | None:
+        """How many feasible plans there are (None: more than ``limit`` partial states to count)."""
+        total, states = 0, 0
+        for depth in self.feasible_depths:
+            ways: dict[int, int] = {self.constant: 1}
+            for i in range(depth):
+                nxt: dict[int, int] = {}
+                for raw, n in ways.items():
+                    for o in self._options_at(depth, i):
+                        if self._admits(raw + o.cost, depth, i + 1):
+                            nxt[raw + o.cost] = nxt.get(raw + o.cost, 0) + n
+                states += len(nxt)
+                if states > limit:
+                    return None
+                ways = nxt
+            total += sum(ways.values())
+        return total
+
+    def size(self) -> int:
+        """How many plans the space holds before the budget."""
+        return sum(math.prod(len(self._options_at(d, i)) for i in range(d)) for d in self.depths)
+
+    def run_sets(self, plan: SearchPlan) -> dict[str, Any]:
+        """The run-config keys that make the base model this plan."""
+        sets: dict[str, Any] = {"model.n_layers": plan.depth, "model.heads": plan.heads}
+        if self.sets_head_dim:
+            sets["model.head_dim"] = plan.head_dims
+        if self.sets_kv_heads:
+            sets["model.kv_heads"] = plan.kv_heads
+        if self.sets_mlp:
+            sets["model.mlp_hidden"] = plan.mlp_hidden
+        return sets
+
+    def predicted(self, plan: SearchPlan) -> int:
+        """The budget metric of ``plan`` as the space computes it (the search checks it against
+        :func:`~headwise.search.budget.plan_budget` of the plan's spec)."""
+        fixed = [self._fixed(plan.depth, i) for i in range(plan.depth)]
+        costs = {o.choice: o.cost for f in fixed for o in self._options[f]}
+        return self.cost.value(self.constant + sum(costs[c] for c in plan.layers))

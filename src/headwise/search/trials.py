@@ -1,0 +1,90 @@
+"""The trials record, ``SEARCH_DIR/trials.json``: every trial of the search as the report reads it,
+rewritten atomically from the store each time a trial ends.
+
+    {"search": "progression", "preset": "quick",
+     "objectives": [{"metric": "loss", "direction": "minimize"}],
+     "budget": {"metric": "total_heads", "max": null, "min": null, "target": 180},
+     "n_trials": 8,
+     "named": [{"name": "constant", "heads": [...], "in_space": false, "note": "..."}],
+     "trials": [{"number": 0, "state": "complete", "params": {"layer0.heads": 0.5, ...},
+                 "depth": 4, "heads": [...], "head_dims": [...], "kv_heads": [], "mlp_hidden": [],
+                 "budget": {"params": ..., "flops_per_token": ..., "kv_bytes_per_token": ..., "total_heads": ...},
+                 "values": {"loss": 3.21}, "steps": 60, "run_dir": "trials/0000",
+                 "duplicate_of": null, "named": "ascending", "note": ""}, ...]}
+
+A trial's ``state`` is ``complete``, ``pruned`` (its values: the last reported), ``duplicate`` (its
+plan's run config is an earlier trial's: it reuses that trial's values, run directory and steps,
+and trains nothing), ``running`` or ``failed``. ``kv_heads`` and ``mlp_hidden`` are empty when the
+space leaves them to the base model. The Optuna study holds the same plan fields as each trial's
+user attributes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from headwise.config import atomic_write_text
+from headwise.search.definition import Search
+from headwise.search.layout import TRIALS_JSON
+
+#: the plan fields a trial carries as Optuna user attributes (and in the record)
+PLAN_FIELDS = ("depth", "heads", "head_dims", "kv_heads", "mlp_hidden", "budget", "run_dir")
+
+
+def _state(trial: Any) -> str | None:
+    name = trial.state.name
+    if trial.user_attrs.get("duplicate_of") is not None and name in ("COMPLETE", "PRUNED"):
+        return "duplicate"
+    return {"COMPLETE": "complete", "PRUNED": "pruned", "RUNNING": "running", "FAIL": "failed"}.get(name)
+
+
+def trial_record(trial: Any, search: Search) -> dict[str, Any] | None:
+    """One trial of the store as the record lists it (None for a trial still queued)."""
+    state = _state(trial)
+    if state is None:
+        return None
+    attrs = trial.user_attrs
+    metrics = [o.metric for o in search.config.objectives]
+    values: dict[str, float] = {}
+    if trial.state.name == "COMPLETE" and trial.values is not None:
+        values = dict(zip(metrics, trial.values))
+    elif trial.state.name == "PRUNED":
+        values = dict(attrs.get("last_values", {}))
+    record = {"number": trial.number, "state": state, "params": dict(trial.params)}
+    record.update({k: attrs.get(k, [] if k not in ("depth", "budget", "run_dir") else None) for k in PLAN_FIELDS})
+    record.update(values=values, steps=int(attrs.get("steps", 0)), duplicate_of=attrs.get("duplicate_of"),
+                  named=attrs.get("named"), note=attrs.get("note", ""))
+    # the record's keys in a fixed order, as the docstring lists them
+    order = ["number", "state", "params", "depth", "heads", "head_dims", "kv_heads", "mlp_hidden", "budget", "values",
+             "steps", "run_dir", "duplicate_of", "named", "note"]
+    return {k: record[k] for k in order}
+
+
+def build_record(search: Search, trials: list[Any]) -> dict[str, Any]:
+    """The whole record from the store's trials."""
+    budget = search.config.budget
+    return {
+        "search": search.name,
+        "preset": search.preset or "",
+        "objectives": [{"metric": o.metric, "direction": o.direction} for o in search.config.objectives],
+        "budget": None if budget is None else {"metric": budget.metric, "max": budget.max, "min": budget.min,
+                                               "target": budget.target},
+        "n_trials": search.n_trials,
+        "named": [{"name": n.name, "heads": n.plan.heads if n.plan else [], "in_space": n.in_space, "note": n.note}
+                  for n in search.named],
+        "trials": [r for r in (trial_record(t, search) for t in sorted(trials, key=lambda t: t.number)) if r],
+    }
+
+
+def write_record(search_dir: Path, search: Search, trials: list[Any]) -> dict[str, Any]:
+    """Rewrite ``trials.json`` (atomically) from the store's trials; returns the record."""
+    record = build_record(search, trials)
+    atomic_write_text(search_dir / TRIALS_JSON, json.dumps(record, indent=1) + "\n")
+    return record
+
+
+def read_record(search_dir: Path) -> dict[str, Any]:
+    """The trials record of a search folder."""
+    return json.loads((Path(search_dir) / TRIALS_JSON).read_text(encoding="utf-8"))

@@ -1,0 +1,220 @@
+"""The search's driver on real runs of the nearest-neighbour task (no data to prepare, a few
+seconds a trial): a search killed mid-trial and rerun ends with the trials of an uninterrupted
+one of the same seed; two drivers on one SQLite store run distinct trials, each once; the named
+plans run first; a plan already run is never trained again; a pruned trial's run is stopped."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import tomli_w
+
+from headwise.cli import main
+from headwise.run import RunStatus, read_summary
+from headwise.search.trials import read_record
+from helpers import one_thread  # noqa: F401  (one torch thread)
+
+BASE = {
+    "model": {"preset": "amsel-nn", "d_model": 16, "n_layers": 1, "heads": [1], "head_dim": 16, "mlp_hidden": 128,
+              "max_seq_len": 16},
+    "task": {"kind": "nearest", "dim": 16, "n_points": 8, "eval_batches": 1, "eval_batch_size": 32},
+    "optim": {"lr": 0.01, "weight_decay": 0.0},
+    "train": {"micro_batch": 32, "steps": 30, "device": "cpu", "log_every": 10},
+    "eval": {"every": 10},
+    "checkpoint": {"every": 10, "keep": 1},
+}
+NAMED = [{"name": "one-two", "heads": [1, 2]}, {"name": "two-one", "heads": [2, 1]}]
+
+
+def write_search(path: Path, **over) -> Path:
+    """A search of 1-2 layers of 1, 2 or 4 heads (head width 16) under 4 heads in all."""
+    raw = {"name": "mini", "seed": 2, "trials": 4, "base": BASE, "space": {"depth": [1, 2], "heads": [1, 2, 4]},
+           "budget": {"metric": "total_heads", "max": 4}, "named": NAMED, "confirm": {"enabled": False},
+           "runner": {"threads": 1}}
+    for key, value in over.items():
+        raw[key] = value
+    path.write_text(tomli_w.dumps(raw))
+    return path
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
+
+
+def _search(src: Path, out: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "headwise", "search", str(src), "--out", str(out), "--jobs", "1",
+                             *extra], env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _trials(out: Path) -> list[dict]:
+    """The record's trials without what differs between two runs of one search (nothing should)."""
+    return read_record(out)["trials"]
+
+
+def test_a_search_killed_mid_trial_reruns_to_the_trials_of_an_uninterrupted_one(tmp_path):
+    slow = {**BASE, "train": {**BASE["train"], "steps": 250}, "checkpoint": {"every": 10, "keep": 1},
+            "eval": {"every": 100}}
+    src = write_search(tmp_path / "s.toml", base=slow)
+    reference = tmp_path / "reference"
+    assert main(["search", str(src), "--out", str(reference), "--jobs", "1"]) == 0
+
+    out = tmp_path / "killed"
+    proc = _search(src, out)
+    third = out / "trials" / "0002"  # the first sampled trial, after the two named ones
+    try:
+        _wait_for(lambda: (third / "checkpoints").is_dir() and any((third / "checkpoints").glob("step_*")), 240,
+                  "a checkpoint of trial 2")
+        proc.send_signal(signal.SIGKILL)  # the driver dies at once; its run is told to stop
+        proc.wait(timeout=30)
+        _wait_for(lambda: getattr(read_summary(third), "status", None) is RunStatus.INTERRUPTED, 60, "the run to stop")
+        stopped_at = read_summary(third).steps
+        assert 0 < stopped_at < 250
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    before = json.loads((out / "trials.json").read_text())["trials"]
+    assert [t["state"] for t in before] == ["complete", "complete", "running"]
+
+    assert main(["search", str(src), "--out", str(out), "--jobs", "1"]) == 0
+    assert _trials(out) == _trials(reference)  # same numbers, params, plans, values and steps
+    assert [t["state"] for t in _trials(out)] == ["complete"] * 4
+    assert "resume" in (out / "logs" / "0002.log").read_text()  # resumed from its checkpoint, not restarted
+    # run again: nothing is left to do
+    again = subprocess.run([sys.executable, "-m", "headwise", "search", str(src), "--out", str(out)], env=_env(),
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "4 already finished" in again.stdout and "started trial" not in again.stdout
+
+
+def test_two_drivers_on_one_store_run_distinct_trials_each_once(tmp_path):
+    src = write_search(tmp_path / "s.toml", trials=5)
+    out = tmp_path / "shared"
+    first = _search(src, out)
+    second = _search(src, out, "--worker")
+    logs = [p.communicate(timeout=300)[0] for p in (first, second)]
+    assert [p.returncode for p in (first, second)] == [0, 0], logs
+    trials = _trials(out)
+    assert [t["number"] for t in trials] == [0, 1, 2, 3, 4] and {t["state"] for t in trials} <= {"complete", "duplicate"}
+    trained = [t for t in trials if t["state"] == "complete"]
+    assert len({t["run_dir"] for t in trained}) == len(trained)
+    for t in trained:  # each run started once: one header in its log, and it completed
+        assert (out / "logs" / f"{t['number']:04d}.log").read_text().count("====") == 1
+        assert read_summary(out / t["run_dir"]).status is RunStatus.COMPLETED
+    started = [{int(line.split()[2].rstrip(":")) for line in log.splitlines() if line.strip().startswith("started trial")}
+               for log in logs]
+    assert started[0].isdisjoint(started[1]) and started[1], logs  # the worker ran some, none twice
+    assert "(worker)" in logs[1]
+
+
+def test_named_plans_run_first_and_a_plan_run_before_is_not_trained_again(tmp_path, capsys):
+    named = [{"name": "a", "heads": [2]}, {"name": "b", "heads": [2]}, {"name": "c", "heads": [1, 1]}]
+    src = write_search(tmp_path / "s.toml", trials=3, named=named)
+    out = tmp_path / "out"
+    assert main(["search", str(src), "--out", str(out)]) == 0
+    a, b, c = _trials(out)
+    assert (a["named"], b["named"], c["named"]) == ("a", "b", "c") and a["heads"] == b["heads"] == [2]
+    assert a["state"] == "complete" and b["state"] == "duplicate" and b["duplicate_of"] == 0
+    assert b["values"] == a["values"] and b["run_dir"] == a["run_dir"] == "trials/0000" and b["steps"] == a["steps"]
+    assert not (out / "trials" / "0001").exists() and (out / "trials" / "0002").is_dir()
+    assert a["budget"] == {"params": a["budget"]["params"], "flops_per_token": a["budget"]["flops_per_token"],
+                           "kv_bytes_per_token": 0, "total_heads": 2}  # bidirectional: no KV cache
+    import optuna
+
+    study = optuna.load_study(study_name="headwise-search", storage=f"sqlite:///{out / 'optuna.db'}")
+    assert study.trials[1].user_attrs["heads"] == [2] and study.trials[1].user_attrs["duplicate_of"] == 0
+    assert "driver:" in capsys.readouterr().out and json.loads((out / "driver.json").read_text())["overhead"] < 0.5
+
+
+def test_a_pruned_trial_stops_its_run_at_the_prune_point(tmp_path):
+    import optuna
+
+    from headwise.search.definition import load_search_file, resolve_search
+    from headwise.search.execute import TrialRun
+    from headwise.search.layout import trial_paths
+    from headwise.study.definition import RunSpec
+    from headwise.study.jobs import RunJob
+
+    class Always(optuna.pruners.BasePruner):
+        def prune(self, study, trial):
+            return max(trial.intermediate_values, default=0) >= 20
+
+    long = {**BASE, "train": {**BASE["train"], "steps": 2000}, "checkpoint": {"every": 500, "keep": 1}}
+    raw, source = load_search_file(str(write_search(tmp_path / "s.toml", base=long)))
+    search = resolve_search(raw, source)
+    study = optuna.create_study(pruner=Always())
+    trial = study.ask()
+    plan = search.space.decode(lambda name: trial.suggest_float(name, 0.0, 1.0))
+    job = RunJob(spec=RunSpec("t", 100, {}, search.trial_config(plan)), action="start", **trial_paths(tmp_path, 0))
+    outcome = TrialRun(search, job, trial, threading.RLock(), 1, search.budget_of(plan), threading.Event(),
+                       lambda proc: None).run()
+    assert outcome.state == "pruned" and outcome.steps == 20 and set(outcome.last) == {"loss"}
+    assert sorted(study.trials[0].intermediate_values) == [10, 20]
+    summary = read_summary(job.run_dir)
+    assert summary.status is RunStatus.INTERRUPTED and summary.steps < 2000  # stopped, with a checkpoint
+
+
+@pytest.mark.parametrize("objectives", [[{"metric": "loss"}, {"metric": "params", "direction": "minimize"}]])
+def test_two_objectives_search_with_nsga2(tmp_path, objectives):
+    src = write_search(tmp_path / "s.toml", trials=3, objectives=objectives)
+    out = tmp_path / "out"
+    assert main(["search", str(src), "--out", str(out)]) == 0
+    trials = _trials(out)
+    assert all(set(t["values"]) == {"loss", "params"} for t in trials if t["state"] == "complete")
+    assert all(t["values"]["params"] == t["budget"]["params"] for t in trials if t["state"] == "complete")
+
+
+@pytest.mark.parametrize("pruner", ["successive_halving", "hyperband"])
+def test_the_pruners_stop_trials_on_their_eval_curves(tmp_path, pruner):
+    """No training: curves reported straight to the store, as the driver reports each evaluation."""
+    import optuna
+
+    from headwise.search.definition import load_search_file, resolve_search
+    from headwise.search.store import open_storage, open_study
+
+    long = {**BASE, "train": {**BASE["train"], "steps": 90}}
+    raw, source = load_search_file(str(write_search(tmp_path / "s.toml", base=long, trials=12,
+                                                    fidelity={"pruner": pruner, "min_steps": 10})))
+    search = resolve_search(raw, source)
+    study = open_study(search, open_storage(f"sqlite:///{tmp_path / 'optuna.db'}"))
+    states = []
+    for n in range(12):
+        trial = study.ask()
+        search.space.decode(lambda name: trial.suggest_float(name, 0.0, 1.0))
+        for step in range(10, 100, 10):
+            trial.report(1.0 + n / 10 + 1 / step, step)  # each trial worse than the last
+            if step < 90 and trial.should_prune():
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                break
+        else:
+            study.tell(trial, 1.0 + n / 10)
+        states.append(study.trials[-1].state.name)
+    assert states[0] == "COMPLETE" and "PRUNED" in states, states
+
+
+def test_new_moves_the_earlier_search_aside(tmp_path, capsys):
+    src = write_search(tmp_path / "s.toml", trials=2)
+    out = tmp_path / "out"
+    assert main(["search", str(src), "--out", str(out)]) == 0
+    write_search(src, trials=2, space={"depth": [1, 2], "heads": [1, 2]})
+    assert main(["search", str(src), "--out", str(out)]) == 2
+    assert "defined differently (changed: space)" in capsys.readouterr().err
+    assert main(["search", str(src), "--out", str(out), "--new"]) == 0
+    assert "moved into" in capsys.readouterr().out
+    assert (out / "previous-1" / "trials.json").is_file() and (out / "previous-1" / "optuna.db").is_file()
+    assert [t["state"] for t in _trials(out)] == ["complete", "complete"]
+    assert read_record(out / "previous-1")["trials"][0]["run_dir"] == "trials/0000"
