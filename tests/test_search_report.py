@@ -336,3 +336,10 @@ def test_a_baseline_that_ran_no_trial_and_a_search_without_a_budget(tmp_path):
     assert "Budget: none." in text
     header = next(line for line in text.splitlines() if line.startswith("| rank |"))
     assert "| budget use | loss | confirmed vs constant |" in header
+
+
+def test_a_search_whose_confirmation_is_off_says_so_instead_of_suggesting_a_rerun(tmp_path):
+    search = write_search(tmp_path, TRIALS)
+    (search / "search.toml").write_text("[definition.confirm]\nenabled = false\n")
+    head = write_search_report(search).read_text().splitlines()
+    assert head[2].startswith("**Confirmation: none.**") and "--no-confirm" not in head[2]

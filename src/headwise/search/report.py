@@ -263,6 +263,9 @@ def _confirmation(search: Search, search_dir: Path, best: list[Trial]) -> tuple[
     """The verdict on top: the confirmed gain of the best plan over constant and how much of the
     search's gain it kept, as lines; and the comparisons, for the best-plans table."""
     not_yet = "**Confirmation: not confirmed yet.**"
+    if not _confirm_enabled(search_dir):
+        return ["**Confirmation: none.** This search's `[confirm]` is disabled (a smoke preset such as `quick`): its "
+                "scores are single runs at the search's fidelity, the best of many, and so optimistic."], []
     if not (search_dir / CONFIRM_DIR).is_dir():
         return [f"{not_yet} There is no `{CONFIRM_DIR}/` (the search ran with `--no-confirm`, or is still running); "
                 f"to confirm, {CONFIRM_HOWTO}."], []
@@ -294,6 +297,15 @@ def _confirmation(search: Search, search_dir: Path, best: list[Trial]) -> tuple[
         lines += ["", "Every comparison of the confirmation study (its report: `headwise report confirm`):",
                   *[f"- {c.claim.name}: {c.line()}" for c in found]]
     return lines, [c for c in found if c.baseline == top.baseline]
+
+
+def _confirm_enabled(search_dir: Path) -> bool:
+    """False when the saved definition turns the confirmation off (``[confirm] enabled = false``)."""
+    try:
+        saved = read_toml(search_dir / SEARCH_TOML) if (search_dir / SEARCH_TOML).is_file() else {}
+    except HeadwiseError:  # unreadable: the other sections say so; assume the default
+        return True
+    return bool(saved.get("definition", {}).get("confirm", {}).get("enabled", True))
 
 
 # --------------------------------------------------------------------------- Optuna's importances
