@@ -11,6 +11,10 @@ Schemes
               heads and MLP widths linear in the layer index, rounded as OpenELM rounds; it needs
               a fixed ``head_dim`` and takes no budget
 
+Key/value heads (grouped-query attention) get a plan of their own over the query plan
+(:func:`plan_kv_heads`): the same query heads per KV head in every layer (``kv_group``), or one of
+the schemes above with a budget of KV heads, each layer's count a divisor of its query heads.
+
 A count is valid when it is at least 1 and, with the standard tie ``head_dim = d_model / heads``,
 divides ``d_model``. When no valid plan of the scheme has exactly the requested total, the valid
 plan with the nearest total is chosen (fewer heads on a tie) and the plan says so.
@@ -100,6 +104,12 @@ class Plan:
         if len(head_dims) != len(self.heads):
             raise ValueError(f"{len(head_dims)} head widths for a plan of {len(self.heads)} layers")
         return dataclasses.replace(self, head_dims=tuple(head_dims))
+
+    def with_kv_heads(self, kv_heads: Sequence[int], notes: Sequence[str] = ()) -> "Plan":
+        """The same plan with per-layer key/value heads (and what their plan noted)."""
+        if len(kv_heads) != len(self.heads):
+            raise ValueError(f"{len(kv_heads)} key/value head counts for a plan of {len(self.heads)} layers")
+        return dataclasses.replace(self, kv_heads=tuple(kv_heads), notes=self.notes + tuple(notes))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (:meth:`from_dict` reads it back); ``total`` is included for readers.
@@ -286,3 +296,55 @@ def plan_heads(
         notes = (f"no {scheme.value} plan of valid counts ({why}) totals exactly {total_heads} heads; "
                  f"nearest is {sum(best)}",)
     return Plan(scheme, best, widths(best), requested_total=total_heads, ratio=ratio, notes=notes)
+
+
+def plan_kv_heads(heads: Sequence[int], *, group: int | None = None, scheme: Scheme | str | None = None,
+                  total: int | None = None, ratio: float = 2.0) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """Key/value heads per layer for the query heads ``heads``, and the notes of the plan.
+
+    ``group``: every layer shares each KV head among ``group`` query heads (Llama's GQA; 1 is
+    multi-head attention), so every layer's heads must be a multiple of it. Else ``scheme``
+    (constant, ascending, descending or linear, with ``ratio`` as for query heads) spreads a
+    budget of ``total`` KV heads over the layers, each layer's count snapped to a divisor of its
+    query heads; when no such plan totals exactly ``total``, the nearest does (fewer on a tie), and
+    a note says so.
+    """
+    heads = [int(h) for h in heads]
+    if (group is None) == (scheme is None):
+        raise HeadwiseError("a key/value plan takes kv_group (query heads per KV head) or kv_scheme with "
+                            "kv_total_heads, one of the two")
+    if group is not None:
+        if group < 1:
+            raise HeadwiseError(f"kv_group = {group}; it must be a positive integer")
+        for i, h in enumerate(heads):
+            if h % group:
+                raise HeadwiseError(f"layer {i}: {h} query heads are not a multiple of kv_group {group}; each key/"
+                                    f"value head serves kv_group query heads: choose a kv_group dividing every "
+                                    f"layer's heads ({', '.join(map(str, _common_divisors(heads)))})")
+        return tuple(h // group for h in heads), ()
+    if scheme not in SCHEMES or Scheme(scheme) in (Scheme.EXPLICIT, Scheme.LAYERWISE):
+        raise HeadwiseError(f"kv_scheme {str(scheme)!r}: use constant, ascending, descending or linear (per-layer "
+                            "counts are model.kv_heads)")
+    scheme = Scheme(scheme)
+    if total is None or not len(heads) <= total <= sum(heads):
+        raise HeadwiseError(f"kv_scheme {scheme.value!r} needs kv_total_heads between {len(heads)} (one per layer) "
+                            f"and {sum(heads)} (as many as the query heads), not {total}")
+    if ratio <= 0 or (scheme in (Scheme.ASCENDING, Scheme.DESCENDING) and ratio < 1):
+        raise HeadwiseError(f"kv_ratio = {ratio}; use a ratio >= 1 (the scheme sets the direction)")
+    valid = [divisors(h) for h in heads]
+    shape = _shape(scheme, len(heads), ratio)
+    # as for query heads: the shape scaled by a base in steps of 1/16, each layer snapped to a
+    # divisor of its own query heads
+    bases = (k / 16 for k in range(16, 16 * max(heads) + 1))
+    candidates = {tuple(_nearest(v, base * f) for v, f in zip(valid, shape)) for base in bases}
+    best = min(candidates, key=lambda c: (abs(sum(c) - total), sum(c)))
+    notes: tuple[str, ...] = ()
+    if sum(best) != total:
+        notes = (f"no {scheme.value} plan of key/value heads dividing each layer's query heads totals exactly "
+                 f"{total}; nearest is {sum(best)}",)
+    return best, notes
+
+
+def _common_divisors(heads: Sequence[int]) -> list[int]:
+    """The counts that divide every one of ``heads``."""
+    return [d for d in divisors(min(heads)) if all(h % d == 0 for h in heads)]

@@ -7,7 +7,7 @@ import json
 
 from headwise.errors import HeadwiseError
 from headwise.params import count_params, kv_cache_budget
-from headwise.plans import SCHEMES, plan_heads
+from headwise.plans import SCHEMES, plan_heads, plan_kv_heads
 from headwise.spec import ModelSpec
 
 NAME = "plan"
@@ -50,6 +50,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--head-dim", type=int, help="fixed head width (decoupled from d_model / heads)")
     p.add_argument("--kv-heads", type=_int_list, help="key/value heads (grouped-query attention): one count for "
                    "every layer or one per layer, e.g. 2 or 4,2,2,1; each layer's heads must be a multiple")
+    p.add_argument("--kv-group", type=int, help="query heads per key/value head in every layer (GQA; 1: multi-head)")
+    p.add_argument("--kv-scheme", choices=("constant", "ascending", "descending", "linear"),
+                   help="spread --kv-total key/value heads over the layers, each a divisor of its layer's heads")
+    p.add_argument("--kv-total", type=int, help="the budget of key/value heads over all layers (with --kv-scheme)")
+    p.add_argument("--kv-ratio", type=float, default=2.0, help="--kv-scheme's ratio (as --ratio)")
     p.add_argument("--qkv-multipliers", type=_float_pair, help="layerwise: the first and last layers' query-width "
                    "multipliers of d_model (default 0.5,1.0, OpenELM's)")
     p.add_argument("--ffn-multipliers", type=_float_pair, help="layerwise: the first and last layers' SwiGLU "
@@ -68,13 +73,22 @@ def _check_args(args: argparse.Namespace) -> None:
     given = [flag for key, flag in _LAYERWISE_FLAGS.items() if getattr(args, key) is not None]
     if args.scheme == "layerwise":
         for flag, value in (("--heads", args.heads), ("--total-heads", args.total_heads),
-                            ("--kv-heads", args.kv_heads), ("--mlp-hidden", args.mlp_hidden)):
+                            ("--kv-heads", args.kv_heads), ("--kv-group", args.kv_group),
+                            ("--kv-scheme", args.kv_scheme), ("--mlp-hidden", args.mlp_hidden)):
             if value is not None:
                 raise HeadwiseError(f"{flag} does not apply to --scheme layerwise: its multipliers set the query "
                                     "and key/value heads and the MLP widths of every layer")
         return
     if given:
         raise HeadwiseError(f"{given[0]} applies only to --scheme layerwise")
+    kv_plan = [flag for flag, value in (("--kv-group", args.kv_group), ("--kv-scheme", args.kv_scheme),
+                                        ("--kv-total", args.kv_total)) if value is not None]
+    if kv_plan and args.kv_heads is not None:
+        raise HeadwiseError(f"--kv-heads gives the counts themselves: drop {kv_plan[0]}, or --kv-heads")
+    if args.kv_group is not None and (args.kv_scheme or args.kv_total) is not None:
+        raise HeadwiseError("give --kv-group, or --kv-scheme with --kv-total, not both")
+    if (args.kv_scheme is None) != (args.kv_total is None):
+        raise HeadwiseError("--kv-scheme and --kv-total go together: the scheme spreads that many key/value heads")
     if args.scheme == "explicit":
         if args.total_heads is not None:
             raise HeadwiseError("--total-heads does not apply to --scheme explicit: the --heads list sets the total")
@@ -92,6 +106,9 @@ def run(args: argparse.Namespace) -> int:
     layerwise = {key: getattr(args, key) for key in _LAYERWISE_FLAGS if getattr(args, key) is not None}
     plan = plan_heads(args.scheme, args.layers, args.d_model, args.total_heads, ratio=args.ratio, heads=args.heads,
                       head_dim=args.head_dim, layerwise=layerwise)
+    if args.kv_group is not None or args.kv_scheme is not None:
+        plan = plan.with_kv_heads(*plan_kv_heads(plan.heads, group=args.kv_group, scheme=args.kv_scheme,
+                                                 total=args.kv_total, ratio=args.kv_ratio))
     kv = list(plan.kv_heads) or args.kv_heads
     block = _OPENELM_BLOCK if plan.mlp_hidden else {}
     spec = ModelSpec.parse(dict(

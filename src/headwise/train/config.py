@@ -19,7 +19,7 @@ from pydantic import Field, create_model, field_validator, model_validator
 from headwise.config import Config
 from headwise.errors import HeadwiseError
 from headwise.model.inputs import FRONT_ENDS
-from headwise.plans import Plan, Scheme, plan_heads
+from headwise.plans import Plan, Scheme, plan_heads, plan_kv_heads
 from headwise.presets import preset_dict
 from headwise.spec import ModelSpec, front_ends
 from headwise.tasks.base import Task, TaskShape
@@ -40,6 +40,12 @@ class PlanConfig(Config):
     ffn_multipliers: tuple[float, float] | None = None
     gqa_groups: int | None = Field(default=None, gt=0)
     ffn_divisor: int | None = Field(default=None, gt=0)
+    #: key/value heads over the query plan (:func:`headwise.plans.plan_kv_heads`): query heads per
+    #: KV head in every layer, or a scheme with a budget of KV heads (``kv_ratio``: as ``ratio``)
+    kv_group: int | None = Field(default=None, gt=0)
+    kv_scheme: Scheme | None = None
+    kv_total_heads: int | None = Field(default=None, gt=0)
+    kv_ratio: float | None = Field(default=None, gt=0)  # None: 2, as ratio (and left out of saved configs)
 
 
 # ``[model]`` accepts every ModelSpec field, each optional (a preset or the spec's default fills
@@ -272,7 +278,7 @@ def resolve_spec(model: Any, task: TaskShape | Task, source: str = "config") -> 
                 "give heads or [model.plan], or heads equal to what the plan gives"
             )
         fields["heads"] = list(plan.heads)
-        for key in ("kv_heads", "mlp_hidden"):  # set by the layerwise scheme only
+        for key in ("kv_heads", "mlp_hidden"):  # set by the layerwise scheme, kv_heads by a key/value plan too
             value = list(getattr(plan, key))
             if value:
                 # a saved run config keeps them beside the plan: equal values are the plan's own
@@ -332,9 +338,25 @@ def _plan_of(asked: PlanConfig, fields: dict[str, Any], where: str) -> Plan:
                                                       "ffn_divisor") if getattr(asked, key) is not None}
     if layerwise and asked.scheme is not Scheme.LAYERWISE:
         raise HeadwiseError(f"{where}: [model.plan] {next(iter(layerwise))} applies only to scheme 'layerwise'")
-    return plan_heads(asked.scheme, fields["n_layers"], fields["d_model"], asked.total_heads, ratio=asked.ratio,
+    kv_asked = asked.kv_group is not None or asked.kv_scheme is not None
+    if asked.kv_total_heads is not None and asked.kv_scheme is None:
+        raise HeadwiseError(f"{where}: [model.plan] kv_total_heads needs kv_scheme (e.g. kv_scheme = \"constant\")")
+    if kv_asked and asked.scheme is Scheme.LAYERWISE:
+        raise HeadwiseError(f"{where}: [model.plan] scheme 'layerwise' sets the key/value heads itself (gqa_groups): "
+                            "remove kv_group / kv_scheme")
+    if asked.kv_group is not None and (asked.kv_scheme is not None or asked.kv_total_heads is not None):
+        raise HeadwiseError(f"{where}: [model.plan] give kv_group, or kv_scheme with kv_total_heads, not both")
+    plan = plan_heads(asked.scheme, fields["n_layers"], fields["d_model"], asked.total_heads, ratio=asked.ratio,
                       heads=asked.heads, head_dim=head_dim if isinstance(head_dim, int) else None,
                       layerwise=layerwise)
+    if not kv_asked:
+        return plan
+    try:
+        kv, notes = plan_kv_heads(plan.heads, group=asked.kv_group, scheme=asked.kv_scheme,
+                                  total=asked.kv_total_heads, ratio=asked.kv_ratio or 2.0)
+    except HeadwiseError as e:
+        raise HeadwiseError(f"{where}: [model.plan] {e}") from None
+    return plan.with_kv_heads(kv, notes)
 
 
 @dataclass(frozen=True)
