@@ -271,18 +271,26 @@ def _layers_by_heads(heads: list[int]) -> str:
     return f"{len(heads)} layers: {'/'.join(map(str, heads))}"
 
 
+def _families_of(entries: dict[str, Any]) -> dict[str, str]:
+    """Each built-in file's name (sorted) with the family whose folder holds it."""
+    from headwise.families import family_packages
+
+    folders = {str(resources.files(package)): package for package in family_packages()}
+    out = {}
+    for name, entry in sorted(entries.items()):
+        with resources.as_file(entry) as path:
+            out[name] = family_of_module(folders.get(str(path.parent), "?"))
+    return out
+
+
 def study_table() -> tuple[list[str], list[list[str]]]:
     """Built-in studies: name, family, task and layout (at the default preset), presets (the
     default first), what it studies."""
-    from headwise.families import family_packages
     from headwise.study.definition import builtin_studies, load_study_file, resolve_study
     from headwise.tasks.union import parse_task_config
 
-    folders = {str(resources.files(package)): package for package in family_packages()}
     rows = []
-    for name, entry in sorted(builtin_studies().items()):
-        with resources.as_file(entry) as path:
-            family = family_of_module(folders.get(str(path.parent), "?"))
+    for name, family in _families_of(builtin_studies()).items():
         raw, source = load_study_file(name)
         study = resolve_study(raw, source)
         task = parse_task_config(dict(study.variants[0].config.get("task", {})), source=f"{source} [task]")
@@ -297,14 +305,10 @@ def study_table() -> tuple[list[str], list[list[str]]]:
 def search_table() -> tuple[list[str], list[list[str]]]:
     """Built-in searches: name, family, budget and objectives (at the default preset), presets
     (the default first), what it searches."""
-    from headwise.families import family_packages
     from headwise.search.definition import builtin_searches, load_search_file, resolve_search
 
-    folders = {str(resources.files(package)): package for package in family_packages()}
     rows = []
-    for name, entry in sorted(builtin_searches().items()):
-        with resources.as_file(entry) as path:
-            family = family_of_module(folders.get(str(path.parent), "?"))
+    for name, family in _families_of(builtin_searches()).items():
         raw, source = load_search_file(name)
         search = resolve_search(raw, source)
         b = search.config.budget
