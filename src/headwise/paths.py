@@ -13,6 +13,17 @@ def nearest_existing(path: Path) -> Path:
     return next((p for p in (path, *path.parents) if p.exists()), Path("."))
 
 
+def refuse_unwritable_parent(flag: str, out: Path, what: str) -> None:
+    """A HeadwiseError when ``out``'s parent (where a folder written beside it and renamed into
+    place is made) may not be written, naming the flag and ``what`` would have been written."""
+    from headwise.errors import HeadwiseError
+
+    blocked = unwritable(Path(out).parent)
+    if blocked is not None:
+        raise HeadwiseError(f"{flag} {out}: {blocked} is not writable, so {what} cannot be written there; give "
+                            "another folder (nothing was written)")
+
+
 def unwritable(path: Path) -> Path | None:
     """The existing folder that making or changing ``path`` writes into (``path`` itself, else
     its nearest existing ancestor) when this user may not write there; None when it may (or

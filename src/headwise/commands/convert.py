@@ -36,15 +36,11 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from headwise.errors import HeadwiseError
     from headwise.hf.importer import convert
-    from headwise.paths import unwritable
+    from headwise.paths import refuse_unwritable_parent
 
     # the run is written beside RUN_DIR and renamed into place: its parent takes the writes
-    blocked = unwritable(Path(args.out).parent)
-    if blocked is not None:
-        raise HeadwiseError(f"--out {args.out}: {blocked} is not writable, so the run cannot be written there; give "
-                            "another folder (nothing was written)")
+    refuse_unwritable_parent("--out", Path(args.out), "the run")
     notes: list[str] = []
     done = convert(args.src, Path(args.out), cls=args.cls, overrides=args.overrides, notes=notes)
     for note in notes:

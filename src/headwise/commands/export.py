@@ -45,15 +45,11 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from headwise.errors import HeadwiseError
     from headwise.hf.export import export_hf
-    from headwise.paths import unwritable
+    from headwise.paths import refuse_unwritable_parent
 
     # the folder is written beside OUT_DIR and renamed into place: its parent takes the writes
-    blocked = unwritable(Path(args.hf).parent)
-    if blocked is not None:
-        raise HeadwiseError(f"--hf {args.hf}: {blocked} is not writable, so the export cannot be written there; "
-                            "give another folder (nothing was written)")
+    refuse_unwritable_parent("--hf", Path(args.hf), "the export")
     notes: list[str] = []
     out = export_hf(Path(args.run_dir), Path(args.hf), checkpoint=args.checkpoint, gpt_neo=args.gpt_neo,
                     native=args.native, notes=notes)
