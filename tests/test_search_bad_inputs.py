@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import tomli_w
+import torch
 
 from bad_input_harness import c, run_case
 from headwise.cli import main
@@ -35,6 +36,9 @@ def variant(data: dict, **over) -> dict:
         node[last] = value
     return out
 
+
+#: a case that needs a machine without a GPU (with one, its search would run)
+NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a CUDA device")
 
 FILES = {
     "good": GOOD,
@@ -78,6 +82,10 @@ CASES = [
       "sqlite:////nonexistent-headwise-dir/x/optuna.db", says=("does not open", "sqlite")),
     c("storage of an unknown kind", "search", "good.toml", "--out", "out", "--storage", "nosuchdb://nowhere",
       says="does not open"),
+    c("storage that opens, device that is not there", "search", "good.toml", "--out", "out", "--storage",
+      "sqlite:///fresh.db", "--set", "train.device=cuda", says="no CUDA device", marks=(NO_GPU,)),
+    c("storage holding another search", "search", "good.toml", "--out", "fresh", "--storage", "sqlite:///other.db",
+      says=("holds another search", "other")),
     c("unknown search", "search", "progresion", says="did you mean 'progression'"),
     c("out is a file", "search", "good.toml", "--out", "good.toml", says="is a file"),
     c("no search named", "search", says="--list"),
@@ -99,6 +107,12 @@ def root(tmp_path_factory) -> Path:
     raw, source = load_search_file(str(root / "saved-same.toml"))
     (root / "saved").mkdir()
     save_search(resolve_search(raw, source), root / "saved", {"threads": 1, "torch": version("torch")}, "", "headwise-search")
+    # a store whose study of the search's name holds another search
+    from headwise.search.store import open_storage, open_study
+
+    raw, source = load_search_file(str(root / "good.toml"))
+    other = resolve_search({**raw, "name": "other", "seed": 3}, source)
+    open_study(other, open_storage(f"sqlite:///{root / 'other.db'}"))
     return root
 
 
@@ -109,6 +123,6 @@ def test_the_good_searches_dry_run(root, monkeypatch, capsys):
     assert "plans that meet it: 7" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+@pytest.mark.parametrize("case", [pytest.param(k, id=k.id, marks=k.marks) for k in CASES])
 def test_bad_search_input_is_one_line_and_writes_nothing(case, root, monkeypatch, capsys):
     run_case(case, root, monkeypatch, capsys)

@@ -168,6 +168,44 @@ def test_a_pruned_trial_stops_its_run_at_the_prune_point(tmp_path):
     assert summary.status is RunStatus.INTERRUPTED and summary.steps < 2000  # stopped, with a checkpoint
 
 
+def test_a_trial_pruned_before_its_driver_died_stays_pruned_when_taken_up(tmp_path):
+    """Successive halving records the rung a trial was judged at, so asking it again at the same
+    step says "go on": a driver that died between the pruner's decision and telling the store
+    must not let the next driver train the pruned trial to its end."""
+    import optuna
+
+    from headwise.search.definition import load_search_file, resolve_search
+    from headwise.search.execute import TrialRun
+    from headwise.search.layout import trial_paths
+    from headwise.study.definition import RunSpec
+    from headwise.study.jobs import RunJob
+
+    long = {**BASE, "train": {**BASE["train"], "steps": 120}}
+    raw, source = load_search_file(str(write_search(tmp_path / "s.toml", base=long)))
+    search = resolve_search(raw, source)
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'optuna.db'}",
+                                pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=10, reduction_factor=3))
+    for _ in range(3):  # earlier trials that did far better at the first rung
+        earlier = study.ask()
+        earlier.report(0.0, 10)
+        assert not earlier.should_prune()
+        study.tell(earlier, 0.0)
+    trial = study.ask()
+    plan = search.space.decode(lambda name: trial.suggest_float(name, 0.0, 1.0))
+
+    def run(t):
+        job = RunJob(spec=RunSpec("t", 100, {}, search.trial_config(plan)), action="start", **trial_paths(tmp_path, 0))
+        return TrialRun(search, job, t, threading.RLock(), 1, search.budget_of(plan), threading.Event(),
+                        lambda proc: None).run()
+
+    first = run(trial)
+    assert first.state == "pruned" and first.steps == 10
+    # the driver dies before telling the store; the next one takes the trial up under its number
+    again = run(optuna.Trial(study, trial._trial_id))
+    assert again.state == "pruned" and again.steps == 10 and again.last == first.last
+    assert read_summary(trial_paths(tmp_path, 0)["run_dir"]).steps < 120  # not trained on to its end
+
+
 @pytest.mark.parametrize("objectives", [[{"metric": "loss"}, {"metric": "params", "direction": "minimize"}]])
 def test_two_objectives_search_with_nsga2(tmp_path, objectives):
     src = write_search(tmp_path / "s.toml", trials=3, objectives=objectives)
@@ -218,3 +256,71 @@ def test_new_moves_the_earlier_search_aside(tmp_path, capsys):
     assert (out / "previous-1" / "trials.json").is_file() and (out / "previous-1" / "optuna.db").is_file()
     assert [t["state"] for t in _trials(out)] == ["complete", "complete"]
     assert read_record(out / "previous-1")["trials"][0]["run_dir"] == "trials/0000"
+
+
+def test_two_drivers_asking_at_once_do_not_overshoot_the_trial_count(tmp_path):
+    """Both drivers see the search one trial short at the same moment: only one of them may ask
+    for it (counting and asking are one step across drivers)."""
+    from headwise.search.definition import load_search_file, resolve_search
+    from headwise.search.driver import Driver
+    from headwise.search.store import open_storage, open_study
+
+    raw, source = load_search_file(str(write_search(tmp_path / "s.toml", trials=1, named=[])))
+    search = resolve_search(raw, source)
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    open_study(search, open_storage(url))
+    both_looked = threading.Barrier(2, timeout=3)
+    asked: list[int] = []
+
+    def driver() -> Driver:
+        d = Driver(search, tmp_path, open_study(search, open_storage(url)), jobs=1, threads=1, main=False,
+                   echo=lambda line: None)
+        count, first = d._want_more, [True]
+
+        def want_more() -> bool:
+            more = count()
+            if first.pop() if first else False:  # the first look of each waits for the other's
+                try:
+                    both_looked.wait()
+                except threading.BrokenBarrierError:
+                    pass
+            return more
+
+        d._want_more = want_more
+        d._start_safely = lambda trial, adopted=False: asked.append(trial.number)  # runs nothing
+        return d
+
+    threads = [threading.Thread(target=driver().run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert asked == [0]
+    assert len(open_study(search, open_storage(url)).trials) == 1
+
+
+def test_a_stopping_driver_does_not_spin_on_its_trials_metrics(tmp_path, monkeypatch):
+    """While the driver stops, each trial's run gets time to checkpoint: its watcher keeps polling
+    at its pace rather than reading metrics.jsonl in a loop (two cores, the runs need them)."""
+    import optuna
+
+    from headwise.search import execute
+    from headwise.search.definition import load_search_file, resolve_search
+    from headwise.search.layout import trial_paths
+    from headwise.study.definition import RunSpec
+    from headwise.study.jobs import RunJob
+
+    raw, source = load_search_file(str(write_search(tmp_path / "s.toml", fidelity={"pruner": "successive_halving"})))
+    search = resolve_search(raw, source)
+    study = optuna.create_study()
+    trial = study.ask()
+    plan = search.space.decode(lambda name: trial.suggest_float(name, 0.0, 1.0))
+    job = RunJob(spec=RunSpec("t", 100, {}, search.trial_config(plan)), action="start", **trial_paths(tmp_path, 0))
+    reads = []
+    monkeypatch.setattr(execute, "read_metrics", lambda run_dir: reads.append(1) or [])
+    stopping = threading.Event()
+    stopping.set()  # as after the driver's SIGTERM: its runs are told to stop, and it waits for them
+    t0 = time.monotonic()
+    execute.TrialRun(search, job, trial, threading.RLock(), 1, search.budget_of(plan), stopping,
+                     lambda proc: None).run()
+    assert len(reads) <= (time.monotonic() - t0) / execute.POLL_S + 3

@@ -270,9 +270,9 @@ BASE = [3.0, 3.1, 3.2, 3.3, 3.4]           # constant's final loss per seed
 GAINS = [0.01, 0.02, 0.03, 0.04, 0.05]     # best-1's gains: mean 0.03, 95% t interval 0.03 +- 0.0196324
 
 
-def write_confirm(search: Path, gains: list[float], heads=(3, 5, 5, 3)) -> None:
+def write_confirm(search: Path, gains: list[float], heads=(3, 5, 5, 3), claims: bool = True) -> None:
     """``search/confirm``: best-1 (the plan ``heads``) and constant on five paired seeds, with
-    the claim the search declares."""
+    the claim the search declares (none: the search's best was the baseline)."""
     search.mkdir(parents=True, exist_ok=True)
     variants = {"best-1": (Plan.explicit(heads, [4] * len(heads)), gains),
                 "constant": (Plan.explicit([4] * 4, [4] * 4), None)}
@@ -280,7 +280,7 @@ def write_confirm(search: Path, gains: list[float], heads=(3, 5, 5, 3)) -> None:
     spec.write_text(tomli_w.dumps({
         "name": "toy-confirm", "seeds": 5, "base": tiny_nearest_config(100, 10, 10),
         "variants": [{"name": n, "set": {"model.heads": [k + 1]}} for k, n in enumerate(variants)],
-        "claims": [{"name": "the search's best beats constant", "pairs": [["best-1", "constant"]]}]}))
+        "claims": [{"name": "the search's best beats constant", "pairs": [["best-1", "constant"]]}] if claims else []}))
     study = load_study(str(spec))
     out = search / "confirm"
     save_study(study, out, 5)
@@ -343,3 +343,13 @@ def test_a_search_whose_confirmation_is_off_says_so_instead_of_suggesting_a_reru
     (search / "search.toml").write_text("[definition.confirm]\nenabled = false\n")
     head = write_search_report(search).read_text().splitlines()
     assert head[2].startswith("**Confirmation: none.**") and "--no-confirm" not in head[2]
+
+
+def test_a_confirmation_without_a_claim_is_not_waiting_for_runs(tmp_path):
+    """The search's best was the baseline (top_k 1): the confirmation declares no claim, so there is
+    no pair to wait for; the report must not ask for a rerun that would change nothing."""
+    out = write_search(tmp_path, TRIALS)
+    write_confirm(out, GAINS, claims=False)
+    top = write_search_report(out).read_text().splitlines()[2]
+    assert "not confirmed yet" not in top and "rerun" not in top
+    assert top.startswith("**Confirmation: no claim.**")

@@ -120,3 +120,25 @@ def test_named_plans_default_to_the_schemes_and_say_why_one_is_not_a_trial():
         assert s.space.decode(s.space.encode(n.plan).__getitem__) == n.plan
     with pytest.raises(HeadwiseError, match="objective 'bleu'"):
         search(GPT, {"depth": 2, "heads": [2]}, None, objectives=[{"metric": "bleu"}])
+
+
+def test_mlp_ratios_of_one_width_are_one_choice():
+    """Two ratios that round to one MLP width make one model: one plan, sampled once, not two."""
+    import json
+
+    s = search(GPT, {"depth": 2, "heads": [2, 4], "mlp_ratio": [1.0, 1.01, 2.0]}, None,
+               named=[{"name": "wide", "heads": [2, 4], "mlp_ratio": 1.01}])
+    plans = list(s.space.plans())
+    configs = {json.dumps(s.trial_config(p), sort_keys=True) for p in plans}
+    assert len(configs) == len(plans) == s.space.count() == 16
+    (wide,) = s.named
+    assert wide.in_space and s.space.decode(s.space.encode(wide.plan).__getitem__) == wide.plan
+
+
+def test_a_layer_that_the_base_leaves_no_option_is_one_line():
+    """Layer 1 of the base keeps 3 KV heads, which no head count of the space divides into: no plan,
+    said in one line (without a budget too)."""
+    base = copy.deepcopy(GPT)
+    base["model"].update(n_layers=2, heads=[3, 3], head_dim=4, kv_heads=[1, 3])
+    for budget in (None, {"metric": "params", "max": 10**9}):
+        assert "multiple of the KV heads" in one_line_error(search, base, {"heads": [2, 4]}, budget, named=[])

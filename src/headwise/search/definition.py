@@ -402,7 +402,7 @@ def _resolve_named(search: Search, named: NamedPlan) -> Named:
         raise HeadwiseError(str(exc)) from None
     offered = space.config.mlp_ratio or []
     layers = tuple(LayerChoice(s.heads, s.head_dim, s.kv_heads, s.mlp_hidden,
-                               next((r for r in offered if int(round(r * d_model)) == s.mlp_hidden), None))
+                               min((r for r in offered if int(round(r * d_model)) == s.mlp_hidden), default=None))
                    for s in spec.layers())
     plan = SearchPlan(layers)
     budget = search.config.budget

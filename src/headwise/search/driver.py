@@ -11,8 +11,9 @@ the driver for as long as it handles the trial. So:
 - **Shared.** A second driver on the same folder (or ``--worker``, on the same ``--storage``) asks
   for new trials and runs them; two drivers never hold one claim. The search stops at the
   search's trial count over the store (complete + pruned + duplicate; running ones counted as
-  they will end), so workers share it. Only the main driver (the one holding ``.lock``) waits for
-  every trial and then runs the confirmation.
+  they will end; a driver counts and asks under ``locks/ask.lock``), so workers share it. Only
+  the main driver (the one holding ``.lock``) waits for every trial and then runs the
+  confirmation.
 - **Deterministic.** Trial n samples with seed ``seed + n`` (:class:`~headwise.search.store.PerTrialSeed`)
   and decodes its numbers into a feasible plan (:meth:`~headwise.search.space.Space.decode`); with
   one job, a search killed and rerun makes the same trials as one never stopped.
@@ -124,12 +125,16 @@ class Driver:
             while True:
                 self._reap()
                 self._adopt()
-                while len(self.running) < self.jobs and self._want_more():
-                    with self.lock:
-                        trial = self.study.ask()
-                    if not self._claim(trial.number):
-                        continue  # another driver took it up between the ask and the claim
-                    self._start_safely(trial)
+                while len(self.running) < self.jobs:
+                    # counting and asking are one step across drivers, or two could ask for the last trial
+                    with FileLock(self.dir / "locks" / "ask.lock"):
+                        if not self._want_more():
+                            break
+                        with self.lock:
+                            trial = self.study.ask()
+                        claimed = self._claim(trial.number)
+                    if claimed:  # else another driver took it up between the ask and the claim
+                        self._start_safely(trial)
                 if not self.running and not self._want_more():
                     others = [t.number for t in self._trials("RUNNING") if t.number not in self.running]
                     if not self.main or not others:

@@ -77,21 +77,34 @@ class TrialRun:
         self.watched = objectives[0].metric if len(objectives) == 1 and not objectives[0].from_budget else None
         self.total = int(search.base["train"]["steps"])
 
-    def _reported(self) -> dict[int, float]:
+    def _stored(self) -> Any:
         with self.lock:
-            frozen = self.trial.study._storage.get_trial(self.trial._trial_id)
-        return dict(frozen.intermediate_values)
+            return self.trial.study._storage.get_trial(self.trial._trial_id)
+
+    def _prune(self, step: int) -> bool:
+        """Ask the pruner at ``step`` (under the lock); a decision to prune is kept in the store
+        (``pruned_at``) before the run is stopped, since asking again would not give it
+        (successive halving records the rung it judged the trial at)."""
+        prune = step < self.total and self.trial.should_prune()
+        if prune:
+            self.trial.set_user_attr("pruned_at", step)
+        return prune
 
     def run(self) -> TrialOutcome:
         t0 = time.monotonic()
-        reported = self._reported()
+        frozen = self._stored()
+        reported = dict(frozen.intermediate_values)
         last: dict[str, float] = {}
         if reported and self.watched:
             step = max(reported)
             last = {self.watched: reported[step]}
-            # a driver stopped between the pruner's decision and the run's: decide again first
+            decided = frozen.user_attrs.get("pruned_at")
+            if decided is not None:  # a driver stopped after the pruner's decision: it stands
+                return TrialOutcome("pruned", last={self.watched: reported.get(decided, reported[step])},
+                                    steps=int(decided), note="pruned")
+            # a driver stopped between a report and the pruner's decision: decide first
             with self.lock:
-                if step < self.total and self.trial.should_prune():
+                if self._prune(step):
                     return TrialOutcome("pruned", last=last, steps=step, note="pruned")
         action = plan_action(self.job.run_dir)
         if action is not None:
@@ -126,7 +139,7 @@ class TrialRun:
                             continue
                         with self.lock:
                             self.trial.report(float(value), step)
-                            prune = step < self.total and self.trial.should_prune()
+                            prune = self._prune(step)
                         reported, last[self.watched] = step, float(value)  # type: ignore[index]
                         if prune:
                             pruned_at = step
@@ -134,7 +147,7 @@ class TrialRun:
                             break
                 if done:
                     break
-                self.stopping.wait(POLL_S)
+                time.sleep(POLL_S)  # at this pace while the driver stops too: the run needs the cores to checkpoint
             proc.wait()
         if pruned_at is not None:
             return TrialOutcome("pruned", last=dict(last), steps=pruned_at, note="pruned")

@@ -12,6 +12,7 @@ must pass before anything is written.
       logs/NNNN.log        its output
       locks/NNNN.lock      held by its run (headwise.study.worker)
       locks/NNNN.claim     held by the driver that runs it
+      locks/ask.lock       held by a driver while it counts the trials and asks for one
       confirm/             the confirmation: a study directory (headwise.search.confirm)
       previous-N/          an earlier search moved aside by --new
 """

@@ -274,6 +274,10 @@ def _confirmation(search: Search, search_dir: Path, best: list[Trial]) -> tuple[
     except HeadwiseError as e:
         return [f"{not_yet} `{CONFIRM_DIR}/` cannot be judged: {e}"], []
     top = headline(found, best[0] if best else None)
+    if top is None and not load_study_record(search_dir / CONFIRM_DIR).claims:
+        return ["**Confirmation: no claim.** The search's best plan was the confirmation's baseline itself, so its "
+                f"study in `{CONFIRM_DIR}/` declares no claim that a searched plan beats it (its report compares the "
+                "plans: `headwise report confirm`)."], []
     if top is None:
         return [f"{not_yet} The confirmation study in `{CONFIRM_DIR}/` has no completed pair of runs yet; rerun the "
                 "search to finish it."], []

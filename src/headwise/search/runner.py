@@ -54,7 +54,7 @@ def run_search(search: Search, out_dir: str | Path | None = None, *, jobs: int |
     unless ``confirm`` is False or the search says not to) its confirmation study, whose report
     ``confirm_report`` writes. A HeadwiseError before anything is written for bad input."""
     from headwise.search.driver import Driver, check_trials, enqueue_named
-    from headwise.search.store import STUDY_NAME, open_storage, open_study
+    from headwise.search.store import STUDY_NAME, check_store, open_storage, open_study
     from headwise.search.trials import write_record
 
     if jobs is not None and jobs < 1:
@@ -76,14 +76,17 @@ def run_search(search: Search, out_dir: str | Path | None = None, *, jobs: int |
             raise HeadwiseError(f"--out {search_dir} keeps its trials in {kept or 'its own optuna.db'}: rerun with "
                                 + (f"--storage {kept}" if kept else "no --storage") + ", or pass --new")
         storage = kept
-    if storage is not None:
-        open_storage(storage).remove_session()  # a URL that does not open writes nothing
     example = next(search.space.plans(limit=1))
     specs = [RunSpec("trial", search.config.fidelity.run_seed, {}, search.trial_config(example))]
     import torch
 
     check_devices(specs, torch.cuda.device_count() if torch.cuda.is_available() else 0, "this machine")
     check_data(specs, echo)
+    if storage is not None:  # last: a URL that opens makes its database (one that does not writes nothing)
+        store = open_storage(storage)
+        if not new:  # its study of this search's name must be this search's
+            check_store(search, store, saved.get("study_name", STUDY_NAME))
+        store.remove_session()
 
     search_dir.mkdir(parents=True, exist_ok=True)
     search_dir = search_dir.resolve()

@@ -133,7 +133,7 @@ class Space:
         self.sets_head_dim = config.head_dim not in (None, "tied") or config.head_dim == "tied" and base.head_dim is not None
         self.sets_kv_heads = config.kv_heads is not None
         self.sets_mlp = config.mlp_ratio is not None
-        empty = [d for d in self.depths if not self._options_at(d, 0)]
+        empty = [d for d in self.depths if not all(self._options_at(d, i) for i in range(d))]
         if len(empty) == len(self.depths):
             raise HeadwiseError(f"[space] allows no layer: {self._why_no_option()}")
         self.feasible_depths = [d for d in self.depths if self._admits(self.constant, d, 0)]
@@ -191,7 +191,9 @@ class Space:
                 kvs = [base_kv if base_kv is not None else h]
             else:
                 kvs = divisors(h) if kv == "divisors" else sorted(set(kv))
-            ratios = [None] if mlp is None else sorted(set(mlp))
+            # ratios that round to one width are one choice (the smallest ratio names it)
+            by_width = {int(round(r * d_model)): r for r in sorted(set(mlp or []), reverse=True)}
+            ratios = [None] if mlp is None else list(by_width.values())
             for w in widths:
                 for k in kvs:
                     if h % k:

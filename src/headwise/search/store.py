@@ -100,25 +100,38 @@ def make_pruner(search: Search) -> Any:
                                           reduction_factor=fidelity.reduction_factor)
 
 
+def check_store(search: Search, storage: Any, name: str = STUDY_NAME) -> None:
+    """Refuse, writing nothing, a store whose study ``name`` holds another search (another
+    fingerprint, or other directions); a store without that study is this search's to make."""
+    try:
+        study_id = storage.get_study_id_from_name(name)
+    except KeyError:
+        return
+    attrs = storage.get_study_user_attrs(study_id)
+    saved = attrs.get("fingerprint")
+    if saved is not None and saved != search.fingerprint():
+        raise HeadwiseError(f"the store's study {name!r} holds another search ({attrs.get('search')!r}, "
+                            "defined differently); use another --storage, or the other search's own command")
+    stored = [d.name.lower() for d in storage.get_study_directions(study_id)]
+    directions = [o.direction for o in search.config.objectives]
+    if stored != directions:
+        raise HeadwiseError(f"the store's study {name!r} has directions {stored}, this search {directions}")
+
+
 def open_study(search: Search, storage: Any, name: str = STUDY_NAME) -> Any:
     """The search's study in ``storage`` (made on first use), with its sampler and pruner; a
-    study of that name holding another search is refused."""
+    study of that name holding another search is refused (:func:`check_store`)."""
     optuna = _optuna()
+    check_store(search, storage, name)
     directions = [o.direction for o in search.config.objectives]
     try:
         study = optuna.create_study(storage=storage, study_name=name, directions=directions, load_if_exists=True,
                                     sampler=make_sampler(search), pruner=make_pruner(search))
     except ValueError as exc:  # e.g. the stored study's directions differ
         raise HeadwiseError(f"the store's study {name!r} is not this search's ({exc})") from None
-    saved = study.user_attrs.get("fingerprint")
-    if saved is None:
+    if study.user_attrs.get("fingerprint") is None:
         study.set_user_attr("fingerprint", search.fingerprint())
         study.set_user_attr("search", search.name)
         study.set_user_attr("objectives", [o.metric for o in search.config.objectives])
-    elif saved != search.fingerprint():
-        raise HeadwiseError(f"the store's study {name!r} holds another search ({study.user_attrs.get('search')!r}, "
-                            "defined differently); use another --storage, or the other search's own command")
-    if [d.name.lower() for d in study.directions] != directions:
-        raise HeadwiseError(f"the store's study {name!r} has directions {[d.name.lower() for d in study.directions]}, "
-                            f"this search {directions}")
+    check_store(search, storage, name)  # another driver may have made it meanwhile
     return study
