@@ -41,19 +41,9 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def _list() -> int:
-    from importlib import resources
+    from headwise.study.definition import builtin_listing, builtin_studies
 
-    from headwise.config import read_toml
-    from headwise.study.definition import builtin_studies
-
-    for name, entry in sorted(builtin_studies().items()):
-        with resources.as_file(entry) as path:
-            raw = read_toml(path)
-        print(f"{name}: {' '.join(str(raw.get('description', '')).split())}")
-        presets = raw.get("presets", {})
-        width = max((len(p) for p in presets), default=0)
-        for preset, body in presets.items():
-            print(f"  --preset {preset:<{width}} {body.get('summary', '')}")
+    print("\n".join(builtin_listing(builtin_studies())))
     return 0
 
 

@@ -79,7 +79,10 @@ def make_sampler(search: Search) -> Any:
     NSGA-II for several; each trial's made with its own seed."""
     optuna = _optuna()
     if len(search.config.objectives) > 1:
-        make = lambda seed: optuna.samplers.NSGAIISampler(seed=seed)  # noqa: E731
+        # NSGA-II's default generation of 50 would leave a search of a few dozen trials random:
+        # about a quarter of the trials per generation gives it several (at least 4 each)
+        population = max(4, min(50, search.config.trials // 4))
+        make = lambda seed: optuna.samplers.NSGAIISampler(seed=seed, population_size=population)  # noqa: E731
     else:
         make = lambda seed: optuna.samplers.TPESampler(multivariate=True, group=True, seed=seed)  # noqa: E731
     return PerTrialSeed(make, search.config.seed)

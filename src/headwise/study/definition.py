@@ -328,6 +328,20 @@ def _sanitize(text: str) -> str:
 SEARCH_PREFIX = "search-"
 
 
+def builtin_listing(entries: dict[str, Any]) -> list[str]:
+    """The lines ``--list`` prints for built-in study or search files: each name with its
+    description, then each preset with its summary."""
+    lines = []
+    for name, entry in sorted(entries.items()):
+        with resources.as_file(entry) as path:
+            raw = read_toml(path)
+        lines.append(f"{name}: {' '.join(str(raw.get('description', '')).split())}")
+        presets = raw.get("presets", {})
+        width = max((len(p) for p in presets), default=0)
+        lines += [f"  --preset {preset:<{width}} {body.get('summary', '')}" for preset, body in presets.items()]
+    return lines
+
+
 def builtin_studies() -> dict[str, Any]:
     """Built-in study files by name: every family folder's ``*.toml`` (see :mod:`headwise.families`)
     but its search files (``search-*.toml``, :func:`headwise.search.definition.builtin_searches`)."""
