@@ -173,3 +173,9 @@ def test_cli_bad_plan_exits_2_without_traceback():
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert "layer 0" in proc.stderr
+
+
+def test_a_budget_beyond_any_model_is_refused_in_one_line_rather_than_searched():
+    # with free head widths every count is valid, and the nearest-plan search grows with the budget
+    with pytest.raises(HeadwiseError, match=r"total_heads = 1,000,000; a scheme spreads at most 32,768 heads"):
+        plan_heads("ascending", 4, 256, 1_000_000, head_dim=64)

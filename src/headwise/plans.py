@@ -48,6 +48,10 @@ class Scheme(str, Enum):
 
 SCHEMES: tuple[str, ...] = tuple(s.value for s in Scheme)
 
+#: the largest budget of heads a scheme spreads (the largest public models have about 16k heads in
+#: all); the nearest-plan search's cost grows with the budget when head widths are free
+MAX_TOTAL_HEADS = 32768
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -280,6 +284,9 @@ def plan_heads(
         raise HeadwiseError(
             f"total_heads = {total_heads}; scheme {scheme.value!r} needs a budget of at least {n_layers} (one head per layer)"
         )
+    if total_heads > MAX_TOTAL_HEADS:
+        raise HeadwiseError(f"total_heads = {total_heads:,}; a scheme spreads at most {MAX_TOTAL_HEADS:,} heads "
+                            "(give the counts themselves with scheme 'explicit')")
     if ratio <= 0 or (scheme in (Scheme.ASCENDING, Scheme.DESCENDING) and ratio < 1):
         raise HeadwiseError(f"ratio = {ratio}; use a ratio >= 1 (the scheme sets the direction)")
     valid = valid_counts(d_model, tied, limit=total_heads)
