@@ -180,7 +180,9 @@ def test_a_trial_pruned_before_its_driver_died_stays_pruned_when_taken_up(tmp_pa
     from headwise.study.definition import RunSpec
     from headwise.study.jobs import RunJob
 
-    long = {**BASE, "train": {**BASE["train"], "steps": 120}}
+    # far more steps than the run can take before the driver's next look at its metrics: a short
+    # run could end before the stop reaches it, and the last check would prove nothing
+    long = {**BASE, "train": {**BASE["train"], "steps": 20000}}
     raw, source = load_search_file(str(write_search(tmp_path / "s.toml", base=long)))
     search = resolve_search(raw, source)
     study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'optuna.db'}",
@@ -203,7 +205,7 @@ def test_a_trial_pruned_before_its_driver_died_stays_pruned_when_taken_up(tmp_pa
     # the driver dies before telling the store; the next one takes the trial up under its number
     again = run(optuna.Trial(study, trial._trial_id))
     assert again.state == "pruned" and again.steps == 10 and again.last == first.last
-    assert read_summary(trial_paths(tmp_path, 0)["run_dir"]).steps < 120  # not trained on to its end
+    assert read_summary(trial_paths(tmp_path, 0)["run_dir"]).steps < 20000  # not trained on to its end
 
 
 @pytest.mark.parametrize("objectives", [[{"metric": "loss"}, {"metric": "params", "direction": "minimize"}]])
