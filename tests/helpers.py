@@ -3,6 +3,7 @@ directories written by hand, CSV files read back and the tiny bench sections."""
 
 import csv
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,12 @@ def run_sections(cfg, sections):
     result = suite.run_bench(cfg, set(sections), log=lines.append)
     result["log"] = lines
     return result
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    """Poll ``predicate`` until it holds; an AssertionError naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)

@@ -20,7 +20,7 @@ import tomli_w
 from headwise.cli import main
 from headwise.run import RunStatus, read_summary
 from headwise.search.trials import read_record
-from helpers import one_thread  # noqa: F401  (one torch thread)
+from helpers import one_thread, wait_for  # noqa: F401  (one_thread: one torch thread)
 
 BASE = {
     "model": {"preset": "amsel-nn", "d_model": 16, "n_layers": 1, "heads": [1], "head_dim": 16, "mlp_hidden": 128,
@@ -54,14 +54,6 @@ def _search(src: Path, out: Path, *extra: str) -> subprocess.Popen:
                              *extra], env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def _trials(out: Path) -> list[dict]:
     """The record's trials without what differs between two runs of one search (nothing should)."""
     return read_record(out)["trials"]
@@ -78,11 +70,11 @@ def test_a_search_killed_mid_trial_reruns_to_the_trials_of_an_uninterrupted_one(
     proc = _search(src, out)
     third = out / "trials" / "0002"  # the first sampled trial, after the two named ones
     try:
-        _wait_for(lambda: (third / "checkpoints").is_dir() and any((third / "checkpoints").glob("step_*")), 240,
+        wait_for(lambda: (third / "checkpoints").is_dir() and any((third / "checkpoints").glob("step_*")), 240,
                   "a checkpoint of trial 2")
         proc.send_signal(signal.SIGKILL)  # the driver dies at once; its run is told to stop
         proc.wait(timeout=30)
-        _wait_for(lambda: getattr(read_summary(third), "status", None) is RunStatus.INTERRUPTED, 60, "the run to stop")
+        wait_for(lambda: getattr(read_summary(third), "status", None) is RunStatus.INTERRUPTED, 60, "the run to stop")
         stopped_at = read_summary(third).steps
         assert 0 < stopped_at < 250
     finally:

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ from headwise.run import RunStatus, RunSummary, read_summary, write_summary
 from headwise.study.jobs import plan_action
 from headwise.study.runner import prepare_study_dir
 
-from helpers import read_csv
+from helpers import read_csv, wait_for
 
 BASE = {
     "model": {"preset": "amsel-nn", "d_model": 8, "heads": 1, "head_dim": 8, "mlp_hidden": 16, "max_seq_len": 16},
@@ -149,14 +148,6 @@ def test_cli_bad_input_is_one_line_before_any_run(tmp_path, capsys):
     assert "constant-h45" in capsys.readouterr().out
 
 
-def _wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 @pytest.mark.slow
 def test_only_a_committed_checkpoint_makes_a_run_resume(tmp_path):
     run = tmp_path / "run"
@@ -189,13 +180,13 @@ def test_killed_study_finishes_on_rerun_without_redoing_finished_runs(tmp_path):
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     second = out / "runs" / "second" / "seed0"
     try:
-        _wait_for(lambda: (second / "checkpoints").is_dir() and any((second / "checkpoints").iterdir()), 120,
+        wait_for(lambda: (second / "checkpoints").is_dir() and any((second / "checkpoints").iterdir()), 120,
                   "a checkpoint of the second run")
         first_done = (out / "runs" / "first" / "seed0" / "summary.json").stat().st_mtime_ns
         proc.send_signal(signal.SIGKILL)  # the runner dies at once; its run is told to stop
         proc.wait(timeout=30)
         # the run saw its parent die (SIGTERM): it checkpoints, says so and exits
-        _wait_for(lambda: getattr(read_summary(second), "status", None) is RunStatus.INTERRUPTED, 60, "the run to stop")
+        wait_for(lambda: getattr(read_summary(second), "status", None) is RunStatus.INTERRUPTED, 60, "the run to stop")
         stopped_at = read_summary(second).steps
         assert 0 < stopped_at < 400
     finally:

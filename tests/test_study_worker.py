@@ -16,17 +16,9 @@ import tomli_w
 
 from headwise.study.worker import main
 
-from helpers import tiny_nearest_config
+from helpers import tiny_nearest_config, wait_for
 
 CONFIG = tiny_nearest_config(steps=1_000_000, log_every=1, every=1_000_000)
-
-
-def _wait_for(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def _locked_by_another(lock: Path) -> bool:
@@ -65,7 +57,7 @@ def test_the_run_holds_the_lock_after_the_worker_waited_for_it(tmp_path):
         assert not run.exists()
         holder.close()  # releases the lock
         metrics = run / "metrics.jsonl"
-        _wait_for(lambda: proc.poll() is not None or (metrics.is_file() and metrics.stat().st_size > 0), 120,
+        wait_for(lambda: proc.poll() is not None or (metrics.is_file() and metrics.stat().st_size > 0), 120,
                   "the run to train")
         assert proc.poll() is None, proc.communicate()[0].decode()[-2000:]
         assert _cmdline(proc.pid)[1:4] == ["-m", "headwise", "train"]  # the same process, exec'd
