@@ -138,14 +138,14 @@ def valid_counts(d_model: int, tied: bool, limit: int) -> list[int]:
     return divisors(d_model) if tied else list(range(1, limit + 1))
 
 
-def _nearest(valid: Sequence[int], x: float) -> int:
+def nearest_count(valid: Sequence[int], x: float) -> int:
     """The valid count nearest to x (the smaller on a tie); ``valid`` is sorted."""
     i = bisect.bisect_left(valid, x)
     near = valid[max(i - 1, 0): i + 1]
     return min(near, key=lambda v: (abs(v - x), v))
 
 
-def _shape(scheme: Scheme, n_layers: int, ratio: float) -> list[float]:
+def scheme_shape(scheme: Scheme, n_layers: int, ratio: float) -> list[float]:
     """Relative sizes of the layers for a scheme, the smallest entry being 1."""
     if scheme is Scheme.CONSTANT:
         return [1.0] * n_layers
@@ -167,7 +167,7 @@ def make_divisible(v: float, divisor: int) -> int:
     return rounded + divisor if rounded < 0.9 * v else rounded
 
 
-def _ramp(first: float, last: float, n_layers: int) -> list[float]:
+def ramp(first: float, last: float, n_layers: int) -> list[float]:
     """``n_layers`` evenly spaced values from ``first`` to ``last`` (numpy's ``linspace``: start +
     i * step, the last one exactly ``last``), each rounded to 2 decimals, as OpenELM rounds its
     multipliers."""
@@ -210,8 +210,8 @@ def layerwise_scaling(n_layers: int, d_model: int, head_dim: int, *,
             raise HeadwiseError(f"layerwise scaling: {name} = {list(pair)}; give two positive numbers, "
                                 "the first layer's and the last layer's")
     heads = tuple(make_divisible(d_model * m, head_dim * gqa_groups) // head_dim
-                  for m in _ramp(*qkv_multipliers, n_layers))
-    ffn = tuple(2 * make_divisible(d_model * m, ffn_divisor) for m in _ramp(*ffn_multipliers, n_layers))
+                  for m in ramp(*qkv_multipliers, n_layers))
+    ffn = tuple(2 * make_divisible(d_model * m, ffn_divisor) for m in ramp(*ffn_multipliers, n_layers))
     return LayerwiseShape(heads, tuple(h // gqa_groups for h in heads), ffn)
 
 
@@ -290,12 +290,12 @@ def plan_heads(
     if ratio <= 0 or (scheme in (Scheme.ASCENDING, Scheme.DESCENDING) and ratio < 1):
         raise HeadwiseError(f"ratio = {ratio}; use a ratio >= 1 (the scheme sets the direction)")
     valid = valid_counts(d_model, tied, limit=total_heads)
-    shape = _shape(scheme, n_layers, ratio)
+    shape = scheme_shape(scheme, n_layers, ratio)
     # Every candidate plan is the shape scaled by a base size, each layer snapped to a valid
     # count; the base runs in steps of 1/16 up to the largest valid count, which reaches every
     # plan the snapping can produce for ratios used in practice.
     bases = (k / 16 for k in range(16, 16 * valid[-1] + 1))
-    candidates = {tuple(_nearest(valid, base * s) for s in shape) for base in bases}
+    candidates = {tuple(nearest_count(valid, base * s) for s in shape) for base in bases}
     best = min(candidates, key=lambda c: (abs(sum(c) - total_heads), sum(c)))
     notes: tuple[str, ...] = ()
     if sum(best) != total_heads:
@@ -339,11 +339,11 @@ def plan_kv_heads(heads: Sequence[int], *, group: int | None = None, scheme: Sch
     if ratio <= 0 or (scheme in (Scheme.ASCENDING, Scheme.DESCENDING) and ratio < 1):
         raise HeadwiseError(f"kv_ratio = {ratio}; use a ratio >= 1 (the scheme sets the direction)")
     valid = [divisors(h) for h in heads]
-    shape = _shape(scheme, len(heads), ratio)
+    shape = scheme_shape(scheme, len(heads), ratio)
     # as for query heads: the shape scaled by a base in steps of 1/16, each layer snapped to a
     # divisor of its own query heads
     bases = (k / 16 for k in range(16, 16 * max(heads) + 1))
-    candidates = {tuple(_nearest(v, base * f) for v, f in zip(valid, shape)) for base in bases}
+    candidates = {tuple(nearest_count(v, base * f) for v, f in zip(valid, shape)) for base in bases}
     best = min(candidates, key=lambda c: (abs(sum(c) - total), sum(c)))
     notes: tuple[str, ...] = ()
     if sum(best) != total:

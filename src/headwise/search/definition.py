@@ -13,6 +13,7 @@ with named presets, as study files have (:mod:`headwise.study.definition`).
     [space]                         # headwise.search.space
     depth = 4
     heads = "divisors"
+    # scaling = "linear"            # or "geometric": a few numbers set every layer (headwise.search.scaled)
 
     [budget]                        # headwise.search.budget
     metric = "total_heads"
@@ -72,20 +73,26 @@ from headwise.families import family_files
 from headwise.plans import plan_heads
 from headwise.presets import preset_dict
 from headwise.search.budget import METRICS, BudgetConfig, plan_budget
-from headwise.search.space import LayerChoice, SearchPlan, Space
+from headwise.search.scaled import ScaledSpace
+from headwise.search.space import LayerChoice, PlanSpace, SearchPlan, Space
 from headwise.study.claims import metric_problem
 from headwise.study.definition import SEARCH_PREFIX, RunnerDefaults, broadcast_heads, merge_preset
 from headwise.train.config import RunConfig, resolve_run_model
 
 
 class SpaceConfig(Config):
-    """``[space]``: what each layer may be (see :mod:`headwise.search.space`)."""
+    """``[space]``: what each layer may be (see :mod:`headwise.search.space`), and with
+    ``scaling`` how a few numbers set them all (see :mod:`headwise.search.scaled`)."""
 
     depth: int | list[int] | None = None
     heads: Literal["divisors"] | list[int]
     head_dim: Literal["tied"] | int | list[int] | None = None
     kv_heads: Literal["divisors"] | list[int] | None = None
     mlp_ratio: list[float] | None = None
+    #: None: every layer's choices drawn; "linear" (OpenELM) or "geometric" (the blog's schemes)
+    scaling: Literal["linear", "geometric"] | None = None
+    #: geometric: the ratios of a layer's heads to the layer before's (default 0.5, 1, 2)
+    ratio: list[float] | None = None
 
     @field_validator("depth")
     @classmethod
@@ -96,7 +103,7 @@ class SpaceConfig(Config):
             raise ValueError(f"depth {v}: a model needs at least 1 layer")
         return v
 
-    @field_validator("heads", "head_dim", "kv_heads", "mlp_ratio")
+    @field_validator("heads", "head_dim", "kv_heads", "mlp_ratio", "ratio")
     @classmethod
     def _positive(cls, v: Any) -> Any:
         if isinstance(v, list) and not v:
@@ -104,6 +111,16 @@ class SpaceConfig(Config):
         if isinstance(v, list) and min(v) <= 0 or isinstance(v, int) and v <= 0:
             raise ValueError(f"{v}: every value must be positive")
         return v
+
+    @model_validator(mode="after")
+    def _scaled(self) -> "SpaceConfig":
+        if self.ratio is not None and self.scaling != "geometric":
+            raise ValueError(f"ratio {self.ratio} is the geometric scaling's growth per layer: give "
+                             "scaling = \"geometric\" with it, or remove it")
+        if self.scaling is not None and isinstance(self.head_dim, list) and len(set(self.head_dim)) > 1:
+            raise ValueError(f"scaling {self.scaling!r} sets every layer from a few numbers, with no choice per "
+                             f"layer: give head_dim one width or \"tied\", not {self.head_dim}")
+        return self
 
 
 class Objective(Config):
@@ -204,7 +221,7 @@ class Search:
     preset: str | None
     preset_summary: str
     base: dict[str, Any]
-    space: Space
+    space: PlanSpace
     named: list[Named]
     seq_len: int
 
@@ -253,8 +270,15 @@ class Search:
 
 def builtin_searches() -> dict[str, Any]:
     """Built-in search files by name: every family folder's ``search-NAME.toml``."""
-    return {p.name.removeprefix(SEARCH_PREFIX).removesuffix(".toml"): p for p in family_files(".toml")
-            if p.name.startswith(SEARCH_PREFIX)}
+    found: dict[str, Any] = {}
+    for p in family_files(".toml"):
+        if not p.name.startswith(SEARCH_PREFIX):
+            continue
+        name = p.name.removeprefix(SEARCH_PREFIX).removesuffix(".toml")
+        if name in found:  # one would shadow the other: a packaging bug, not a user's
+            raise HeadwiseError(f"two families hold {p.name}: {found[name]} and {p}; rename one")
+        found[name] = p
+    return found
 
 
 def load_search_file(name_or_path: str) -> tuple[dict[str, Any], str]:
@@ -299,7 +323,7 @@ def resolve_search(raw: dict[str, Any], source: str, preset: str | None = None,
     run = RunConfig.parse(base, source=f"{source} [base]")
     seq_len = run.task.shape().seq_len
     _check_objectives(config, run, source)
-    space = Space(config.space, spec, config.budget, seq_len)
+    space = (ScaledSpace if config.space.scaling else Space)(config.space, spec, config.budget, seq_len)
     search = Search(config, source, preset, summary, base, space, [], seq_len)
     search.named = [_resolve_named(search, n) for n in _named_plans(config, spec)]
     names = [n.name for n in search.named]

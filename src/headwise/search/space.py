@@ -18,12 +18,16 @@ they can add (a budget with only a cap or only a floor) or every sum they can ad
 floor and a cap together). So every decoded plan keeps the budget, every plan that keeps it is
 reachable (:meth:`Space.encode` gives numbers that decode to it), and a space with no such plan
 is refused before any trial.
+
+With ``scaling = "linear"`` or ``"geometric"`` the space is a few numbers instead of one choice
+per layer (:mod:`headwise.search.scaled`); both share :class:`PlanSpace`.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Callable, Iterator
@@ -94,7 +98,9 @@ class SearchPlan:
 
 
 @dataclass(frozen=True)
-class _Option:
+class LayerOption:
+    """One choice a layer may take, with its cost in the budget's raw units."""
+
     choice: LayerChoice
     cost: int
 
@@ -104,16 +110,49 @@ def pick(values: list[Any], u: float) -> Any:
     return values[min(len(values) - 1, max(0, math.floor(u * len(values))))]
 
 
-def _centre(index: int, n: int) -> float:
+def centre(index: int, n: int) -> float:
     """A number that :func:`pick` maps to ``index`` of ``n`` values."""
     return (index + 0.5) / n
 
 
-class Space:
-    """The plans of a base model that a ``[space]`` table allows and a budget keeps.
+class PlanSpace(ABC):
+    """What every search space shares: each layer's options for a base model and their costs,
+    the depths, and the run config of a plan. :class:`Space` chooses every layer's option;
+    :class:`~headwise.search.scaled.ScaledSpace` sets them all from a few numbers.
 
-    ``base`` is the base model's spec, ``fields`` its spec fields as given (what a plan's run
-    config leaves alone); ``cost`` the budget's :class:`CostModel` (None: no budget)."""
+    ``base`` is the base model's spec; ``cost`` the budget's :class:`CostModel` (the params
+    metric without a budget). A space none of whose depths has an option in every layer is
+    refused (one line)."""
+
+    #: the depths that hold a plan within the budget (set by each space)
+    feasible_depths: list[int]
+
+    # ---- what each space answers: the same questions, with the same meaning ---------------
+
+    @abstractmethod
+    def decode(self, draw: Callable[[str], float]) -> SearchPlan:
+        """The plan of the numbers ``draw(name)`` gives (each in [0, 1]): always within budget."""
+
+    @abstractmethod
+    def encode(self, plan: SearchPlan) -> dict[str, float]:
+        """Numbers that :meth:`decode` maps to ``plan``; a HeadwiseError (saying why) when the
+        plan is not in the space or misses the budget."""
+
+    @abstractmethod
+    def plans(self, limit: int | None = None) -> Iterator[SearchPlan]:
+        """Every feasible plan, once each; at most ``limit``."""
+
+    @abstractmethod
+    def count(self, limit: int = 1_000_000) -> int | None:
+        """How many feasible plans there are (None: too many to count)."""
+
+    @abstractmethod
+    def parametrisation(self) -> str:
+        """How the optimiser's numbers set a plan, for ``--dry-run`` (e.g. "a choice per layer")."""
+
+    @abstractmethod
+    def size(self) -> int:
+        """How many plans the space holds before the budget."""
 
     def __init__(self, config: Any, base: ModelSpec, budget: BudgetConfig | None, seq_len: int) -> None:
         self.config, self.base, self.budget, self.seq_len = config, base, budget, seq_len
@@ -121,14 +160,7 @@ class Space:
         self.cost = CostModel(metric, base, seq_len, budget.dtype if budget is not None else "fp32")
         self.constant = self.cost.constant()
         self.depths = self._depths()
-        self.varies = {"heads": len(self._heads()) > 1,
-                       "head_dim": isinstance(config.head_dim, list) and len(config.head_dim) > 1,
-                       "kv_heads": config.kv_heads == "divisors" or isinstance(config.kv_heads, list)
-                       and len(config.kv_heads) > 1,
-                       "mlp_ratio": config.mlp_ratio is not None and len(config.mlp_ratio) > 1}
-        self._options: dict[tuple[Any, ...], list[_Option]] = {}
-        self._rests: dict[int, list[Any]] = {}
-        self._sums = 0
+        self._options: dict[tuple[Any, ...], list[LayerOption]] = {}
         # a plan's run config sets what the base does not already say for every layer
         self.sets_head_dim = config.head_dim not in (None, "tied") or config.head_dim == "tied" and base.head_dim is not None
         self.sets_kv_heads = config.kv_heads is not None
@@ -136,10 +168,6 @@ class Space:
         empty = [d for d in self.depths if not all(self._options_at(d, i) for i in range(d))]
         if len(empty) == len(self.depths):
             raise HeadwiseError(f"[space] allows no layer: {self._why_no_option()}")
-        self.feasible_depths = [d for d in self.depths if self._admits(self.constant, d, 0)]
-        if not self.feasible_depths:
-            raise HeadwiseError(f"no plan of the space meets the budget {budget.describe()}: "  # type: ignore[union-attr]
-                                f"{self._range_note()}; widen the space or the budget")
 
     # ---- what a layer may be ---------------------------------------------------------------
 
@@ -204,7 +232,7 @@ class Space:
                                   "attention": None if kind is None else [kind]}
                         yield LayerChoice(h, w, k, hidden, r), fields
 
-    def _options_at(self, depth: int, i: int) -> list[_Option]:
+    def _options_at(self, depth: int, i: int) -> list[LayerOption]:
         """Layer ``i``'s options in a ``depth``-layer plan with their costs, each a layer the
         model accepts (checked on a one-layer spec: divisibility, KV groups, RoPE pairs, gated
         MLP widths), sorted by their choices."""
@@ -217,7 +245,7 @@ class Space:
                 except ValueError as exc:
                     self._last_refusal = f"{choice}: {str(exc).splitlines()[-1].strip()}"
                     continue
-                options.append(_Option(choice, self.cost.layer_cost(one, 0)))
+                options.append(LayerOption(choice, self.cost.layer_cost(one, 0)))
             self._options[fixed] = sorted(options, key=lambda o: [o.choice.value(d) or 0 for d in DIMS])
         return self._options[fixed]
 
@@ -238,6 +266,43 @@ class Space:
             return (f"heads {heads} do not divide d_model {d_model}, and head_dim is tied to d_model / heads: give "
                     "heads that divide it, or a head_dim")
         return f"no heads in {heads} is a multiple of the KV heads the space or the base allow"
+
+    def run_sets(self, plan: SearchPlan) -> dict[str, Any]:
+        """The run-config keys that make the base model this plan."""
+        sets: dict[str, Any] = {"model.n_layers": plan.depth, "model.heads": plan.heads}
+        if self.sets_head_dim:
+            sets["model.head_dim"] = plan.head_dims
+        if self.sets_kv_heads:
+            sets["model.kv_heads"] = plan.kv_heads
+        if self.sets_mlp:
+            sets["model.mlp_hidden"] = plan.mlp_hidden
+        return sets
+
+    def predicted(self, plan: SearchPlan) -> int:
+        """The budget metric of ``plan`` as the space computes it (the search checks it against
+        :func:`~headwise.search.budget.plan_budget` of the plan's spec)."""
+        # looked up layer by layer: one choice costs differently under two attention kinds of the base
+        costs = [{o.choice: o.cost for o in self._options_at(plan.depth, i)} for i in range(plan.depth)]
+        return self.cost.value(self.constant + sum(c[choice] for c, choice in zip(costs, plan.layers)))
+
+
+class Space(PlanSpace):
+    """The plans of a base model that a ``[space]`` table allows and a budget keeps, every
+    layer's choices drawn one by one (the module's docstring says how)."""
+
+    def __init__(self, config: Any, base: ModelSpec, budget: BudgetConfig | None, seq_len: int) -> None:
+        super().__init__(config, base, budget, seq_len)
+        self.varies = {"heads": len(self._heads()) > 1,
+                       "head_dim": isinstance(config.head_dim, list) and len(config.head_dim) > 1,
+                       "kv_heads": config.kv_heads == "divisors" or isinstance(config.kv_heads, list)
+                       and len(config.kv_heads) > 1,
+                       "mlp_ratio": config.mlp_ratio is not None and len(config.mlp_ratio) > 1}
+        self._rests: dict[int, list[Any]] = {}
+        self._sums = 0
+        self.feasible_depths = [d for d in self.depths if self._admits(self.constant, d, 0)]
+        if not self.feasible_depths:
+            raise HeadwiseError(f"no plan of the space meets the budget {budget.describe()}: "  # type: ignore[union-attr]
+                                f"{self._range_note()}; widen the space or the budget")
 
     # ---- what the layers still to choose can add ------------------------------------------
 
@@ -332,7 +397,7 @@ class Space:
             if want not in values:
                 where = "depth" if name == "depth" else f"layer {name[5:].split('.')[0]} {name.split('.')[1]}"
                 raise HeadwiseError(f"{where} {want} is not one the space and the budget leave ({values})")
-            params[name] = _centre(values.index(want), len(values))
+            params[name] = centre(values.index(want), len(values))
             return want
 
         if plan.depth not in self.depths:
@@ -376,24 +441,10 @@ class Space:
             total += sum(ways.values())
         return total
 
+    def parametrisation(self) -> str:
+        """The per-layer space draws each varying choice of each layer."""
+        return "a choice per layer (" + ", ".join(d for d in DIMS if self.varies[d]) + ")"
+
     def size(self) -> int:
         """How many plans the space holds before the budget."""
         return sum(math.prod(len(self._options_at(d, i)) for i in range(d)) for d in self.depths)
-
-    def run_sets(self, plan: SearchPlan) -> dict[str, Any]:
-        """The run-config keys that make the base model this plan."""
-        sets: dict[str, Any] = {"model.n_layers": plan.depth, "model.heads": plan.heads}
-        if self.sets_head_dim:
-            sets["model.head_dim"] = plan.head_dims
-        if self.sets_kv_heads:
-            sets["model.kv_heads"] = plan.kv_heads
-        if self.sets_mlp:
-            sets["model.mlp_hidden"] = plan.mlp_hidden
-        return sets
-
-    def predicted(self, plan: SearchPlan) -> int:
-        """The budget metric of ``plan`` as the space computes it (the search checks it against
-        :func:`~headwise.search.budget.plan_budget` of the plan's spec)."""
-        fixed = [self._fixed(plan.depth, i) for i in range(plan.depth)]
-        costs = {o.choice: o.cost for f in fixed for o in self._options[f]}
-        return self.cost.value(self.constant + sum(costs[c] for c in plan.layers))
