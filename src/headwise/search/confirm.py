@@ -76,6 +76,8 @@ def confirm_raw(search: Search, top: list[tuple[str, SearchPlan]]) -> dict[str, 
                  "metric": objective.metric, "pairs": [[best, confirm.baseline]]}
         if objective.metric != "loss":
             claim["better"] = "lower" if objective.direction == "minimize" else "higher"
+        if objective.metric.endswith("accuracy"):  # a fraction: in points, as the studies' accuracy claims
+            claim["percent"] = True
         raw["claims"] = [claim]
     if confirm.nuisance is not None:
         raw["nuisance"] = copy.deepcopy(confirm.nuisance)

@@ -39,7 +39,7 @@ TOP, HEATMAP_TOP = 5, 10
 BUDGET_METRICS = ("params", "flops_per_token", "kv_bytes_per_token", "total_heads")
 STATES = ("complete", "pruned", "running", "failed", "duplicate")
 CONFIRM_HOWTO = ("run `headwise search` on this folder again without `--no-confirm`: it reruns the top plans and the "
-                 "named schemes on fresh paired seeds into `confirm/`, then rewrites this report")
+                 "named plans on fresh paired seeds into `confirm/`, then rewrites this report")
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class Trial:
     budget: dict[str, float] = field(default_factory=dict)
     #: objective metric -> value (a pruned trial's last reported one)
     values: dict[str, float] = field(default_factory=dict)
-    #: "constant", "ascending" or "descending" for a named scheme's trial
+    #: the named plan's name for its trial ("constant", "l6-h4-m4", ...)
     named: str | None = None
 
     @classmethod
@@ -101,13 +101,29 @@ class Search:
     trials: list[Trial]
     #: the named plans: [{"name", "heads", "in_space", "note"}] (one outside the space runs no trial)
     named: list[dict[str, Any]] = field(default_factory=list)
+    #: the saved ``search.toml`` ({} when there is none or it cannot be read), read once for the report
+    saved: dict[str, Any] = field(default_factory=dict)
+    #: why ``search.toml`` could not be read (None when it could, or there is none)
+    saved_problem: str | None = None
+
+
+def read_saved(search_dir: Path) -> tuple[dict[str, Any], str | None]:
+    """The saved ``search.toml`` ({} when there is none) and why it cannot be read (None when it
+    can): a broken one costs the report only what it reads there, so it is no error."""
+    path = search_dir / SEARCH_TOML
+    try:
+        return (read_toml(path) if path.is_file() else {}), None
+    except HeadwiseError as e:
+        return {}, str(e)
 
 
 def load_search(search_dir: str | Path) -> Search:
-    """The search's ``trials.json``; a missing or malformed one is a HeadwiseError."""
+    """The search's ``trials.json`` and its saved ``search.toml``; a missing or malformed
+    ``trials.json`` is a HeadwiseError."""
     path = Path(search_dir) / TRIALS_JSON
     if not path.is_file():
         raise HeadwiseError(f"{Path(search_dir)} is not a search folder (no {TRIALS_JSON}); run `headwise search`")
+    saved, problem = read_saved(Path(search_dir))
     try:
         d = json.loads(path.read_text())
         if not d["objectives"]:
@@ -115,7 +131,7 @@ def load_search(search_dir: str | Path) -> Search:
         return Search(str(d["search"]), str(d.get("preset") or ""),
                       [Objective(o["metric"], o.get("direction", "minimize")) for o in d["objectives"]],
                       dict(d.get("budget") or {}), [Trial.from_dict(t) for t in d["trials"]],
-                      list(d.get("named") or []))
+                      list(d.get("named") or []), saved, problem)
     except (ValueError, KeyError, TypeError) as e:
         raise HeadwiseError(f"{path}: not a search's trials file ({type(e).__name__}: {e})") from e
 
@@ -227,11 +243,13 @@ class Confirmed:
         return f"[{fmt(j.low)}, {fmt(j.high)}]" if j.gain.n > 1 else "(one seed)"
 
     def line(self) -> str:
-        """``best-1`` vs ``constant``: its gain, interval, paired seeds and verdict."""
+        """``best-1`` vs the baseline: its gain (in points for a percent claim), interval, paired seeds
+        and verdict."""
         j = self.judged
         verdict = str(j.verdict) + (f" ({j.note})" if j.note else "")
         level = f" ({100 * j.confidence:.4g}%)" if j.gain.n > 1 else ""
-        return (f"`{self.variant}` vs `{self.baseline}`: gain {fmt(j.gain.mean)} {self.interval()}{level} on "
+        unit = " points" if self.claim.percent else ""
+        return (f"`{self.variant}` vs `{self.baseline}`: gain {fmt(j.gain.mean)}{unit} {self.interval()}{level} on "
                 f"{plural(j.gain.n, 'paired seed')}, verdict {verdict}")
 
 
@@ -260,10 +278,10 @@ def headline(found: list[Confirmed], best: Trial | None) -> Confirmed | None:
 
 
 def _confirmation(search: Search, search_dir: Path, best: list[Trial]) -> tuple[list[str], list[Confirmed]]:
-    """The verdict on top: the confirmed gain of the best plan over constant and how much of the
+    """The verdict on top: the confirmed gain of the best plan over the baseline and how much of the
     search's gain it kept, as lines; and the comparisons, for the best-plans table."""
     not_yet = "**Confirmation: not confirmed yet.**"
-    if not _confirm_enabled(search_dir):
+    if not _confirm_enabled(search):
         return ["**Confirmation: none.** This search's `[confirm]` is disabled (a smoke preset such as `quick`): its "
                 "scores are single runs at the search's fidelity, the best of many, and so optimistic."], []
     if not (search_dir / CONFIRM_DIR).is_dir():
@@ -303,25 +321,20 @@ def _confirmation(search: Search, search_dir: Path, best: list[Trial]) -> tuple[
     return lines, [c for c in found if c.baseline == top.baseline]
 
 
-def _confirm_enabled(search_dir: Path) -> bool:
-    """False when the saved definition turns the confirmation off (``[confirm] enabled = false``)."""
-    try:
-        saved = read_toml(search_dir / SEARCH_TOML) if (search_dir / SEARCH_TOML).is_file() else {}
-    except HeadwiseError:  # unreadable: the other sections say so; assume the default
-        return True
-    return bool(saved.get("definition", {}).get("confirm", {}).get("enabled", True))
+def _confirm_enabled(search: Search) -> bool:
+    """False when the saved definition turns the confirmation off (``[confirm] enabled = false``);
+    an unreadable one (the importances section says so) keeps the default."""
+    return bool(search.saved.get("definition", {}).get("confirm", {}).get("enabled", True))
 
 
 # --------------------------------------------------------------------------- Optuna's importances
 
 
-def open_study(search_dir: Path) -> tuple[Any, str | None]:
-    """The search's Optuna study, or None and why not."""
-    db, toml = search_dir / OPTUNA_DB, search_dir / SEARCH_TOML
-    try:
-        saved = read_toml(toml) if toml.is_file() else {}
-    except HeadwiseError as e:  # a broken search.toml costs the report its importances only
-        return None, str(e)
+def open_study(search: Search, search_dir: Path) -> tuple[Any, str | None]:
+    """The search's Optuna study (its store as ``search.toml`` names it), or None and why not."""
+    if search.saved_problem is not None:  # a broken search.toml costs the report its importances only
+        return None, search.saved_problem
+    db, saved = search_dir / OPTUNA_DB, search.saved
     # the folder's own optuna.db first: a saved sqlite URL breaks when the folder moves
     storage = f"sqlite:///{db.resolve()}" if db.is_file() else saved.get("storage")
     if not storage:
@@ -363,7 +376,7 @@ def _importance_section(doc: Document, search: Search, search_dir: Path) -> None
             "Optuna's fANOVA importances of the search's params (complete trials; each objective's importances sum "
             "to 1), and the same summed per layer. Optuna leaves out a param that not every complete trial has "
             "(a layer that only deeper plans have).")
-    study, why = open_study(search_dir)
+    study, why = open_study(search, search_dir)
     imps, why = importances(study, search.objectives) if study is not None else ([], why)
     if not imps or not any(imps):
         doc.add(f"No importances: {why or 'the study has no params'}.")
@@ -430,7 +443,7 @@ def _best_table(doc: Document, search: Search, best: list[Trial], found: list[Co
     doc.add("## Best plans",
             f"The {plural(len(best), 'best distinct complete plan')} by {first.metric} ({first.direction}), one run "
             "each at the search's fidelity; *confirmed* is the plan's paired gain over the confirmation's baseline, "
-            "with its interval, where it was confirmed. Named schemes are marked.")
+            "with its interval, where it was confirmed. Named plans are marked.")
     if not best:
         doc.add("No complete trial yet.")
         return
@@ -448,7 +461,8 @@ def _best_table(doc: Document, search: Search, best: list[Trial], found: list[Co
     doc.table(["rank", "trial", "plan", "depth", "heads per layer", "total heads", "head widths", "KV heads",
                "MLP widths", f"budget use ({metric})" if metric else "budget use",
                *[o.metric for o in search.objectives],
-               "confirmed" + (f" vs {found[0].baseline}" if found else "")], rows)
+               "confirmed" + (f" vs {found[0].baseline}" + (" (points)" if found[0].claim.percent else "")
+                              if found else "")], rows)
 
 
 def _pareto_section(doc: Document, search: Search) -> None:

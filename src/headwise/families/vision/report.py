@@ -11,7 +11,9 @@ MLP ratio, the attention condition number over training, and Table 4 beside the 
 
 Accuracy is each run's last ``eval_metrics`` (``accuracy``; ``top5_accuracy`` above 10 classes),
 in %. The heads grid is the variants at the baseline's MLP ratio, the MLP grid those at its heads
-per layer; with several seeds, differences are Welch-tested with Holm's correction.
+per layer; with several seeds, differences are Welch-tested with Holm's correction. A variant whose
+heads or MLP widths vary over layers (a searched plan, ``headwise search``) is a row of the tables,
+listed per layer, and a comparison with the baseline, but no point of the figures.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from headwise.report.accuracy import acc_cell, draw_accuracy, noise_summary, noi
 from headwise.report.accuracy import accuracy_values as _metric
 from headwise.report.accuracy import statuses as _statuses
 from headwise.report.data import VariantRuns
-from headwise.report.document import Document, dodge, fixed_ticks, fmt, fmt_p, fmt_params, new_figure, plural
+from headwise.report.document import (Document, dodge, fixed_ticks, fmt, fmt_p, fmt_params, heads_str, new_figure,
+                                      plural)
 from headwise.report.paper import BaselineOptions, PaperRow, PaperTable
 from headwise.report.registry import Layout, register_layout
 from headwise.report.sections import ALPHA, baseline_tables, memory_cell, params_cell
@@ -62,15 +65,29 @@ def _model(v: VariantRuns) -> dict[str, Any]:
     return {**fields, **model}
 
 
-def mlp_hidden(v: VariantRuns) -> int | None:
-    """The MLP's hidden width (the first layer's)."""
+def mlp_widths(v: VariantRuns) -> list[int]:
+    """The MLP's hidden width in each layer ([] when the config does not say)."""
     m = _model(v)
     hidden = m.get("mlp_hidden")
-    hidden = (hidden or [None])[0] if isinstance(hidden, list) else hidden
-    if isinstance(hidden, int):
-        return hidden
+    if isinstance(hidden, list) and hidden:
+        return [int(h) for h in hidden]
     d_model = v.d_model or m.get("d_model")
-    return int(round(float(m.get("mlp_ratio", 4.0)) * d_model)) if d_model else None
+    if not isinstance(hidden, int) and not d_model:
+        return []
+    width = hidden if isinstance(hidden, int) else int(round(float(m.get("mlp_ratio", 4.0)) * d_model))
+    return [width] * (v.n_layers or 1)
+
+
+def mlp_hidden(v: VariantRuns) -> int | None:
+    """The MLP's hidden width (the first layer's)."""
+    return (mlp_widths(v) or [None])[0]
+
+
+def same_shape(v: VariantRuns) -> bool:
+    """Every layer alike (heads, head width and MLP width): a point of the paper's grids. A
+    searched plan (``headwise search``) may vary them over layers; it is then a row of the tables
+    and a comparison with the baseline, but no point of a figure drawn against one count."""
+    return v.uniform and len(set(mlp_widths(v))) <= 1
 
 
 @register_layout
@@ -91,7 +108,8 @@ class VisionLayout(Layout):
         self.top5 = {v.name: stats.seed_stats(_metric(v, "top5_accuracy")) for v in vs}
         self.ratio = {v.name: round(mlp_hidden(v) / v.d_model, 4) if mlp_hidden(v) and v.d_model else None
                       for v in vs}
-        self.done = [v for v in self.study.done if v.uniform and self.top1[v.name].n]
+        self.scored = [v for v in self.study.done if self.top1[v.name].n]
+        self.done = [v for v in self.scored if same_shape(v)]
         b = self.base if self.base in self.done else None
         common = Counter(self.ratio[v.name] for v in self.done).most_common(1)
         self.base_ratio = self.ratio[b.name] if b else (common[0][0] if common else None)
@@ -133,8 +151,10 @@ class VisionLayout(Layout):
         """A variant's row of Table 4, with its differences from the baseline."""
         b = self.base if self.base is not v else None
         top1 = acc_cell(self.top1[v.name], self.top1[b.name] if b is not None else None)
+        widths = mlp_widths(v)
         return [f"`{v.name}`" + (" (baseline)" if self.base is v else ""), fmt(v.n_layers),
-                fmt(v.heads[0] if v.heads else None), fmt(mlp_hidden(v)), top1, acc_cell(self.top5[v.name]),
+                fmt(v.heads[0]) if v.uniform else heads_str(v.heads),
+                fmt(widths[0]) if len(set(widths)) == 1 else heads_str(widths), top1, acc_cell(self.top5[v.name]),
                 params_cell(v, b), memory_cell(v, b), fmt(v.mean("tokens_per_s"), 0), _statuses(v) or "not started"]
 
     def _table(self, doc: Document) -> list[str]:
@@ -151,6 +171,11 @@ class VisionLayout(Layout):
         if missing:
             doc.add("Without a completed, scored run (left out of the figures and findings): " + "; ".join(
                 f"`{v.name}` ({_statuses(v) or 'no run'})" for v in missing) + ".")
+        mixed = [v for v in self.scored if v not in self.done]
+        if mixed:
+            doc.add("Heads or MLP widths that vary over layers (listed per layer; compared with the baseline below, "
+                    "but not drawn against one heads count or MLP ratio): "
+                    + ", ".join(f"`{v.name}`" for v in mixed) + ".")
         p = opts.paper
         if p is None:
             return []
@@ -258,7 +283,7 @@ class VisionLayout(Layout):
         if base is None or not self.top1[base.name].n:
             return []
         comps = [stats.compare(v.name, self.top1[v.name].values, base.name, self.top1[base.name].values)
-                 for v in self.done if v is not base]
+                 for v in self.scored if v is not base]
         if not comps:
             return []
         stats.apply_holm(comps)
