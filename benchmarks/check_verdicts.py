@@ -2,8 +2,9 @@
 
     python3 benchmarks/check_verdicts.py check rank                # rerun the cheapest (~10 min on 2 cores)
     python3 benchmarks/check_verdicts.py check lra --out DIR       # any verdict study; DIR resumes
-    python3 benchmarks/check_verdicts.py compare STUDY_DIR         # a finished study, no run
+    python3 benchmarks/check_verdicts.py compare STUDY_DIR         # a finished study (or search), no run
     python3 benchmarks/check_verdicts.py record STUDY_DIR [...]    # write its rows into docs/verdicts.json
+                                                                   # (or a search folder: its confirm/)
 
 ``docs/verdicts.json`` holds each verdict study's rows as the run behind the README's verdict table
 gave them (with the command, seeds, thread count, torch version, CPU and date). ``check`` runs
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from headwise.config import atomic_write_text
 from headwise.report.verdict_record import disagreements, rows_of, study_entry, verdict_rows
+from headwise.search.layout import CONFIRM_DIR, load_saved
 from headwise.study.layout import load_study_record
 from headwise.train.peak import cpu_model
 
@@ -50,6 +52,19 @@ def compare(study_dir: Path, record: dict) -> int:
     return 1 if problems else 0
 
 
+def recorded_study(path: Path) -> tuple[Path, str]:
+    """The verdict study in ``path`` and the command that ran it: a study directory, or a search
+    folder, whose confirmation (``confirm/``) is the verdict study ``headwise search`` ran."""
+    saved = load_saved(path)
+    if not saved:
+        study = load_study_record(path)
+        return path, f"headwise study {study.name} --preset {study.preset}"
+    if not (path / CONFIRM_DIR).is_dir():
+        raise SystemExit(f"{path} is a search folder with no confirmation ({CONFIRM_DIR}/): nothing to record")
+    preset = f" --preset {saved['preset']}" if saved.get("preset") else ""
+    return path / CONFIRM_DIR, f"headwise search {saved['name']}{preset}"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="what", required=True)
@@ -65,14 +80,19 @@ def main(argv: list[str] | None = None) -> int:
     record = read_record(RECORD)
     if args.what == "record":
         for d in args.study_dirs:
+            d, command = recorded_study(d)
             saved = load_study_record(d)
-            command = f"headwise study {saved.name} --preset {saved.preset}"
             record[saved.name] = study_entry(d, command, cpu_model())
             print(f"recorded {saved.name}: {len(record[saved.name]['rows'])} comparisons")
         atomic_write_text(RECORD, json.dumps(record, indent=1, sort_keys=True) + "\n")
         return 0
     if args.what == "compare":
-        return compare(args.study_dir, record)
+        return compare(recorded_study(args.study_dir)[0], record)
+    command = record.get(args.study, {}).get("command", "")
+    if command.startswith("headwise search"):  # a search picks its plans anew: rerun it whole, then compare
+        print(f"{args.study} was recorded from a search: run `{command} --out DIR`, then `compare DIR`",
+              file=sys.stderr)
+        return 2
     out = args.out or Path("studies_out") / f"check-{args.study}-verdict"
     rc = subprocess.call([sys.executable, "-m", "headwise", "study", args.study, "--preset", "verdict",
                           "--out", str(out), "--jobs", str(args.jobs), "--no-report"])

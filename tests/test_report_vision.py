@@ -192,3 +192,18 @@ def test_vit_dry_run_needs_no_data(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "17 variants" in out and "l3-h6-m2" in out
     assert load_study("vit", preset="tiny").config.report["kind"] == "vision"
+
+
+def test_the_noise_summary_says_why_nothing_could_be_tested():
+    """One seed and several seeds that agree exactly are different reasons Welch's test is silent."""
+    import math
+
+    from headwise.report.accuracy import noise_summary
+    from headwise.report.stats import Comparison
+
+    silent = [Comparison("v", "b", 2, 2, 0.0, 0.0, math.nan, math.nan)]
+    one, testable = noise_summary(silent, seeds=1)
+    assert "one seed" in one and not testable
+    two, testable = noise_summary(silent, seeds=2)
+    assert "With 2 seeds, no configuration's values differ between seeds" in two and "one seed" not in two
+    assert not testable

@@ -74,6 +74,9 @@ def noise_table(doc: Document, comps: list[stats.Comparison], top1: dict[str, st
 def noise_summary(comps: list[stats.Comparison], seeds: int, against: str = "the baseline") -> tuple[str, bool]:
     """What the seed-noise table allows to say, and whether anything was testable."""
     if not any(c.testable for c in comps):
+        if seeds >= 2:  # several seeds, but every one gave its configuration the same value
+            return (f"With {seeds} seeds, no configuration's values differ between seeds, so Welch's test cannot "
+                    "judge any difference; more seeds or more evaluated examples would."), False
         return ("Each configuration was trained with one seed, so noise cannot be judged: no difference can be "
                 "called real or within noise; rerun with `--seeds 3` (or more) to test them."), False
     within = [f"`{c.name}`" for c in comps if c.testable and c.p_holm >= ALPHA]
