@@ -64,6 +64,9 @@ def describe(search) -> str:  # noqa: ANN001 - a headwise.search.definition.Sear
              "  objectives: " + ", ".join(f"{o.metric} ({o.direction})" for o in config.objectives)
              + ("; NSGA-II" if len(config.objectives) > 1 else "; TPE")
              + (f"; pruner {config.fidelity.pruner}" if config.fidelity.pruner != "none" else "")]
+    if config.fidelity.set:
+        lines.append("  trials only (not the confirmation): "
+                     + ", ".join(f"{k} = {v!r}" for k, v in config.fidelity.set.items()))
     for n in search.named:
         if n.plan is None:
             continue

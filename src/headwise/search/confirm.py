@@ -8,8 +8,11 @@ before its own runs and tested on runs the search never saw: a study
 ``best-2``, ...; a top plan that is a named one keeps its name) and every named plan, on paired
 seeds ``0 .. seeds-1`` (the trials trained on ``[fidelity] run_seed``, which must lie outside
 them and outside the tuning seeds), each variant at its own tuned learning rate when ``[confirm]
-nuisance`` says so, at ``[confirm] steps``. It runs with :func:`headwise.study.runner.run_study`
-into ``SEARCH_DIR/confirm`` and resumes like any study; its report has the verdict.
+nuisance`` says so, at ``[confirm] steps``. Its runs start from the search's base without
+``[fidelity] set``: trials that selected on a hold-out of the training data leave the
+confirmation the evaluation data the search never chose by (the winner's curse on data, as on
+seeds). It runs with :func:`headwise.study.runner.run_study` into ``SEARCH_DIR/confirm`` and
+resumes like any study; its report has the verdict.
 
 The top plans are ranked by the first measured objective at the trials' fidelity (several
 objectives: by that one alone, within the budget's cap).
@@ -50,7 +53,7 @@ def top_plans(search: Search, record: dict[str, Any]) -> list[tuple[str, SearchP
 def confirm_raw(search: Search, top: list[tuple[str, SearchPlan]]) -> dict[str, Any]:
     """The confirmation study as a study file's tables."""
     confirm = search.config.confirm
-    base = copy.deepcopy(search.base)
+    base = copy.deepcopy(search.confirm_base)  # without [fidelity] set: the trials' own data stays theirs
     base.get("model", {}).pop("heads", None)  # every variant sets its heads (a scheme through [model.plan])
     base["train"].pop("seed", None)            # the study sets each run's seed
     if confirm.steps is not None:
@@ -72,7 +75,7 @@ def confirm_raw(search: Search, top: list[tuple[str, SearchPlan]]) -> dict[str, 
         claim = {"name": f"the search's best beats {confirm.baseline}",
                  "source": f"headwise search {search.name}" + (f" --preset {search.preset}" if search.preset else "")
                            + f": the best of its trials at {search.base['train']['steps']} steps on seed "
-                             f"{search.config.fidelity.run_seed}, declared before these runs",
+                             f"{search.config.fidelity.run_seed}{_selected_on(search)}, declared before these runs",
                  "metric": objective.metric, "pairs": [[best, confirm.baseline]]}
         if objective.metric != "loss":
             claim["better"] = "lower" if objective.direction == "minimize" else "higher"
@@ -82,6 +85,12 @@ def confirm_raw(search: Search, top: list[tuple[str, SearchPlan]]) -> dict[str, 
     if confirm.nuisance is not None:
         raw["nuisance"] = copy.deepcopy(confirm.nuisance)
     return raw
+
+
+def _selected_on(search: Search) -> str:
+    """What the trials alone were run with ([fidelity] set), for the claim's source ("" without)."""
+    sets = search.config.fidelity.set
+    return f" (with {', '.join(f'{k} = {v!r}' for k, v in sets.items())})" if sets else ""
 
 
 def confirm_study(search: Search, top: list[tuple[str, SearchPlan]]) -> Study:

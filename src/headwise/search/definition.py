@@ -28,6 +28,8 @@ with named presets, as study files have (:mod:`headwise.study.definition`).
     pruner = "successive_halving"   # or "hyperband", "none" (one objective only)
     min_steps = 50                  # the pruner's first rung (default: eval.every)
     run_seed = 100                  # train.seed of every trial (the confirmation's seeds differ)
+    set = { "task.validation" = "fraction:0.05" }   # run-config keys of the trials only, never the
+                                    #   confirmation's: here they select on held-out training data
 
     [[named]]                       # fixed plans run first, at the trials' fidelity (default: the
     name = "constant"               #   constant, ascending and descending schemes at the budget's
@@ -67,7 +69,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from headwise.config import Config, parse_value, read_toml, set_dotted
+from headwise.config import Config, flatten, parse_value, read_toml, set_dotted
 from headwise.errors import HeadwiseError
 from headwise.families import family_files
 from headwise.plans import plan_heads
@@ -135,6 +137,10 @@ class Objective(Config):
         return self.metric in METRICS
 
 
+#: run-config keys [fidelity] set may not give: the fidelity's own (steps, run_seed) set them
+FIDELITY_KEYS = {"train.steps": "steps", "train.epochs": "steps", "train.tokens": "steps", "train.seed": "run_seed"}
+
+
 class FidelityConfig(Config):
     """``[fidelity]``: how each trial trains, and when a poor one is stopped."""
 
@@ -143,6 +149,25 @@ class FidelityConfig(Config):
     min_steps: int | None = Field(default=None, gt=0)
     reduction_factor: int = Field(default=3, ge=2)
     run_seed: int = Field(default=100, ge=0)
+    #: dotted run-config keys set on the trials only, never on the confirmation: a selection split
+    #: (``{ "task.validation" = "fraction:0.05" }``), so that the plans are chosen on other data
+    #: than the confirmation compares them on
+    set: dict[str, Any] | None = None
+
+    @field_validator("set")
+    @classmethod
+    def _set(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        # as dotted keys (a table written nested says the same), and none when empty, so that a
+        # file with no keys here keeps the fingerprint it had before this table existed
+        flat = flatten(v or {})
+        for key in flat:
+            if key in FIDELITY_KEYS:
+                raise ValueError(f"{key} is the trials' {FIDELITY_KEYS[key]}: give [fidelity] "
+                                 f"{FIDELITY_KEYS[key]} instead")
+            if key.split(".")[0] == "model":
+                raise ValueError(f"{key}: the space sets the trials' model, and the confirmation must train the "
+                                 "plans the trials did: set model keys in [base]")
+        return flat or None
 
 
 class NamedPlan(Config):
@@ -220,10 +245,13 @@ class Search:
     source: str
     preset: str | None
     preset_summary: str
+    #: the trials' base run config: the file's base at the fidelity's steps and seed, with [fidelity] set
     base: dict[str, Any]
     space: PlanSpace
     named: list[Named]
     seq_len: int
+    #: the same without [fidelity] set: what the confirmation's runs start from
+    confirm_base: dict[str, Any]
 
     @property
     def name(self) -> str:
@@ -251,8 +279,9 @@ class Search:
 
     def identity(self) -> dict[str, Any]:
         """What a rerun must match: everything that decides the trials (base, space, budget,
-        objectives, fidelity, named plans, seed), not how many trials, how fast, or the
-        confirmation (its study directory checks its own identity)."""
+        objectives, fidelity with its set, named plans, seed), not how many trials, how fast, or
+        the confirmation (its study directory checks its own identity). A [fidelity] without set
+        saves none (an empty one neither), so such a search keeps the fingerprint it had."""
         definition = {k: v for k, v in self.config.to_dict().items()
                       if k not in ("runner", "confirm", "trials", "description")}
         return {"name": self.name, "preset": self.preset or None, "definition": definition}
@@ -318,13 +347,14 @@ def resolve_search(raw: dict[str, Any], source: str, preset: str | None = None,
             raise HeadwiseError(f"--trials {trials}: a search needs at least one trial")
         raw["trials"] = trials
     config = SearchConfig.parse(raw, source=source)
-    base = _trial_base(config, source)
-    spec, _ = resolve_run_model(base, source=f"{source} [base]")
-    run = RunConfig.parse(base, source=f"{source} [base]")
+    shared = _shared_base(config, source)
+    spec, _ = resolve_run_model(shared, source=f"{source} [base]")
+    RunConfig.parse(shared, source=f"{source} [base]")
+    base, run = _with_fidelity_set(config, shared, source)
     seq_len = run.task.shape().seq_len
     _check_objectives(config, run, source)
     space = (ScaledSpace if config.space.scaling else Space)(config.space, spec, config.budget, seq_len)
-    search = Search(config, source, preset, summary, base, space, [], seq_len)
+    search = Search(config, source, preset, summary, base, space, [], seq_len, shared)
     search.named = [_resolve_named(search, n) for n in _named_plans(config, spec)]
     names = [n.name for n in search.named]
     if len(set(names)) != len(names):
@@ -336,8 +366,10 @@ def resolve_search(raw: dict[str, Any], source: str, preset: str | None = None,
     return search
 
 
-def _trial_base(config: SearchConfig, source: str) -> dict[str, Any]:
-    """The base run config of every trial: the file's base at the fidelity's steps and seed."""
+def _shared_base(config: SearchConfig, source: str) -> dict[str, Any]:
+    """The base run config the trials and the confirmation share: the file's base at the
+    fidelity's steps and seed (the trials add [fidelity] set, the confirmation its own steps and
+    seeds)."""
     base = copy.deepcopy(config.base)
     model = base.setdefault("model", {})
     if "plan" in model:
@@ -361,6 +393,19 @@ def _trial_base(config: SearchConfig, source: str) -> dict[str, Any]:
         raise HeadwiseError(f"{source}: pruner {config.fidelity.pruner!r} stops trials on their eval curve, but "
                             "the base evaluates only at the end: set [base.eval] every")
     return base
+
+
+def _with_fidelity_set(config: SearchConfig, shared: dict[str, Any], source: str) -> tuple[dict[str, Any], RunConfig]:
+    """The trials' base (``shared`` with [fidelity] set applied) and its run config; a key no run
+    config has is refused in one line that names the table."""
+    base = copy.deepcopy(shared)
+    where = f"{source} [fidelity] set"
+    for key, value in (config.fidelity.set or {}).items():
+        try:
+            set_dotted(base, key, value)
+        except HeadwiseError as exc:
+            raise HeadwiseError(f"{where}: {exc}") from None
+    return base, RunConfig.parse(base, source=where)
 
 
 def _check_objectives(config: SearchConfig, run: RunConfig, source: str) -> None:
