@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import random
 
 import pytest
 import tomli_w
@@ -18,7 +17,7 @@ from headwise.search import load_search
 from headwise.search.scaled import ScaledSpace, geometric_counts, linear_counts, linear_ratios, snap
 from headwise.search.space import SearchPlan
 from helpers import one_line_error, one_thread  # noqa: F401  (one torch thread)
-from test_search_space import GPT, LLAMA, search
+from test_search_space import GPT, LLAMA, assert_feasible_by_construction, search
 
 #: the blog's model width: head counts are the divisors of 192
 WIDE = copy.deepcopy(GPT)
@@ -162,16 +161,12 @@ def test_every_number_decodes_to_a_feasible_plan_and_every_feasible_plan_is_reac
     plans = list(s.space.plans())
     assert feasible and len(plans) == len(set(plans)) == s.space.count() == len(feasible) < s.space.size()
     assert set(plans) == feasible
-    for plan in plans:  # reachable: numbers that decode to it
-        assert s.space.decode(s.space.encode(plan).__getitem__) == plan
-    rng = random.Random(0)
-    for _ in range(300):
-        draws: dict[str, float] = {}
-        plan = s.space.decode(lambda name: draws.setdefault(name, rng.choice([0.0, 1.0, rng.random()])))
-        assert plan in feasible
+
+    def check(plan, draws):
         assert set(draws) == s.space.drawn | ({"depth"} if len(s.space.depths) > 1 else set())
-        assert s.space.predicted(plan) == s.budget_of(plan)[s.config.budget.metric]
         assert s.trial_config(plan)["model"]["n_layers"] == plan.depth
+
+    assert_feasible_by_construction(s, feasible, check)
 
 
 def test_a_plan_the_scaling_cannot_make_is_no_trial():

@@ -63,7 +63,14 @@ def test_every_number_decodes_to_a_feasible_plan_and_every_feasible_plan_is_reac
     s = search(*CASES[case])
     feasible = brute_force(s)
     assert feasible and set(s.space.plans()) == feasible and s.space.count() == len(feasible)
-    for plan in feasible:  # reachable: numbers that decode to it
+    assert_feasible_by_construction(s, feasible)
+
+
+def assert_feasible_by_construction(s, feasible, check=lambda plan, draws: None):
+    """Every feasible plan is reachable (numbers decode to it), and 300 random draws (edges
+    included) decode to feasible plans whose predicted budget is the spec's; ``check(plan, draws)``
+    adds a space's own checks."""
+    for plan in feasible:
         assert s.space.decode(s.space.encode(plan).__getitem__) == plan
     rng = random.Random(0)
     for _ in range(300):
@@ -71,6 +78,7 @@ def test_every_number_decodes_to_a_feasible_plan_and_every_feasible_plan_is_reac
         plan = s.space.decode(lambda name: draws.setdefault(name, rng.choice([0.0, 1.0, rng.random()])))
         assert plan in feasible
         assert s.space.predicted(plan) == s.budget_of(plan)[s.config.budget.metric]
+        check(plan, draws)
 
 
 def test_the_budget_is_the_specs_and_the_models():
