@@ -16,8 +16,9 @@ from headwise.errors import HeadwiseError
 from headwise.plans import Plan
 from headwise.run import RunStatus, RunSummary
 from headwise.search.figures import best_so_far
+from headwise.search.record import Objective, Trial
 from headwise.search.report import (
-    Objective, Trial, best_plans, budget_use, pareto_front, per_layer, search_gain, survived, write_search_report,
+    best_plans, budget_use, pareto_front, per_layer, search_gain, survived, write_search_report,
 )
 from headwise.study import load_study
 from headwise.study.layout import run_dir, save_study

@@ -29,9 +29,13 @@ __all__ = ["load_search"]
 
 def load_search(name_or_path: str, preset: str | None = None, overrides: list[str] | None = None,
                 trials: int | None = None) -> Any:
-    """A built-in search (by name) or a search file, resolved and checked
-    (a :class:`headwise.search.definition.Search`)."""
+    """A built-in search (by name) or a search file, resolved and checked, its confirmation
+    included (a :class:`headwise.search.definition.Search`)."""
+    from headwise.search.confirm import check_confirm
     from headwise.search.definition import load_search_file, resolve_search
 
     raw, source = load_search_file(name_or_path)
-    return resolve_search(raw, source, preset=preset, overrides=overrides, trials=trials)
+    search = resolve_search(raw, source, preset=preset, overrides=overrides, trials=trials)
+    if search.config.confirm.enabled:  # refused before any trial, not after the search
+        check_confirm(search)
+    return search

@@ -333,8 +333,8 @@ def resolve_search(raw: dict[str, Any], source: str, preset: str | None = None,
                    overrides: list[str] | None = None, trials: int | None = None) -> Search:
     """Merge the preset, apply ``key=value`` overrides to the base, and check everything a trial
     needs before any runs: the base model, the space against the budget (a space with no plan
-    meeting it is refused), the objectives against what the task reports, the named plans, and
-    the confirmation study."""
+    meeting it is refused), the objectives against what the task reports and the named plans
+    (:func:`headwise.search.load_search` checks the confirmation study too)."""
     raw, preset, summary = merge_preset(raw, source, preset, what="search")
     raw.setdefault("base", {})
     for item in overrides or []:
@@ -359,10 +359,6 @@ def resolve_search(raw: dict[str, Any], source: str, preset: str | None = None,
     names = [n.name for n in search.named]
     if len(set(names)) != len(names):
         raise HeadwiseError(f"{source}: named plans repeat a name ({', '.join(names)})")
-    if config.confirm.enabled:
-        from headwise.search.confirm import check_confirm  # it builds a study of this search
-
-        check_confirm(search)
     return search
 
 

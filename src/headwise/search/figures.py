@@ -15,7 +15,7 @@ from headwise.report.document import new_figure, plural
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from headwise.search.report import Objective, Trial
+    from headwise.search.record import Objective, Trial
 
 Rows = list[dict[str, Any]]
 Drawn = tuple["Figure", Rows, str]

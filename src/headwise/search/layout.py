@@ -30,11 +30,9 @@ import tomli_w
 from headwise.config import atomic_write_text, read_toml
 from headwise.errors import HeadwiseError
 from headwise.search.definition import Search
+from headwise.search.record import CONFIRM_DIR, SEARCH_TOML, TRIALS_JSON
 
-SEARCH_TOML = "search.toml"
-TRIALS_JSON = "trials.json"
 DRIVER_JSON = "driver.json"
-CONFIRM_DIR = "confirm"
 #: files a driver makes before anything else (not a search's content)
 LOCKS = (".lock", ".init.lock")
 

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from headwise.config import read_toml
 from headwise.errors import HeadwiseError
 from headwise.plans import Plan
 from headwise.report.data import load_stage_runs, load_study_runs
@@ -26,13 +25,12 @@ from headwise.report.document import Document, fmt, heads_str, plural
 from headwise.report.paired import Judged
 from headwise.report.verdicts import compare_claim
 from headwise.search import figures
+from headwise.search.record import (CONFIRM_DIR, OPTUNA_DB, SEARCH_TOML, STUDY_NAME, Objective, SearchRecord, Trial,
+                                     load_search_record, oriented)
 from headwise.study.claims import Claim
 from headwise.study.layout import load_study_record
 
-TRIALS_JSON, OPTUNA_DB, SEARCH_TOML, CONFIRM_DIR = "trials.json", "optuna.db", "search.toml", "confirm"
 REPORT_DIR, REPORT_FILE = "report", "report.md"
-#: the Optuna study's name in its storage
-STUDY_NAME = "headwise-search"
 #: plans in the best-plans table, and rows of the heat map
 TOP, HEATMAP_TOP = 5, 10
 #: what a plan costs (trials.json's "budget" of each trial); any can be an objective
@@ -42,106 +40,7 @@ CONFIRM_HOWTO = ("run `headwise search` on this folder again without `--no-confi
                  "named plans on fresh paired seeds into `confirm/`, then rewrites this report")
 
 
-@dataclass(frozen=True)
-class Objective:
-    metric: str
-    #: "minimize" or "maximize"
-    direction: str
-
-
-@dataclass(frozen=True)
-class Trial:
-    """One trial of ``trials.json``."""
-
-    number: int
-    state: str
-    depth: int
-    heads: tuple[int, ...]
-    head_dims: tuple[int, ...] = ()
-    kv_heads: tuple[int, ...] = ()
-    mlp_hidden: tuple[int, ...] = ()
-    #: what the plan costs: {"params", "flops_per_token", "kv_bytes_per_token", "total_heads"}
-    budget: dict[str, float] = field(default_factory=dict)
-    #: objective metric -> value (a pruned trial's last reported one)
-    values: dict[str, float] = field(default_factory=dict)
-    #: the named plan's name for its trial ("constant", "l6-h4-m4", ...)
-    named: str | None = None
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Trial:
-        """A trial of ``trials.json`` (the fields this report reads; Optuna's params are in its store)."""
-        heads = tuple(int(h) for h in d.get("heads") or ())
-        return cls(int(d["number"]), str(d["state"]), int(d.get("depth") or len(heads)), heads,
-                   *(tuple(int(v) for v in d.get(k) or ()) for k in ("head_dims", "kv_heads", "mlp_hidden")),
-                   dict(d.get("budget") or {}), dict(d.get("values") or {}), d.get("named"))
-
-    def value(self, metric: str) -> float | None:
-        """The trial's finite value of ``metric`` (None when it has none)."""
-        v = self.values.get(metric)
-        return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
-
-    def score(self, o: Objective) -> float:
-        """The trial's value of ``o`` turned so that lower is better (inf when it has none)."""
-        v = self.value(o.metric)
-        return math.inf if v is None else oriented(v, o.direction)
-
-    @property
-    def plan_key(self) -> tuple[tuple[int, ...], ...]:
-        """What makes two trials the same plan (depth is len(heads))."""
-        return self.heads, self.head_dims, self.kv_heads, self.mlp_hidden
-
-
-@dataclass(frozen=True)
-class Search:
-    name: str
-    preset: str
-    objectives: list[Objective]
-    #: {"metric", "max", "min", "target"}; {} without a budget
-    budget: dict[str, Any]
-    trials: list[Trial]
-    #: the named plans: [{"name", "heads", "in_space", "note"}] (one outside the space runs no trial)
-    named: list[dict[str, Any]] = field(default_factory=list)
-    #: the saved ``search.toml`` ({} when there is none or it cannot be read), read once for the report
-    saved: dict[str, Any] = field(default_factory=dict)
-    #: why ``search.toml`` could not be read (None when it could, or there is none)
-    saved_problem: str | None = None
-
-
-def read_saved(search_dir: Path) -> tuple[dict[str, Any], str | None]:
-    """The saved ``search.toml`` ({} when there is none) and why it cannot be read (None when it
-    can): a broken one costs the report only what it reads there, so it is no error."""
-    path = search_dir / SEARCH_TOML
-    try:
-        return (read_toml(path) if path.is_file() else {}), None
-    except HeadwiseError as e:
-        return {}, str(e)
-
-
-def load_search(search_dir: str | Path) -> Search:
-    """The search's ``trials.json`` and its saved ``search.toml``; a missing or malformed
-    ``trials.json`` is a HeadwiseError."""
-    path = Path(search_dir) / TRIALS_JSON
-    if not path.is_file():
-        raise HeadwiseError(f"{Path(search_dir)} is not a search folder (no {TRIALS_JSON}); run `headwise search`")
-    saved, problem = read_saved(Path(search_dir))
-    try:
-        d = json.loads(path.read_text())
-        if not d["objectives"]:
-            raise ValueError("no objectives")
-        return Search(str(d["search"]), str(d.get("preset") or ""),
-                      [Objective(o["metric"], o.get("direction", "minimize")) for o in d["objectives"]],
-                      dict(d.get("budget") or {}), [Trial.from_dict(t) for t in d["trials"]],
-                      list(d.get("named") or []), saved, problem)
-    except (ValueError, KeyError, TypeError) as e:
-        raise HeadwiseError(f"{path}: not a search's trials file ({type(e).__name__}: {e})") from e
-
-
 # --------------------------------------------------------------------------- the maths
-
-
-def oriented(value: float, direction: str) -> float:
-    """``value`` turned so that lower is better."""
-    return value if direction == "minimize" else -value
 
 
 def pareto_front(points: Sequence[Sequence[float]], directions: Sequence[str]) -> list[int]:
@@ -277,7 +176,7 @@ def headline(found: list[Confirmed], best: Trial | None) -> Confirmed | None:
     return (mine or named or found or [None])[0]
 
 
-def _confirmation(search: Search, search_dir: Path, best: list[Trial]) -> tuple[list[str], list[Confirmed]]:
+def _confirmation(search: SearchRecord, search_dir: Path, best: list[Trial]) -> tuple[list[str], list[Confirmed]]:
     """The verdict on top: the confirmed gain of the best plan over the baseline and how much of the
     search's gain it kept, as lines; and the comparisons, for the best-plans table."""
     not_yet = "**Confirmation: not confirmed yet.**"
@@ -321,7 +220,7 @@ def _confirmation(search: Search, search_dir: Path, best: list[Trial]) -> tuple[
     return lines, [c for c in found if c.baseline == top.baseline]
 
 
-def _confirm_enabled(search: Search) -> bool:
+def _confirm_enabled(search: SearchRecord) -> bool:
     """False when the saved definition turns the confirmation off (``[confirm] enabled = false``);
     an unreadable one (the importances section says so) keeps the default."""
     return bool(search.saved.get("definition", {}).get("confirm", {}).get("enabled", True))
@@ -330,7 +229,7 @@ def _confirm_enabled(search: Search) -> bool:
 # --------------------------------------------------------------------------- Optuna's importances
 
 
-def open_study(search: Search, search_dir: Path) -> tuple[Any, str | None]:
+def open_study(search: SearchRecord, search_dir: Path) -> tuple[Any, str | None]:
     """The search's Optuna study (its store as ``search.toml`` names it), or None and why not."""
     if search.saved_problem is not None:  # a broken search.toml costs the report its importances only
         return None, search.saved_problem
@@ -371,7 +270,7 @@ def importances(study: Any, objectives: list[Objective]) -> tuple[list[dict[str,
     return out, None
 
 
-def _importance_section(doc: Document, search: Search, search_dir: Path) -> None:
+def _importance_section(doc: Document, search: SearchRecord, search_dir: Path) -> None:
     doc.add("## Which layers' choices matter",
             "Optuna's fANOVA importances of the search's params (complete trials; each objective's importances sum "
             "to 1), and the same summed per layer. Optuna leaves out a param that not every complete trial has "
@@ -400,7 +299,7 @@ def write_search_report(search_dir: str | Path) -> Path:
     params' importances. A missing ``trials.json`` is a HeadwiseError; a missing confirmation or
     Optuna store is said in the report."""
     search_dir = Path(search_dir)
-    search = load_search(search_dir)
+    search = load_search_record(search_dir)
     out = search_dir / REPORT_DIR
     out.mkdir(parents=True, exist_ok=True)
     doc = Document(out)
@@ -424,7 +323,7 @@ def write_search_report(search_dir: str | Path) -> Path:
     return doc.write(REPORT_FILE)
 
 
-def _header(doc: Document, search: Search, search_dir: Path) -> None:
+def _header(doc: Document, search: SearchRecord, search_dir: Path) -> None:
     counts = Counter(t.state for t in search.trials)
     states = ", ".join(f"{counts[s]} {s}" for s in (*STATES, *sorted(set(counts) - set(STATES))) if counts[s])
     b = search.budget
@@ -438,7 +337,7 @@ def _header(doc: Document, search: Search, search_dir: Path) -> None:
             "search had already tried (not rerun); a pruned trial stopped early at its last reported value.")
 
 
-def _best_table(doc: Document, search: Search, best: list[Trial], found: list[Confirmed]) -> None:
+def _best_table(doc: Document, search: SearchRecord, best: list[Trial], found: list[Confirmed]) -> None:
     first = search.objectives[0]
     doc.add("## Best plans",
             f"The {plural(len(best), 'best distinct complete plan')} by {first.metric} ({first.direction}), one run "
@@ -465,7 +364,7 @@ def _best_table(doc: Document, search: Search, best: list[Trial], found: list[Co
                               if found else "")], rows)
 
 
-def _pareto_section(doc: Document, search: Search) -> None:
+def _pareto_section(doc: Document, search: SearchRecord) -> None:
     metrics = [o.metric for o in search.objectives]
     scored = [t for t in search.trials if t.state == "complete" and all(t.value(m) is not None for m in metrics)]
     points = [[t.value(m) for m in metrics] for t in scored]

@@ -19,6 +19,7 @@ from headwise.errors import HeadwiseError, RunFailure
 from headwise.search import layout
 from headwise.search.definition import Search
 from headwise.search.layout import FileLock
+from headwise.search.record import OPTUNA_DB
 from headwise.study.definition import RunSpec
 from headwise.study.preflight import check_data, check_devices, check_out_dir
 from headwise.study.runner import check_environment, default_threads
@@ -43,7 +44,7 @@ class SearchOutcome:
 
 def storage_url(search_dir: Path, storage: str | None) -> str:
     """``storage``, or the SQLite file ``optuna.db`` inside the search folder."""
-    return storage or f"sqlite:///{(search_dir / 'optuna.db').resolve()}"
+    return storage or f"sqlite:///{(search_dir / OPTUNA_DB).resolve()}"
 
 
 def run_search(search: Search, out_dir: str | Path | None = None, *, jobs: int | None = None,

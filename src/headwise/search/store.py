@@ -22,8 +22,7 @@ import optuna
 
 from headwise.errors import HeadwiseError
 from headwise.search.definition import Search
-
-STUDY_NAME = "headwise-search"
+from headwise.search.record import STUDY_NAME
 
 
 def _optuna() -> Any:
