@@ -126,3 +126,20 @@ def test_the_good_searches_dry_run(root, monkeypatch, capsys):
 @pytest.mark.parametrize("case", [pytest.param(k, id=k.id, marks=k.marks) for k in CASES])
 def test_bad_search_input_is_one_line_and_writes_nothing(case, root, monkeypatch, capsys):
     run_case(case, root, monkeypatch, capsys)
+
+
+def test_a_folder_another_driver_is_starting_in_is_no_foreign_folder(root, tmp_path):
+    """Two drivers started together: the second may look while the first holds its locks and is
+    writing search.toml (its temp file); that folder holds nothing else, so it is no refusal."""
+    from headwise.search.layout import check_search_dir
+
+    raw, source = load_search_file(str(root / "good.toml"))
+    search = resolve_search(raw, source)
+    starting = tmp_path / "starting"
+    starting.mkdir()
+    for name in (".lock", ".init.lock", ".search.toml.k2j4x8.tmp"):
+        (starting / name).write_text("")
+    assert check_search_dir(search, starting, new=False) == {}
+    (starting / "notes.txt").write_text("mine")
+    with pytest.raises(Exception, match="holds no search"):
+        check_search_dir(search, starting, new=False)

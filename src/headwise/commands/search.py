@@ -4,12 +4,14 @@
     headwise search progression --preset verdict --jobs 2
     headwise search my-search.toml --trials 40 --storage sqlite:////shared/optuna.db
     headwise search my-search.toml --storage sqlite:////shared/optuna.db --worker   # a second driver
+    headwise search progression --preset tiny --jobs 4 --backend ray --address auto   # trials on a Ray cluster
     headwise search --list
 
 Every check happens before anything is written (the space against the budget, the objectives,
-``--out``, a ``--storage`` URL, the device, the data): bad input is one line and exit 2.
-``--dry-run`` prints the space, the number of plans that meet the budget and the named plans,
-and writes nothing. At the end the search's report is written (``headwise.search.report``).
+``--out``, a ``--storage`` URL, the device, the data; with ``--backend ray`` the last two on the
+cluster, with Ray installed and the search folder seen by every node): bad input is one line and
+exit 2. ``--dry-run`` prints the space, the number of plans that meet the budget and the named
+plans, and writes nothing. At the end the search's report is written (``headwise.search.report``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="DIR", help="search folder (default searches_out/NAME-PRESET)")
     p.add_argument("--jobs", type=int, help="trials at a time (default: the search's, else 1)")
     p.add_argument("--threads", type=int, help="torch threads per trial (default: the search's, else the cores divided "
-                   "among the jobs)")
+                   "among the jobs); with Ray, the CPUs each trial requests (default 1)")
+    p.add_argument("--backend", choices=("local", "ray"), default="local",
+                   help="local: subprocesses on this machine; ray: one Ray task per trial (a GPU each on CUDA)")
+    p.add_argument("--address", help="join this Ray cluster (e.g. auto or ray://host:10001) with --backend ray")
     p.add_argument("--trials", type=int, help="trials over the whole search, named plans included (default: the "
                    "search's); a rerun with more continues it")
     p.add_argument("--storage", metavar="URL", help="the Optuna store, a database URL (default: sqlite optuna.db in "
@@ -100,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
     if search.config.confirm.enabled and not args.no_confirm:
         study_report(search.config.confirm.report, f"{search.source} [confirm]")
     outcome = run_search(search, args.out, jobs=args.jobs, threads=args.threads, storage=args.storage,
-                         worker=args.worker, new=args.new, confirm=not args.no_confirm, confirm_report=write_report)
+                         worker=args.worker, new=args.new, confirm=not args.no_confirm, confirm_report=write_report,
+                         backend=args.backend, address=args.address)
     timing = outcome.timing
     if timing.get("overhead") is not None:
         print(f"driver: {timing['driver_cpu_s']:.1f} s of CPU for {timing['trial_wall_s']:.0f} s of trials "

@@ -120,8 +120,9 @@ def check_confirm(search: Search) -> None:
 
 def run_confirmation(search: Search, search_dir: Path, record: dict[str, Any], *, jobs: int | None,
                      threads: int | None, report: Callable[[Path], Path] | None,
-                     echo: Callable[[str], None]) -> Any:
-    """Run (or resume) the confirmation study in ``SEARCH_DIR/confirm``; its outcome."""
+                     echo: Callable[[str], None], backend: str = "local", address: str | None = None) -> Any:
+    """Run (or resume) the confirmation study in ``SEARCH_DIR/confirm`` on ``backend`` (the
+    search's; ``"ray"`` joins the cluster at ``address``); its outcome."""
     from headwise.study.runner import run_study
 
     top = top_plans(search, record)
@@ -131,7 +132,8 @@ def run_confirmation(search: Search, search_dir: Path, record: dict[str, Any], *
     echo("confirmation: " + "; ".join(f"{name} = {plan.describe()}" for name, plan in top)
          + f", against {', '.join(n.name for n in search.named)}")
     try:
-        return run_study(study, search_dir / "confirm", jobs=jobs, threads=threads, report=report, echo=echo)
+        return run_study(study, search_dir / "confirm", jobs=jobs, threads=threads, backend=backend, address=address,
+                         report=report, echo=echo)
     except HeadwiseError as exc:
         if "holds a different study" in str(exc):
             raise HeadwiseError(f"{search_dir / 'confirm'} holds the confirmation of other top plans (the search has "

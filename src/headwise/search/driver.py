@@ -22,6 +22,11 @@ the driver for as long as it handles the trial. So:
 
 The named plans run first: they are queued in the store once (as numbers that decode to them),
 before any trial is sampled.
+
+Where a trial's run runs is its launcher's (:mod:`headwise.search.execute`): a subprocess here,
+or a Ray task on a cluster. The driver, its claims and its reading of the runs' metrics stay in
+this process either way; stopping it (Ctrl-C, SIGTERM) stops every run it launched, which
+checkpoints, so its trial stays running in the store for the next driver to resume.
 """
 
 from __future__ import annotations
@@ -30,7 +35,6 @@ import copy
 import hashlib
 import json
 import signal
-import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -41,7 +45,7 @@ from headwise.errors import HeadwiseError
 from headwise.search import layout
 from headwise.search.budget import METRICS
 from headwise.search.definition import Search
-from headwise.search.execute import TrialOutcome, TrialRun
+from headwise.search.execute import Launched, LocalLauncher, RayLauncher, TrialOutcome, TrialRun
 from headwise.search.layout import FileLock
 from headwise.search.space import SearchPlan
 from headwise.search.trials import write_record
@@ -85,15 +89,16 @@ class Driver:
     """Runs the search's trials from the store until the search has its trials."""
 
     def __init__(self, search: Search, search_dir: Path, study: Any, *, jobs: int, threads: int, main: bool,
-                 echo: Callable[[str], None]) -> None:
+                 echo: Callable[[str], None], launcher: LocalLauncher | RayLauncher | None = None) -> None:
         self.search, self.dir, self.study, self.jobs, self.threads = search, search_dir, study, jobs, threads
         self.main, self.echo = main, echo
+        self.launcher = launcher or LocalLauncher()
         self.lock = threading.RLock()  # the study's sampler, its storage writes and the record
         self.stopping = threading.Event()
         self.ended = threading.Event()
         self.running: dict[int, threading.Thread] = {}
         self.claims: dict[int, FileLock] = {}
-        self.procs: list[subprocess.Popen] = []
+        self.runs: list[Launched] = []
         self.failed: list[int] = []
         self.timing = Timing()
         self.target = search.n_trials
@@ -184,13 +189,12 @@ class Driver:
         return True
 
     def _stop(self) -> None:
+        """Tell every trial's run to checkpoint and stop (its trial stays running in the store, to
+        be taken up by the next driver) and give the runs :data:`GRACE_S` to end."""
         self.stopping.set()
-        for p in self.procs:
-            if p.poll() is None:
-                try:
-                    p.send_signal(signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+        for run in self.runs:
+            if not run.poll():
+                run.stop()
         deadline = time.monotonic() + GRACE_S
         for thread in self.running.values():
             thread.join(timeout=max(0.1, deadline - time.monotonic()))
@@ -261,7 +265,7 @@ class Driver:
             outcome = self._duplicate(trial, original) if original is not None else None
             if outcome is None:
                 runner = TrialRun(self.search, job, trial, self.lock, self.threads, budget, self.stopping,
-                                  self.procs.append)
+                                  self.runs.append, self.launcher)
                 outcome = runner.run()
                 with self.lock:
                     self.timing.trial_s += outcome.seconds

@@ -73,7 +73,9 @@ def check_search_dir(search: Search, search_dir: Path, new: bool) -> dict[str, A
         raise HeadwiseError(f"--out {search_dir} is a file, not a directory")
     saved = load_saved(search_dir)
     if not saved:
-        if any(p.name not in LOCKS for p in search_dir.iterdir()):
+        # a driver starting beside this one may be mid-way through writing search.toml (its temp file)
+        if any(p.name not in LOCKS and not (p.name.startswith(f".{SEARCH_TOML}.") and p.name.endswith(".tmp"))
+               for p in search_dir.iterdir()):
             raise HeadwiseError(f"--out {search_dir} is not empty and holds no search; choose another directory")
         return {}
     if new:

@@ -5,6 +5,8 @@ Nothing is written before the checks pass: the search (resolved when it was load
 budget, objectives, named plans, confirmation), the output folder (empty, new, or this same
 search; a changed one only with ``new``), the torch threads and version its trials ran with, a
 ``--storage`` URL (it must open), the device and the data (prepared once, outside the folder).
+With ``backend="ray"`` the device, the data and the search folder are checked on the cluster
+(:class:`~headwise.search.execute.RayLauncher`): its nodes run the trials, this process drives.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ from headwise.config import atomic_write_text
 from headwise.errors import HeadwiseError, RunFailure
 from headwise.search import layout
 from headwise.search.definition import Search
+from headwise.search.execute import LocalLauncher, RayLauncher
 from headwise.search.layout import FileLock
 from headwise.search.record import OPTUNA_DB
 from headwise.study.definition import RunSpec
-from headwise.study.preflight import check_data, check_devices, check_out_dir
-from headwise.study.runner import check_environment, default_threads
+from headwise.study.preflight import check_out_dir
+from headwise.study.runner import BACKENDS, check_environment, default_threads
 
 
 @dataclass
@@ -50,14 +53,20 @@ def storage_url(search_dir: Path, storage: str | None) -> str:
 def run_search(search: Search, out_dir: str | Path | None = None, *, jobs: int | None = None,
                threads: int | None = None, storage: str | None = None, worker: bool = False, new: bool = False,
                confirm: bool = True, confirm_report: Callable[[Path], Path] | None = None,
+               backend: str = "local", address: str | None = None,
                echo: Callable[[str], None] = print) -> SearchOutcome:
     """Run (or resume) ``search`` into ``out_dir`` until it has its trials, then (the main driver,
     unless ``confirm`` is False or the search says not to) its confirmation study, whose report
-    ``confirm_report`` writes. A HeadwiseError before anything is written for bad input."""
-    from headwise.search.driver import Driver, check_trials, enqueue_named
-    from headwise.search.store import STUDY_NAME, check_store, open_storage, open_study
-    from headwise.search.trials import write_record
+    ``confirm_report`` writes. Each trial's run is a subprocess here (``backend="local"``) or a
+    Ray task on the cluster at ``address`` (``"ray"``). A HeadwiseError before anything is
+    written for bad input."""
+    from headwise.search.driver import check_trials
+    from headwise.search.store import check_store, open_storage
 
+    if backend not in BACKENDS:
+        raise HeadwiseError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    if address and backend != "ray":
+        raise HeadwiseError("--address joins a Ray cluster: use it with --backend ray")
     if jobs is not None and jobs < 1:
         raise HeadwiseError(f"--jobs {jobs}: give at least 1")
     if threads is not None and threads < 1:
@@ -68,8 +77,10 @@ def run_search(search: Search, out_dir: str | Path | None = None, *, jobs: int |
     saved = layout.check_search_dir(search, search_dir, new)
     if new and saved == {} and not (search_dir / layout.SEARCH_TOML).is_file():
         new = False  # nothing to move aside
+    # a Ray task holds one CPU per thread; locally the trials share this machine's cores
+    fallback = default_threads(jobs) if backend == "local" else 1
     environment = check_environment(search_dir, {} if new else saved.get("environment", {}),
-                                    threads or search.config.runner.threads, default_threads(jobs))
+                                    threads or search.config.runner.threads, fallback)
     check_out_dir(search_dir)
     if saved and not new:  # a rerun keeps the store the search started with ("": its own SQLite file)
         kept = saved.get("storage") or None
@@ -79,15 +90,31 @@ def run_search(search: Search, out_dir: str | Path | None = None, *, jobs: int |
         storage = kept
     example = next(search.space.plans(limit=1))
     specs = [RunSpec("trial", search.config.fidelity.run_seed, {}, search.trial_config(example))]
-    import torch
+    launcher = LocalLauncher() if backend == "local" else RayLauncher(address)
+    try:
+        launcher.preflight(specs, search_dir, environment["threads"], echo)
+        if storage is not None:  # last: a URL that opens makes its database (one that does not writes nothing)
+            from headwise.search.store import STUDY_NAME
 
-    check_devices(specs, torch.cuda.device_count() if torch.cuda.is_available() else 0, "this machine")
-    check_data(specs, echo)
-    if storage is not None:  # last: a URL that opens makes its database (one that does not writes nothing)
-        store = open_storage(storage)
-        if not new:  # its study of this search's name must be this search's
-            check_store(search, store, saved.get("study_name", STUDY_NAME))
-        store.remove_session()
+            store = open_storage(storage)
+            if not new:  # its study of this search's name must be this search's
+                check_store(search, store, saved.get("study_name", STUDY_NAME))
+            store.remove_session()
+        return _drive(search, search_dir, saved, environment, storage, launcher, jobs=jobs, worker=worker, new=new,
+                      confirm=confirm, confirm_report=confirm_report, backend=backend, address=address, echo=echo)
+    finally:
+        launcher.close()
+
+
+def _drive(search: Search, search_dir: Path, saved: dict[str, Any], environment: dict[str, Any], storage: str | None,
+           launcher: LocalLauncher | RayLauncher, *, jobs: int, worker: bool, new: bool, confirm: bool,
+           confirm_report: Callable[[Path], Path] | None, backend: str, address: str | None,
+           echo: Callable[[str], None]) -> SearchOutcome:
+    """:func:`run_search` once every check has passed: make the folder, open the store, run the
+    trials, then the confirmation (on the same backend)."""
+    from headwise.search.driver import Driver, enqueue_named
+    from headwise.search.store import STUDY_NAME, open_storage, open_study
+    from headwise.search.trials import write_record
 
     search_dir.mkdir(parents=True, exist_ok=True)
     search_dir = search_dir.resolve()
@@ -108,11 +135,13 @@ def run_search(search: Search, out_dir: str | Path | None = None, *, jobs: int |
             enqueue_named(search, study)
             if main or "n_trials" not in study.user_attrs:
                 study.set_user_attr("n_trials", search.n_trials)
-        driver = Driver(search, search_dir, study, jobs=jobs, threads=environment["threads"], main=main, echo=echo)
+        driver = Driver(search, search_dir, study, jobs=jobs, threads=environment["threads"], main=main, echo=echo,
+                        launcher=launcher)
         driver.target = int(study.user_attrs.get("n_trials", search.n_trials))
         done = sum(1 for t in study.get_trials(deepcopy=False) if t.state.name in ("COMPLETE", "PRUNED"))
         echo(f"search {search.name}" + (f" (preset {search.preset})" if search.preset else "")
              + f": {driver.target} trials, {done} already finished, {jobs} at a time"
+             + (f" on Ray{f' at {address}' if address else ''}" if backend == "ray" else "")
              + ("" if main else " (worker)") + f" -> {search_dir}")
         driver.run()
         record = write_record(search_dir, search, study.get_trials(deepcopy=False))
@@ -124,8 +153,8 @@ def run_search(search: Search, out_dir: str | Path | None = None, *, jobs: int |
             from headwise.search.confirm import run_confirmation
 
             try:
-                outcome.confirm = run_confirmation(search, search_dir, record, jobs=jobs,
-                                                   threads=environment["threads"], report=confirm_report, echo=echo)
+                outcome.confirm = run_confirmation(search, search_dir, record, jobs=jobs, threads=environment["threads"],
+                                                   report=confirm_report, echo=echo, backend=backend, address=address)
             except RunFailure as exc:  # the search's report is still written; the command fails after it
                 outcome.confirm_failure = str(exc)
         return outcome

@@ -7,6 +7,10 @@ the cluster, refuses CUDA runs on a cluster without GPUs and prepares each disti
 table's data in a Ray task, so data that the cluster cannot find stops the study at once. The
 runs read data as their node sees it (``HEADWISE_DATA`` and ``HEADWISE_CACHE`` of the node): a
 cluster without a shared cache folder tokenizes again on each node.
+
+A search's trials on Ray (:class:`headwise.search.execute.RayLauncher`) join the cluster, size
+their tasks, prepare their data and run their worker with the same pieces: :func:`connect`,
+:func:`task_options`, :func:`prepare_on_cluster` and :func:`ray_train`.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ from headwise.study.jobs import Progress, RunJob, open_log
 from headwise.study.runner import GRACE_S
 from headwise.study.definition import RunSpec
 
+#: seconds between two looks at a Ray task's run (how soon a cancellation reaches the run)
+POLL_S = 0.5
+
 
 def ray_train(argv: list[str], log_path: str, threads: int | None) -> int:
     """The body of one Ray task: run the worker command on this node, logging to ``log_path``."""
@@ -34,7 +41,11 @@ def ray_train(argv: list[str], log_path: str, threads: int | None) -> int:
     with open(log_path, "ab") as log:
         proc = subprocess.Popen([sys.executable, *argv], stdout=log, stderr=subprocess.STDOUT, env=env)
         try:
-            return proc.wait()
+            # ray.cancel raises KeyboardInterrupt in this thread without a signal, so a blocking
+            # wait would not see it before the run ends: wait in short sleeps, between which it can
+            while proc.poll() is None:
+                time.sleep(POLL_S)
+            return proc.returncode
         except BaseException:  # ray.cancel: let the run checkpoint and stop
             proc.send_signal(signal.SIGTERM)
             try:
@@ -42,6 +53,49 @@ def ray_train(argv: list[str], log_path: str, threads: int | None) -> int:
             except subprocess.TimeoutExpired:
                 proc.kill()
             raise
+
+
+def connect(address: str | None) -> tuple[Any, bool]:
+    """Ray, joined to the cluster at ``address`` (None: a local one) unless this process has
+    joined one already, and whether this call started it (its caller shuts it down).
+
+    Refuses in one line when Ray is not installed or the cluster cannot be joined."""
+    try:
+        import ray
+    except ImportError:
+        raise HeadwiseError("--backend ray needs Ray: pip install 'headwise[ray]'") from None
+    if ray.is_initialized():
+        return ray, False
+    try:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    except (ConnectionError, ValueError, RuntimeError) as exc:
+        raise HeadwiseError(f"cannot join Ray cluster {address or '(local)'}: {exc}") from None
+    return ray, True
+
+
+def task_options(config: dict[str, Any], cluster_gpus: float, threads: int | None) -> dict[str, Any]:
+    """The Ray task options of a run of ``config``: ``threads`` CPUs (default 1), one GPU when it
+    trains on CUDA (``auto`` on a cluster with GPUs), and no retry (a rerun resumes it)."""
+    device = str(config.get("train", {}).get("device", "auto"))
+    gpu = device == "cuda" or (device == "auto" and cluster_gpus > 0)
+    return {"num_cpus": threads or 1, "num_gpus": 1 if gpu else 0, "max_retries": 0}
+
+
+def prepare_on_cluster(ray: Any, specs: list[RunSpec], threads: int | None, echo: Callable[[str], None],
+                       what: str) -> None:
+    """Refuse CUDA runs on a cluster without GPUs, and prepare the runs' data on the cluster (one
+    Ray task per distinct [task] table), where the runs will read it; ``what`` names the runs'
+    owner (a study, a search) in the failure's message."""
+    check_devices(specs, ray.cluster_resources().get("GPU", 0), "the Ray cluster")
+    task = ray.remote(prepare_task_data).options(num_cpus=threads or 1, max_retries=0)
+
+    def on_cluster(tables: list[dict[str, Any]]) -> list[str | None]:
+        try:
+            return ray.get([task.remote(t) for t in tables])
+        except Exception as exc:  # a lost node or a crashed worker: not the user's input
+            raise RunFailure(f"preparing the {what}'s data on the Ray cluster failed: {exc}") from None
+
+    check_data(specs, echo, prepare=on_cluster)
 
 
 class RayBackend:
@@ -52,17 +106,8 @@ class RayBackend:
         self.started_here = False
 
     def _connect(self) -> Any:
-        try:
-            import ray
-        except ImportError:
-            raise HeadwiseError("--backend ray needs Ray: pip install 'headwise[ray]'") from None
-        if not ray.is_initialized():
-            try:
-                ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
-                         configure_logging=False)
-            except (ConnectionError, ValueError, RuntimeError) as exc:
-                raise HeadwiseError(f"cannot join Ray cluster {self.address or '(local)'}: {exc}") from None
-            self.started_here = True
+        ray, started = connect(self.address)
+        self.started_here = self.started_here or started
         return ray
 
     def preflight(self, specs: list[RunSpec], echo: Callable[[str], None]) -> None:
@@ -70,17 +115,7 @@ class RayBackend:
         the cluster (one Ray task per distinct [task] table), where the runs will read it."""
         if not specs:
             return
-        ray = self._connect()
-        check_devices(specs, ray.cluster_resources().get("GPU", 0), "the Ray cluster")
-        task = ray.remote(prepare_task_data).options(num_cpus=self.threads or 1, max_retries=0)
-
-        def on_cluster(tables: list[dict[str, Any]]) -> list[str | None]:
-            try:
-                return ray.get([task.remote(t) for t in tables])
-            except Exception as exc:  # a lost node or a crashed worker: not the user's input
-                raise RunFailure(f"preparing the study's data on the Ray cluster failed: {exc}") from None
-
-        check_data(specs, echo, prepare=on_cluster)
+        prepare_on_cluster(self._connect(), specs, self.threads, echo, "study")
 
     def close(self) -> None:
         if self.started_here:
@@ -99,14 +134,11 @@ class RayBackend:
             while queue or refs:
                 while queue and (self.jobs is None or len(refs) < self.jobs):
                     job = queue.pop(0)
-                    device = str(job.spec.config.get("train", {}).get("device", "auto"))
-                    gpu = device == "cuda" or (device == "auto" and cluster_gpus > 0)
                     with open_log(job):
                         pass
                     progress.started(job)
-                    cpus = self.threads or 1
-                    ref = task.options(num_cpus=cpus, num_gpus=1 if gpu else 0, max_retries=0).remote(
-                        job.argv(), str(job.log_path), cpus)
+                    ref = task.options(**task_options(job.spec.config, cluster_gpus, self.threads)).remote(
+                        job.argv(), str(job.log_path), self.threads or 1)
                     refs[ref] = (job, time.monotonic())
                 ready, _ = ray.wait(list(refs), num_returns=1, timeout=1.0)
                 for ref in ready:

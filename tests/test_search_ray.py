@@ -1,0 +1,96 @@
+"""``headwise search --backend ray``: each trial's run a Ray task on a local cluster, the driver
+here. A search ends with the record and folder of a local one; a trial the pruner stops is
+cancelled on the cluster, checkpoints and ends pruned; without Ray the command refuses in one line
+and writes nothing."""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import pytest
+
+from headwise.cli import main
+from headwise.run import RunStatus, read_summary
+from headwise.search.trials import read_record
+from test_search_driver import BASE, write_search
+
+#: the keys of a trial in trials.json, in order (headwise.search.trials)
+RECORD_KEYS = ["number", "state", "params", "depth", "heads", "head_dims", "kv_heads", "mlp_hidden", "budget", "values",
+               "steps", "run_dir", "duplicate_of", "named", "note"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """One local Ray cluster of two CPUs for the module (starting one takes seconds)."""
+    ray = pytest.importorskip("ray", reason="Ray is an optional extra (pip install 'headwise[ray]')")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def test_a_search_on_ray_makes_an_ordinary_search_folder(cluster, tmp_path, capsys):
+    src = write_search(tmp_path / "s.toml", trials=3)
+    out = tmp_path / "out"
+    assert main(["search", str(src), "--out", str(out), "--jobs", "2", "--backend", "ray"]) == 0
+    printed = capsys.readouterr().out
+    assert "on Ray" in printed and "report:" in printed
+    trials = read_record(out)["trials"]
+    assert [t["number"] for t in trials] == [0, 1, 2] and all(list(t) == RECORD_KEYS for t in trials)
+    assert {t["state"] for t in trials} <= {"complete", "duplicate"} and trials[0]["state"] == "complete"
+    for t in trials:
+        assert set(t["values"]) == {"loss"} and t["steps"] == 30
+        assert read_summary(out / t["run_dir"]).status is RunStatus.COMPLETED
+    for t in (t for t in trials if t["state"] == "complete"):  # started once, its output in its log
+        log = (out / "logs" / f"{t['number']:04d}.log").read_text()
+        assert log.count("====") == 1 and "start trial" in log
+    for name in ("search.toml", "optuna.db", "trials.json", "driver.json", "report"):
+        assert (out / name).exists(), name
+    assert not list(out.parent.glob(".headwise-probe-*"))  # the shared-folder probe is gone
+
+
+def test_a_pruned_trial_on_ray_is_cancelled_and_checkpoints(cluster, tmp_path):
+    import optuna
+
+    from headwise.search.definition import load_search_file, resolve_search
+    from headwise.search.execute import RayLauncher, TrialRun
+    from headwise.search.layout import trial_paths
+    from headwise.study.definition import RunSpec
+    from headwise.study.jobs import RunJob
+
+    class AtTwenty(optuna.pruners.BasePruner):
+        def prune(self, study, trial):
+            return max(trial.intermediate_values, default=0) >= 20
+
+    long = {**BASE, "train": {**BASE["train"], "steps": 2000}, "checkpoint": {"every": 500, "keep": 1}}
+    raw, source = load_search_file(str(write_search(tmp_path / "s.toml", base=long)))
+    search = resolve_search(raw, source)
+    study = optuna.create_study(pruner=AtTwenty())
+    trial = study.ask()
+    plan = search.space.decode(lambda name: trial.suggest_float(name, 0.0, 1.0))
+    job = RunJob(spec=RunSpec("t", 100, {}, search.trial_config(plan)), action="start", **trial_paths(tmp_path, 0))
+    launcher = RayLauncher(None)
+    outcome = TrialRun(search, job, trial, threading.RLock(), 1, search.budget_of(plan), threading.Event(),
+                       lambda run: None, launcher).run()
+    launcher.close()
+    assert not launcher.started_here and cluster.is_initialized()  # a cluster it joined is left running
+    assert outcome.state == "pruned" and outcome.steps == 20
+    summary = read_summary(job.run_dir)  # the task ended once its run had checkpointed and stopped
+    assert summary.status is RunStatus.INTERRUPTED and 20 <= summary.steps < 2000
+    assert (job.run_dir / "checkpoints" / "latest").exists()
+
+
+def test_without_ray_the_search_refuses_in_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    src = write_search(tmp_path / "s.toml")
+    out = tmp_path / "out"
+    assert main(["search", str(src), "--out", str(out), "--backend", "ray", "--dry-run"]) == 0  # runs nothing
+    capsys.readouterr()
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails, as where it is not installed
+    assert main(["search", str(src), "--out", str(out), "--backend", "ray"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "pip install 'headwise[ray]'" in err
+    assert main(["search", str(src), "--out", str(out), "--address", "auto"]) == 2
+    assert "--backend ray" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]
