@@ -37,6 +37,10 @@ def test_the_confirmation_is_a_study_of_the_best_and_the_named_plans_on_fresh_se
     assert [v.name for v in study.variants] == ["best-1", "best-2", "one-two", "two-one"]
     assert study.variants[0].config["model"]["heads"] == [4] and study.variants[0].config["model"]["n_layers"] == 1
     assert study.seeds == 3 and study.config.base["train"]["steps"] == 40
+    # its description says at what steps the trials chose and the confirmation trains
+    steps = search.base["train"]["steps"]
+    assert f"the best 2 plans of its trials (at {steps} steps)" in study.config.description
+    assert "each trained 40 steps on fresh paired seeds" in study.config.description
     seeds = {run.config["train"]["seed"] for run in study.runs()}
     assert seeds == {0, 1, 2} and search.base["train"]["seed"] not in seeds  # fresh: the trials trained on 100
     assert not seeds & set(study.config.nuisance.seeds)
@@ -71,6 +75,8 @@ def test_a_search_ends_with_its_confirmation_and_its_verdict(tmp_path):
         assert claims[0]["name"] == "the search's best beats two-one" and claims[0]["pairs"] == [["one-two", "two-one"]]
     rows = read_csv(out / "confirm" / "results.csv")
     assert len(rows) == 2 * len(record.variants) and {r["status"] for r in rows} == {"completed"}
-    assert (out / "confirm" / "report" / "report.md").is_file()
+    report = (out / "confirm" / "report" / "report.md").read_text()
+    # per-layer plans are shown layer by layer, not by their first layer
+    assert "| `one-two` | 2 layers, heads 1,2, head_dim " in report and "2 layers x 1 heads" not in report
     # --no-confirm on a rerun leaves it; a rerun finds nothing to do
     assert main(["search", str(src), "--out", str(out), "--no-confirm"]) == 0

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from headwise.errors import HeadwiseError, RunFailure
+from headwise.report.document import plural
 from headwise.search.definition import Search
 from headwise.search.space import SearchPlan
 from headwise.study.definition import Study, resolve_study
@@ -64,8 +65,9 @@ def confirm_raw(search: Search, top: list[tuple[str, SearchPlan]]) -> dict[str, 
     best = next((name for name, _ in top if name != confirm.baseline), None)
     raw: dict[str, Any] = {
         "name": f"{search.name}-confirm",
-        "description": f"The confirmation of search {search.name}: its top {confirm.top_k} plans at "
-                       f"{search.base['train']['steps']} steps against its named plans, on fresh paired seeds.",
+        "description": f"The confirmation of search {search.name}: the best {plural(confirm.top_k, 'plan')} of its "
+                       f"trials (at {search.base['train']['steps']} steps) against its named plans, each trained "
+                       f"{base['train']['steps']} steps on fresh paired seeds.",
         "seeds": confirm.seeds,
         "base": base,
         "variants": variants,

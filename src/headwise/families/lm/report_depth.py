@@ -39,6 +39,12 @@ from headwise.report.registry import Layout, LayoutOptions, PaperReference, regi
 from headwise.report.sections import comparison_table, cpu_memory_note, loss_cell, missing_baseline_note
 
 
+def heads_per_layer(v: VariantRuns) -> float:
+    """A variant's heads per layer: its count where every layer has it, else the mean (a per-layer
+    plan sits at its average, so plans of one total share an x)."""
+    return v.heads[0] if v.uniform else sum(v.heads) / len(v.heads)
+
+
 def _spliced(row: list[str], kv: list[str], shown: bool) -> list[str]:
     """A headline row (model, shape, loss, parameters, memory) with the two KV cells where shown:
     the KV heads beside the shape, the cache beside the parameters (the study's two budgets)."""
@@ -117,7 +123,7 @@ class DepthLayout(Layout):
         return f"{v.n_layers} layers" if v in self.grid else v.name
 
     def conditioning_x(self, v: VariantRuns) -> float:
-        return float(v.heads[0])
+        return float(heads_per_layer(v))
 
     def sections(self, doc: Document) -> list[str]:
         findings = self._table(doc)
@@ -133,6 +139,9 @@ class DepthLayout(Layout):
         return findings
 
     def _shape(self, v: VariantRuns) -> str:
+        if v.heads and not v.uniform:  # a per-layer plan (a scheme, a searched plan): every layer
+            return (f"{v.n_layers} layers, heads {','.join(map(str, v.heads))}, "
+                    f"head_dim {','.join(map(str, v.head_dims)) if v.head_dims else '?'}")
         return (f"{v.n_layers} layers x {v.heads[0] if v.heads else '?'} heads, "
                 f"head_dim {v.head_dims[0] if v.head_dims else '?'}")
 
@@ -208,7 +217,8 @@ class DepthLayout(Layout):
                     **kv.csv_fields(v, base))
 
     def _point_row(self, v: VariantRuns) -> dict[str, Any]:
-        return dict(variant=v.name, n_layers=v.n_layers, heads_per_layer=v.heads[0], head_dim=v.head_dims[0],
+        return dict(variant=v.name, n_layers=v.n_layers, heads_per_layer=heads_per_layer(v),
+                    head_dim=v.head_dims[0] if v.uniform else " ".join(map(str, v.head_dims)),
                     params=v.params, loss_mean=v.stats.mean, loss_sd=v.stats.std, seeds=v.stats.n)
 
     def _by_depth_figure(self, doc: Document) -> None:
@@ -232,8 +242,9 @@ class DepthLayout(Layout):
                 rows.append(self._point_row(v))
         markers = iter("*DPXv^<>")
         for v in (v for v in self.study.done if v not in self.grid):
-            ax.scatter([v.heads[0]], [v.stats.mean], marker=next(markers, "s"), s=90, color="k", zorder=4,
-                       label=f"{v.name} ({fmt_params(v.params)})")
+            ax.scatter([heads_per_layer(v)], [v.stats.mean], marker=next(markers, "s"), s=90, color="k", zorder=4,
+                       label=f"{v.name} ({fmt_params(v.params)}" + ("" if v.uniform else
+                                                                     f", heads {','.join(map(str, v.heads))}") + ")")
             rows.append(self._point_row(v))
         if self.base is not None and self.base.done:
             ax.axhline(self.base.stats.mean, color="0.4", ls=":", lw=1, label=f"baseline {self.base.name}")
@@ -257,9 +268,10 @@ class DepthLayout(Layout):
             vs = [v for v in self.study.done if v.n_layers == depth]
             ax.scatter([v.params / 1e6 for v in vs], [v.stats.mean for v in vs], color=f"C{i}", label=f"{depth} layers")
             for v in vs:
-                ax.annotate(f"{v.heads[0]}h" + ("" if v in self.grid else f" {v.name}"), (v.params / 1e6, v.stats.mean),
+                ax.annotate(f"{heads_per_layer(v):g}h" + ("" if v in self.grid else f" {v.name}"),
+                            (v.params / 1e6, v.stats.mean),
                             textcoords="offset points", xytext=(4, 3), fontsize=7)
-                rows.append(dict(variant=v.name, n_layers=depth, heads_per_layer=v.heads[0], params=v.params,
+                rows.append(dict(variant=v.name, n_layers=depth, heads_per_layer=heads_per_layer(v), params=v.params,
                                  loss_mean=v.stats.mean))
         ax.set_xlabel("parameters (millions)")
         ax.set_ylabel("final eval loss")
