@@ -83,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
             d, command = recorded_study(d)
             saved = load_study_record(d)
             record[saved.name] = study_entry(d, command, cpu_model())
+            if not saved.preset and "--preset " in command:  # a search's confirmation: the search's preset
+                record[saved.name]["preset"] = command.split("--preset ")[1].split()[0]
             print(f"recorded {saved.name}: {len(record[saved.name]['rows'])} comparisons")
         atomic_write_text(RECORD, json.dumps(record, indent=1, sort_keys=True) + "\n")
         return 0
