@@ -132,7 +132,9 @@ def test_named_plans_run_first_and_a_plan_run_before_is_not_trained_again(tmp_pa
     assert "driver:" in capsys.readouterr().out and json.loads((out / "driver.json").read_text())["overhead"] < 0.5
 
 
-def test_a_pruned_trial_stops_its_run_at_the_prune_point(tmp_path):
+def trial_pruned_at_step_20(tmp_path, launcher=None):
+    """One trial of a 2,000-step search whose pruner stops it at its step-20 evaluation, run by
+    ``launcher`` (None: locally); its outcome, Optuna study and job."""
     import optuna
 
     from headwise.search.definition import load_search_file, resolve_search
@@ -141,19 +143,24 @@ def test_a_pruned_trial_stops_its_run_at_the_prune_point(tmp_path):
     from headwise.study.definition import RunSpec
     from headwise.study.jobs import RunJob
 
-    class Always(optuna.pruners.BasePruner):
+    class AtTwenty(optuna.pruners.BasePruner):
         def prune(self, study, trial):
             return max(trial.intermediate_values, default=0) >= 20
 
     long = {**BASE, "train": {**BASE["train"], "steps": 2000}, "checkpoint": {"every": 500, "keep": 1}}
     raw, source = load_search_file(str(write_search(tmp_path / "s.toml", base=long)))
     search = resolve_search(raw, source)
-    study = optuna.create_study(pruner=Always())
+    study = optuna.create_study(pruner=AtTwenty())
     trial = study.ask()
     plan = search.space.decode(lambda name: trial.suggest_float(name, 0.0, 1.0))
     job = RunJob(spec=RunSpec("t", 100, {}, search.trial_config(plan)), action="start", **trial_paths(tmp_path, 0))
     outcome = TrialRun(search, job, trial, threading.RLock(), 1, search.budget_of(plan), threading.Event(),
-                       lambda proc: None).run()
+                       lambda run: None, launcher).run()
+    return outcome, study, job
+
+
+def test_a_pruned_trial_stops_its_run_at_the_prune_point(tmp_path):
+    outcome, study, job = trial_pruned_at_step_20(tmp_path)
     assert outcome.state == "pruned" and outcome.steps == 20 and set(outcome.last) == {"loss"}
     assert sorted(study.trials[0].intermediate_values) == [10, 20]
     summary = read_summary(job.run_dir)

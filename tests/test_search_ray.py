@@ -6,14 +6,13 @@ and writes nothing."""
 from __future__ import annotations
 
 import sys
-import threading
 
 import pytest
 
 from headwise.cli import main
 from headwise.run import RunStatus, read_summary
 from headwise.search.trials import read_record
-from test_search_driver import BASE, write_search
+from test_search_driver import trial_pruned_at_step_20, write_search
 
 #: the keys of a trial in trials.json, in order (headwise.search.trials)
 RECORD_KEYS = ["number", "state", "params", "depth", "heads", "head_dims", "kv_heads", "mlp_hidden", "budget", "values",
@@ -52,28 +51,10 @@ def test_a_search_on_ray_makes_an_ordinary_search_folder(cluster, tmp_path, caps
 
 
 def test_a_pruned_trial_on_ray_is_cancelled_and_checkpoints(cluster, tmp_path):
-    import optuna
+    from headwise.search.execute import RayLauncher
 
-    from headwise.search.definition import load_search_file, resolve_search
-    from headwise.search.execute import RayLauncher, TrialRun
-    from headwise.search.layout import trial_paths
-    from headwise.study.definition import RunSpec
-    from headwise.study.jobs import RunJob
-
-    class AtTwenty(optuna.pruners.BasePruner):
-        def prune(self, study, trial):
-            return max(trial.intermediate_values, default=0) >= 20
-
-    long = {**BASE, "train": {**BASE["train"], "steps": 2000}, "checkpoint": {"every": 500, "keep": 1}}
-    raw, source = load_search_file(str(write_search(tmp_path / "s.toml", base=long)))
-    search = resolve_search(raw, source)
-    study = optuna.create_study(pruner=AtTwenty())
-    trial = study.ask()
-    plan = search.space.decode(lambda name: trial.suggest_float(name, 0.0, 1.0))
-    job = RunJob(spec=RunSpec("t", 100, {}, search.trial_config(plan)), action="start", **trial_paths(tmp_path, 0))
     launcher = RayLauncher(None)
-    outcome = TrialRun(search, job, trial, threading.RLock(), 1, search.budget_of(plan), threading.Event(),
-                       lambda run: None, launcher).run()
+    outcome, _, job = trial_pruned_at_step_20(tmp_path, launcher)
     launcher.close()
     assert not launcher.started_here and cluster.is_initialized()  # a cluster it joined is left running
     assert outcome.state == "pruned" and outcome.steps == 20
