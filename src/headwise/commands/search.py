@@ -70,8 +70,7 @@ def describe(search) -> str:  # noqa: ANN001 - a headwise.search.definition.Sear
              + ("; NSGA-II" if len(config.objectives) > 1 else "; TPE")
              + (f"; pruner {config.fidelity.pruner}" if config.fidelity.pruner != "none" else "")]
     if config.fidelity.set:
-        lines.append("  trials only (not the confirmation): "
-                     + ", ".join(f"{k} = {v!r}" for k, v in config.fidelity.set.items()))
+        lines.append(f"  trials only (not the confirmation): {config.fidelity.describe_set()}")
     for n in search.named:
         if n.plan is None:
             continue

@@ -91,8 +91,8 @@ def confirm_raw(search: Search, top: list[tuple[str, SearchPlan]]) -> dict[str, 
 
 def _selected_on(search: Search) -> str:
     """What the trials alone were run with ([fidelity] set), for the claim's source ("" without)."""
-    sets = search.config.fidelity.set
-    return f" (with {', '.join(f'{k} = {v!r}' for k, v in sets.items())})" if sets else ""
+    sets = search.config.fidelity.describe_set()
+    return f" (with {sets})" if sets else ""
 
 
 def confirm_study(search: Search, top: list[tuple[str, SearchPlan]]) -> Study:

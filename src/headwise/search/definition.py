@@ -169,6 +169,10 @@ class FidelityConfig(Config):
                                  "plans the trials did: set model keys in [base]")
         return flat or None
 
+    def describe_set(self) -> str:
+        """``task.validation = 'fraction:0.05'``, the trials-only keys as a line ("" without)."""
+        return ", ".join(f"{k} = {v!r}" for k, v in (self.set or {}).items())
+
 
 class NamedPlan(Config):
     """A fixed plan: a scheme of :func:`headwise.plans.plan_heads` or heads given per layer."""
@@ -349,8 +353,7 @@ def resolve_search(raw: dict[str, Any], source: str, preset: str | None = None,
     config = SearchConfig.parse(raw, source=source)
     shared = _shared_base(config, source)
     spec, _ = resolve_run_model(shared, source=f"{source} [base]")
-    RunConfig.parse(shared, source=f"{source} [base]")
-    base, run = _with_fidelity_set(config, shared, source)
+    base, run = _with_fidelity_set(config, shared, RunConfig.parse(shared, source=f"{source} [base]"), source)
     seq_len = run.task.shape().seq_len
     _check_objectives(config, run, source)
     space = (ScaledSpace if config.space.scaling else Space)(config.space, spec, config.budget, seq_len)
@@ -391,9 +394,13 @@ def _shared_base(config: SearchConfig, source: str) -> dict[str, Any]:
     return base
 
 
-def _with_fidelity_set(config: SearchConfig, shared: dict[str, Any], source: str) -> tuple[dict[str, Any], RunConfig]:
-    """The trials' base (``shared`` with [fidelity] set applied) and its run config; a key no run
-    config has is refused in one line that names the table."""
+def _with_fidelity_set(config: SearchConfig, shared: dict[str, Any], shared_run: RunConfig,
+                       source: str) -> tuple[dict[str, Any], RunConfig]:
+    """The trials' base (``shared`` with [fidelity] set applied) and its run config (``shared_run``,
+    ``shared``'s, where there is no set); a key no run config has is refused in one line that
+    names the table."""
+    if not config.fidelity.set:
+        return shared, shared_run
     base = copy.deepcopy(shared)
     where = f"{source} [fidelity] set"
     for key, value in (config.fidelity.set or {}).items():

@@ -36,8 +36,8 @@ from headwise.run import RunStatus, read_metrics, read_summary
 from headwise.search.definition import Search
 from headwise.study.definition import RunSpec
 from headwise.study.jobs import RunJob, open_log, plan_action
-from headwise.study.preflight import check_data, check_devices
-from headwise.study.ray_backend import connect, prepare_on_cluster, ray_train, task_options
+from headwise.study.preflight import check_here
+from headwise.study.ray_backend import connect, prepare_on_cluster, ray_train, submit_run
 from headwise.study.runner import child_env
 
 #: seconds between two reads of a running trial's metrics
@@ -116,10 +116,7 @@ class LocalLauncher:
 
     def preflight(self, specs: list[RunSpec], folder: Path, threads: int, echo: Callable[[str], None]) -> None:
         """Refuse CUDA trials on a machine without CUDA; prepare the data here."""
-        import torch
-
-        check_devices(specs, torch.cuda.device_count() if torch.cuda.is_available() else 0, "this machine")
-        check_data(specs, echo)
+        check_here(specs, echo)
 
     def launch(self, job: RunJob, threads: int) -> Launched:
         """Start the job's worker here on ``threads`` torch threads, logging to its log."""
@@ -214,11 +211,7 @@ class RayLauncher:
     def launch(self, job: RunJob, threads: int) -> Launched:
         """Start the job's worker as a Ray task of ``threads`` CPUs, appending to its log."""
         ray = self._connect()
-        with open_log(job):  # the header line, as a local run's; the task appends the run's output
-            pass
-        ref = self.task.options(**task_options(job.spec.config, self.gpus, threads)).remote(
-            job.argv(), str(job.log_path), threads)
-        return _RayRun(ray, ref)
+        return _RayRun(ray, submit_run(self.task, job, self.gpus, threads))
 
     def close(self) -> None:
         """Shut down the local cluster this launcher started (a joined one is left alone)."""

@@ -94,3 +94,12 @@ def check_data(specs: list[RunSpec], echo: Callable[[str], None],
         if problem is not None:
             runs = "the study's run" if n == 1 else f"{n} runs"
             raise HeadwiseError(f"data of {runs} ({what}) is not ready, so no run was started: {problem}")
+
+
+def check_here(specs: list[RunSpec], echo: Callable[[str], None]) -> None:
+    """The checks of runs on this machine: refuse CUDA runs where there is no CUDA, and prepare
+    the runs' data here."""
+    import torch
+
+    check_devices(specs, torch.cuda.device_count() if torch.cuda.is_available() else 0, "this machine")
+    check_data(specs, echo)

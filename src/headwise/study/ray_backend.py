@@ -8,9 +8,9 @@ table's data in a Ray task, so data that the cluster cannot find stops the study
 runs read data as their node sees it (``HEADWISE_DATA`` and ``HEADWISE_CACHE`` of the node): a
 cluster without a shared cache folder tokenizes again on each node.
 
-A search's trials on Ray (:class:`headwise.search.execute.RayLauncher`) join the cluster, size
-their tasks, prepare their data and run their worker with the same pieces: :func:`connect`,
-:func:`task_options`, :func:`prepare_on_cluster` and :func:`ray_train`.
+A search's trials on Ray (:class:`headwise.search.execute.RayLauncher`) join the cluster,
+prepare their data and start their worker with the same pieces: :func:`connect`,
+:func:`prepare_on_cluster`, :func:`submit_run` and :func:`ray_train`.
 """
 
 from __future__ import annotations
@@ -81,6 +81,16 @@ def task_options(config: dict[str, Any], cluster_gpus: float, threads: int | Non
     return {"num_cpus": threads or 1, "num_gpus": 1 if gpu else 0, "max_retries": 0}
 
 
+def submit_run(task: Any, job: RunJob, cluster_gpus: float, threads: int | None) -> Any:
+    """Start ``job``'s worker as the Ray task ``task`` (the remote :func:`ray_train`) on ``threads``
+    CPUs (default 1), after the log's header line as a local run writes it (the task appends the
+    run's output); the task's reference."""
+    with open_log(job):
+        pass
+    return task.options(**task_options(job.spec.config, cluster_gpus, threads)).remote(
+        job.argv(), str(job.log_path), threads or 1)
+
+
 def prepare_on_cluster(ray: Any, specs: list[RunSpec], threads: int | None, echo: Callable[[str], None],
                        what: str) -> None:
     """Refuse CUDA runs on a cluster without GPUs, and prepare the runs' data on the cluster (one
@@ -134,11 +144,8 @@ class RayBackend:
             while queue or refs:
                 while queue and (self.jobs is None or len(refs) < self.jobs):
                     job = queue.pop(0)
-                    with open_log(job):
-                        pass
                     progress.started(job)
-                    ref = task.options(**task_options(job.spec.config, cluster_gpus, self.threads)).remote(
-                        job.argv(), str(job.log_path), self.threads or 1)
+                    ref = submit_run(task, job, cluster_gpus, self.threads)
                     refs[ref] = (job, time.monotonic())
                 ready, _ = ray.wait(list(refs), num_returns=1, timeout=1.0)
                 for ref in ready:

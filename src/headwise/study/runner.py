@@ -43,7 +43,7 @@ from headwise.run import RunStatus
 from headwise.study import layout
 from headwise.study.jobs import Progress, RunJob, open_log, plan_jobs, plan_stage_jobs
 from headwise.study.layout import StudyRecord, load_study_record, save_study
-from headwise.study.preflight import check_data, check_devices, check_out_dir
+from headwise.study.preflight import check_here, check_out_dir
 from headwise.study.results import RunResult, update_results
 from headwise.study.definition import RunSpec, Study, study_identity
 from headwise.study.stages import preflight_config, stage_record
@@ -330,12 +330,8 @@ class _LocalBackend:
 
     def preflight(self, specs: list[RunSpec], echo: Callable[[str], None]) -> None:
         """Refuse CUDA runs on a machine without CUDA; prepare the data here."""
-        if not specs:
-            return
-        import torch
-
-        check_devices(specs, torch.cuda.device_count() if torch.cuda.is_available() else 0, "this machine")
-        check_data(specs, echo)
+        if specs:
+            check_here(specs, echo)
 
     def close(self) -> None:
         pass
