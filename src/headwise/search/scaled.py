@@ -127,9 +127,7 @@ class ScaledSpace(PlanSpace):
 
     def _numbers(self) -> dict[str, list[tuple[str, bool]]]:
         """Each level's numbers, as (parameter name, whether the space offers more than one value)."""
-        kv = self.config.kv_heads
-        kv_varies = kv == "divisors" or isinstance(kv, list) and len(kv) > 1
-        heads_vary, mlp_varies = len(self._heads()) > 1, len(self.config.mlp_ratio or []) > 1
+        heads_vary, kv_varies, mlp_varies = (self.varies[d] for d in ("heads", "kv_heads", "mlp_ratio"))
         if self.scaling == "linear":
             return {"heads": [("first.heads", heads_vary), ("last.heads", heads_vary)],
                     "kv_heads": [("first.kv_heads", kv_varies), ("last.kv_heads", kv_varies)],

@@ -160,6 +160,12 @@ class PlanSpace(ABC):
         self.cost = CostModel(metric, base, seq_len, budget.dtype if budget is not None else "fp32")
         self.constant = self.cost.constant()
         self.depths = self._depths()
+        #: which of a layer's choices the space offers more than one value of
+        self.varies = {"heads": len(self._heads()) > 1,
+                       "head_dim": isinstance(config.head_dim, list) and len(config.head_dim) > 1,
+                       "kv_heads": config.kv_heads == "divisors" or isinstance(config.kv_heads, list)
+                       and len(config.kv_heads) > 1,
+                       "mlp_ratio": config.mlp_ratio is not None and len(config.mlp_ratio) > 1}
         self._options: dict[tuple[Any, ...], list[LayerOption]] = {}
         # a plan's run config sets what the base does not already say for every layer
         self.sets_head_dim = config.head_dim not in (None, "tied") or config.head_dim == "tied" and base.head_dim is not None
@@ -292,11 +298,6 @@ class Space(PlanSpace):
 
     def __init__(self, config: Any, base: ModelSpec, budget: BudgetConfig | None, seq_len: int) -> None:
         super().__init__(config, base, budget, seq_len)
-        self.varies = {"heads": len(self._heads()) > 1,
-                       "head_dim": isinstance(config.head_dim, list) and len(config.head_dim) > 1,
-                       "kv_heads": config.kv_heads == "divisors" or isinstance(config.kv_heads, list)
-                       and len(config.kv_heads) > 1,
-                       "mlp_ratio": config.mlp_ratio is not None and len(config.mlp_ratio) > 1}
         self._rests: dict[int, list[Any]] = {}
         self._sums = 0
         self.feasible_depths = [d for d in self.depths if self._admits(self.constant, d, 0)]
