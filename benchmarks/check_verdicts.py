@@ -52,17 +52,18 @@ def compare(study_dir: Path, record: dict) -> int:
     return 1 if problems else 0
 
 
-def recorded_study(path: Path) -> tuple[Path, str]:
-    """The verdict study in ``path`` and the command that ran it: a study directory, or a search
-    folder, whose confirmation (``confirm/``) is the verdict study ``headwise search`` ran."""
+def recorded_study(path: Path) -> tuple[Path, str, str]:
+    """The verdict study in ``path``, the command that ran it and its preset: a study directory,
+    or a search folder, whose confirmation (``confirm/``) is the verdict study ``headwise search``
+    ran (the search's preset)."""
     saved = load_saved(path)
     if not saved:
         study = load_study_record(path)
-        return path, f"headwise study {study.name} --preset {study.preset}"
+        return path, f"headwise study {study.name} --preset {study.preset}", study.preset
     if not (path / CONFIRM_DIR).is_dir():
         raise SystemExit(f"{path} is a search folder with no confirmation ({CONFIRM_DIR}/): nothing to record")
-    preset = f" --preset {saved['preset']}" if saved.get("preset") else ""
-    return path / CONFIRM_DIR, f"headwise search {saved['name']}{preset}"
+    preset = saved.get("preset") or ""
+    return path / CONFIRM_DIR, f"headwise search {saved['name']}" + (f" --preset {preset}" if preset else ""), preset
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,11 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     record = read_record(RECORD)
     if args.what == "record":
         for d in args.study_dirs:
-            d, command = recorded_study(d)
+            d, command, preset = recorded_study(d)
             saved = load_study_record(d)
-            record[saved.name] = study_entry(d, command, cpu_model())
-            if not saved.preset and "--preset " in command:  # a search's confirmation: the search's preset
-                record[saved.name]["preset"] = command.split("--preset ")[1].split()[0]
+            record[saved.name] = {**study_entry(d, command, cpu_model()), "preset": preset}
             print(f"recorded {saved.name}: {len(record[saved.name]['rows'])} comparisons")
         atomic_write_text(RECORD, json.dumps(record, indent=1, sort_keys=True) + "\n")
         return 0
