@@ -123,7 +123,7 @@ def write_sources(root: Path) -> None:
     write_idx_folder(root / "imgs", gz=False, n_train=8, n_test=4, size=(8, 8), classes=4)
     write_config(root, "imgs", "imgs")
     prepare_images(root / "imgs", cache_dir=root / "cache")
-    for name, damage in (("cut", _cut), ("edited", _edit_std), ("flipped", _flip)):
+    for name, damage in (("cut", _cut), ("edited", _edit_std), ("flipped", _flip), ("label", _flip_label)):
         shutil.copytree(root / "imgs", root / f"imgs-{name}")
         built = prepare_images(root / f"imgs-{name}", cache_dir=root / f"cache-{name}")
         damage(built.path)
@@ -148,6 +148,14 @@ def _flip(path: Path) -> None:
         byte = f.read(1)
         f.seek(17)
         f.write(bytes([byte[0] ^ 0xFF]))
+
+
+def _flip_label(path: Path) -> None:
+    """Change the first training label in place to the next of the 4 classes: the same size and
+    still a class id, so only the labels' sha256 can tell (a run would learn from a wrong label)."""
+    labels = np.fromfile(path / "train-labels.i64", dtype="<i8")
+    labels[0] = (labels[0] + 1) % 4
+    labels.tofile(path / "train-labels.i64")
 
 
 @pytest.fixture(scope="module")
@@ -206,6 +214,10 @@ CASES = [
     # damaged caches: refused at a run start in one line naming the file and the fix
     train("imgs-cut", says=("train-images.u8", "truncated", "--rebuild")),
     train("imgs-edited", says=("meta.json", "digest", "--rebuild")),
+    # a label flipped in place (same size, still a class id): the labels are hashed on every open
+    train("imgs-label", says=("train-labels.i64", "does not match its recorded sha256", "--rebuild")),
+    c("prepare-flipped-label", "data", "prepare", "--config", "imgs-label.toml",
+      says=("train-labels.i64", "corrupted", "--rebuild", "delete the folder")),
     # data prepare / info with options that do not apply to an image config
     c("prepare-image-config-tokenizer", "data", "prepare", "--config", "imgs.toml", "--tokenizer", "bpe:300",
       says=("images", "--tokenizer", "text")),
@@ -244,7 +256,8 @@ def test_case_ids_are_distinct() -> None:
 
 def test_a_byte_flipped_in_place_passes_a_run_start(world: Path, monkeypatch, capsys) -> None:
     """The documented trade-off, from the command line: the flipped cache ``verify-flipped-byte``
-    refuses still trains (its sizes and metadata are intact), and the files are left as they were."""
+    refuses still trains (its sizes, metadata and labels are intact; only the images' sha256 could
+    tell), and the files are left as they were."""
     monkeypatch.chdir(world)
     before = snapshot(world / "cache-flipped")
     try:

@@ -62,6 +62,21 @@ def _edit_meta(path: Path, edit) -> None:
     (path / "meta.json").write_text(json.dumps(meta, indent=2))
 
 
+def _flip_byte(file: Path, at: int, bits: int = 0xFF) -> None:
+    """Flip ``bits`` of the byte at ``at`` in place (the size unchanged)."""
+    data = bytearray(file.read_bytes())
+    data[at] ^= bits
+    file.write_bytes(bytes(data))
+
+
+def _next_class(file: Path, classes: int) -> None:
+    """Change the first label in place to the next class: the same size, still a class id, so
+    only the file's sha256 can tell (a run would silently learn from a wrong label)."""
+    labels = np.fromfile(file, dtype="<i8")
+    labels[0] = (labels[0] + 1) % classes
+    labels.tofile(file)
+
+
 DAMAGE = {
     # what is done to a built cache -> the words of the refusal when it is next opened (cheaply)
     "truncate": (lambda p: p.joinpath("train-images.u8").write_bytes(p.joinpath("train-images.u8").read_bytes()[:-10]),
@@ -71,6 +86,8 @@ DAMAGE = {
     "replaced": (lambda p: p.joinpath("train-labels.i64").write_bytes(np.zeros(29, "<i8").tobytes()),
                  "train-labels.i64 has 232 bytes, expected 240"),
     "missing": (lambda p: p.joinpath("test-labels.i64").unlink(), "test-labels.i64 is missing"),
+    "label-changed": (lambda p: _next_class(p / "train-labels.i64", 3),
+                      "train-labels.i64 does not match its recorded sha256 (corrupted)"),
     "not-json": (lambda p: p.joinpath("meta.json").write_text("{broken"), "not valid JSON"),
     "std-edited": (lambda p: _edit_meta(p, lambda m: m.__setitem__("std", [0.5, 0.5, 0.5])),
                    "meta.json does not match its recorded digest (edited or damaged)"),
@@ -81,8 +98,8 @@ DAMAGE = {
 
 @pytest.mark.parametrize("damage", list(DAMAGE))
 def test_damaged_cache_refused_on_open_then_rebuilt(cifar_cache, damage):
-    """Damage the sizes or the metadata can show is refused by the cheap open (no file hashed),
-    in one line naming the file and how to rebuild."""
+    """Damage the sizes, the metadata or the labels' sha256 can show is refused by the cheap open
+    (no image hashed), in one line naming the file and how to rebuild."""
     folder, root = cifar_cache
     cache = prepare_images(folder, cache_dir=root)
     do, match = DAMAGE[damage]
@@ -96,27 +113,26 @@ def test_damaged_cache_refused_on_open_then_rebuilt(cifar_cache, damage):
     ImageCache.open(fixed.path, verify=True)
 
 
-def test_open_hashes_nothing_and_verify_hashes_every_file(cifar_cache, monkeypatch):
-    """The documented trade-off: a byte changed in place (same size) passes the cheap open, and
-    is caught by ``verify`` (``headwise data verify``), which hashes all four data files."""
+def test_open_hashes_the_labels_only_and_verify_hashes_every_file(cifar_cache, monkeypatch):
+    """The documented trade-off: a byte of an image changed in place (same size) passes the cheap
+    open, which hashes only the (small) labels files, and is caught by ``verify`` (``headwise data
+    verify``), which hashes all four data files."""
     import headwise.data.cache_files as cache_files
 
     folder, root = cifar_cache
     cache = prepare_images(folder, cache_dir=root)
-    target = cache.path / "train-images.u8"
-    data = bytearray(target.read_bytes())
-    data[1234] ^= 0xFF
-    target.write_bytes(bytes(data))
+    _flip_byte(cache.path / "train-images.u8", 1234)
     hashed = []
     real = cache_files.sha256_file
     monkeypatch.setattr(cache_files, "sha256_file", lambda path: hashed.append(path.name) or real(path))
-    reused = prepare_images(folder, cache_dir=root)  # a run start: not caught, nothing read
-    assert hashed == [] and reused.path == cache.path
+    reused = prepare_images(folder, cache_dir=root)  # a run start: not caught, no image read
+    assert sorted(hashed) == ["test-labels.i64", "train-labels.i64"] and reused.path == cache.path
     one_line_error(ImageCache.open, cache.path, verify=True,
                    match="train-images.u8 does not match its recorded sha256 \\(corrupted\\)")
     hashed.clear()
-    prepare_images(folder, cache_dir=root, rebuild=True)  # a build hashes its files once, from disk
-    assert sorted(hashed) == sorted(["train-images.u8", "train-labels.i64", "test-images.u8", "test-labels.i64"])
+    # a build hashes its files once, from disk, then opens what was installed (the labels again)
+    prepare_images(folder, cache_dir=root, rebuild=True)
+    assert sorted(hashed) == sorted(["train-images.u8", "test-images.u8", *["train-labels.i64", "test-labels.i64"] * 2])
     hashed.clear()
     ImageCache.open(cache.path, verify=True)
     assert len(hashed) == 4

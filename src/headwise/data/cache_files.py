@@ -13,7 +13,8 @@ rebuild it (:func:`open_existing`).
 
 A cache too large to hash on every open (images) also records a digest of its own metadata
 (``write_meta(..., digest=True)``, checked by :func:`check_meta_digest`): opening it then checks
-the metadata and every file's size without reading the data, and the sha256 of the contents is
+the metadata and every large file's size without reading the data (files small enough to hash
+at every open, an image cache's labels, are still hashed), and the sha256 of the rest is
 compared once after writing and on ``headwise data verify``. Token and sequence caches record no
 digest and hash their files whenever they are opened with ``verify``, as before.
 """
