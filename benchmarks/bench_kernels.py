@@ -18,7 +18,6 @@ the spread a loaded machine adds; glibc keeps freed memory, as in training.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from headwise.errors import OneLineParser, guarded
 from headwise.model import padded_logits, padded_vocab_size
 from headwise.model.loss import cross_entropy
 from headwise.train.allocator import tune_cpu_allocator
@@ -118,9 +118,10 @@ def attention_by_width(width: int = 768, t: int = 512, batch: int = 2) -> None:
               f"   fp32 {1e3 * times[torch.float32]:6.1f} ms")
 
 
+@guarded("bench_kernels")
 def main(argv: list[str] | None = None) -> int:
     """Print the four comparisons."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = OneLineParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=1024, help="B x T tokens per step")
     p.add_argument("--vocab", type=int, default=50257)
     p.add_argument("--d-model", type=int, default=768)

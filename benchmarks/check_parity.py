@@ -15,12 +15,12 @@ Prints the largest differences and exits 1 if any exceeds its tolerance (1e-5 fo
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import torch
 import torch.nn.functional as F
 
+from headwise.errors import OneLineParser, guarded
 from headwise.hf.gpt_neo import to_hf
 from headwise.model import Transformer
 from headwise.presets import spec_from_preset
@@ -80,9 +80,10 @@ def check_cache(heads: list[int], prompt: int, new_tokens: int) -> tuple[str, fl
             diff, LOGIT_TOL * scale)
 
 
+@guarded("check_parity")
 def main(argv: list[str] | None = None) -> int:
     """Run the checks; exit status 1 when one fails."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seq-len", type=int, default=512)
     parser.add_argument("--new-tokens", type=int, default=300)
     args = parser.parse_args(argv)

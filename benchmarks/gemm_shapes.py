@@ -15,10 +15,11 @@ width is d_model).
 
 from __future__ import annotations
 
-import argparse
+import sys
 
 import torch
 
+from headwise.errors import OneLineParser, guarded
 from headwise.model import padded_vocab_size
 from headwise.train.allocator import tune_cpu_allocator
 from headwise.train.peak import matmul_peak
@@ -47,15 +48,17 @@ def step_gemms(tokens: int, d: int, hidden: int, vocab: int,
     return shapes
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+@guarded("gemm_shapes")
+def main(argv: list[str] | None = None) -> None:
+    """Time the step's GEMMs and print each one's rate."""
+    p = OneLineParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tokens", type=int, default=1024)
     p.add_argument("--d-model", type=int, default=768)
     p.add_argument("--vocab", type=int, default=50257)
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--precision", choices=("fp32", "bf16"), default="bf16")
     p.add_argument("--threads", type=int)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     tune_cpu_allocator()
@@ -76,4 +79,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from headwise.errors import HeadwiseError, OneLineParser, guarded
 from headwise.model import Transformer
 from headwise.params import count_params, flops_per_token
 from headwise.presets import preset_dict, spec_from_preset
@@ -248,9 +249,10 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+@guarded("gpu_check")
 def main(argv: list[str] | None = None) -> int:
     """Run the check and write ``gpu_check.json`` and ``gpu_check.md`` under ``--out``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--steps", type=int, default=30)
@@ -261,8 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        print("gpu_check: CUDA is not available: pass --device cpu --tiny to try it on the CPU", file=sys.stderr)
-        return 2
+        raise HeadwiseError("CUDA is not available: pass --device cpu --tiny to try it on the CPU")
     if args.tiny:
         args.steps, args.warmup = min(args.steps, 2), min(args.warmup, 1)
     args.precision = args.precision or ("bf16" if device.type == "cuda" else "fp32")

@@ -7,9 +7,9 @@ It writes ``--gb`` GB of random 256 x 256 grayscale images as an IDX folder (MNI
 written block by block, so the source never sits in memory), builds its image cache with
 ``prepare_images`` (the real build: decoded, written, hashed once from disk before it is
 installed; IDX is decoded whole, so the build holds the images in memory once), then times the
-cheap open (``ImageCache.open``: the metadata's digest, every file's size, the labels; the best
-of ``--repeats``) and the full verification (``ImageCache.open(verify=True)``: every file's
-sha256, once). Everything lives in a temporary folder under ``--dir``, removed at the end unless
+cheap open (``ImageCache.open``: the metadata's digest, every file's size, the labels' sha256
+and class ids; the best of ``--repeats``) and the full verification
+(``ImageCache.open(verify=True)``: every file's sha256, once). Everything lives in a temporary folder under ``--dir``, removed at the end unless
 ``--keep``. Check the free space first (``df -h /tmp``): the source and the cache take about
 twice ``--gb``.
 
@@ -20,16 +20,17 @@ come from disk.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import struct
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
+from headwise.errors import OneLineParser, guarded
 from headwise.families.vision.cache import ImageCache, prepare_images
 
 SIDE = 256  # pixels: one image is 64 KiB
@@ -48,8 +49,10 @@ def write_idx(path: Path, count: int, side: int, rng: np.random.Generator, label
             f.write(block.tobytes())
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+@guarded("image_cache_open")
+def main(argv: list[str] | None = None) -> int:
+    """Time the open and the verification, print them (and write them to ``--out``)."""
+    parser = OneLineParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gb", type=float, default=3.0, help="size of the training images (GB, 1e9 bytes; default 3)")
     parser.add_argument("--dir", default=tempfile.gettempdir(), help="where the temporary folder goes (default /tmp)")
     parser.add_argument("--repeats", type=int, default=5, help="cheap opens timed (the best is kept)")
@@ -58,6 +61,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.gb <= 0 or args.repeats < 1:
         parser.error("--gb must be positive and --repeats at least 1")
+    if not Path(args.dir).is_dir():
+        parser.error(f"--dir {args.dir} is not a folder")
     work = Path(tempfile.mkdtemp(dir=args.dir, prefix="headwise-image-cache-open-"))
     try:
         rng = np.random.default_rng(0)
@@ -96,8 +101,8 @@ def main(argv: list[str] | None = None) -> dict:
           + (f"; kept in {work}" if args.keep else ""))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    return result
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -11,7 +11,6 @@ cross-entropy and the optimiser. ``--hf`` profiles transformers' GPTNeoForCausal
 
 from __future__ import annotations
 
-import argparse
 import functools
 import sys
 import time
@@ -23,6 +22,7 @@ from headwise.bench.cases import model_spec
 from headwise.bench.settings import BenchConfig
 from headwise.bench.core import tune_cpu_allocator
 from headwise.bench.training import headwise_loss, hf_loss, make_optimizer, make_train_step
+from headwise.errors import OneLineParser, guarded
 from headwise.model import Transformer
 
 # Operator name fragments -> the part of the step they belong to
@@ -35,9 +35,10 @@ GROUPS = {
 }
 
 
+@guarded("profile_step")
 def main(argv: list[str] | None = None) -> int:
     """Profile one step and print the table."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = OneLineParser(description=__doc__.splitlines()[0])
     p.add_argument("--heads", default="12,12,12,12", help="heads per layer")
     p.add_argument("--seq-len", type=int, default=512)
     p.add_argument("--batch", type=int, default=2)

@@ -1,4 +1,13 @@
-"""The two kinds of failure the command line distinguishes."""
+"""The two kinds of failure the command line distinguishes, and the one way every command (the
+``headwise`` CLI and the scripts under ``benchmarks/``) reports them."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+from typing import Callable
 
 
 class HeadwiseError(Exception):
@@ -7,3 +16,43 @@ class HeadwiseError(Exception):
 
 class RunFailure(Exception):
     """A failure while running (diverged loss, crashed worker): the CLI exits with status 1."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line and exit 2, like every other bad input."""
+
+    def error(self, message: str) -> None:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def run_guarded(body: Callable[[], int | None], prog: str) -> int:
+    """Run a command's ``body`` and return its exit status: bad input (:class:`HeadwiseError`) is one
+    line on stderr and 2, a :class:`RunFailure` 1, an interrupt 130, a closed pipe 141."""
+    try:
+        return int(body() or 0)
+    except HeadwiseError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except RunFailure as exc:
+        print(f"{prog}: failed: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # the reader went away (`headwise study --list | head`): stop quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
+def guarded(prog: str) -> Callable[[Callable[..., int | None]], Callable[..., int]]:
+    """Decorate a script's ``main`` so that it reports failures as :func:`run_guarded` does."""
+
+    def wrap(main: Callable[..., int | None]) -> Callable[..., int]:
+        @functools.wraps(main)
+        def guarded_main(*args, **kwargs) -> int:
+            return run_guarded(lambda: main(*args, **kwargs), prog)
+
+        return guarded_main
+
+    return wrap
