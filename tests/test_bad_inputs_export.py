@@ -1,5 +1,6 @@
 """A sweep of bad inputs on what comes after training: ``headwise export``, ``eval``, ``generate``,
-``analyze`` and ``report``, and the experiment trackers a run names (``headwise train --set
+``analyze``, ``report`` and ``convert`` (each also given a folder or file of another kind than it
+reads), and the experiment trackers a run names (``headwise train --set
 log.trackers=...``), as a new user would drive them.
 
 Each case checks what every sweep checks (:mod:`bad_input_harness`): the exit status (2 for bad
@@ -12,8 +13,9 @@ when it is not installed.
 The module-scoped ``world`` holds one tiny language run (a 32-token context, so the local
 evaluation tasks' longer endings do not fit it), a nearest-neighbour run, a ViT run, copies of
 the language run with a part missing or damaged, model folders of other data (another
-vocabulary, another vector width) to pass as ``--checkpoint``, bad text files for ``eval --text``
-and a study directory whose ``report`` is a file.
+vocabulary, another vector width) or other heads to pass as ``--checkpoint`` (and a copy of the
+language run holding the latter as a checkpoint), the ViT run's export, bad text files for
+``eval --text``, a study directory whose ``report`` is a file, a sound one and a search folder.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ VIT = ('[model]\npreset = "vit-tiny-28"\nd_model = 16\nn_layers = 1\nheads = [2]
        '[task]\nkind = "images"\nsource = "imgs"\n[train]\nsteps = 1\nmicro_batch = 4\n[eval]\nevery = 0\n')
 # A study directory as `headwise study` leaves it (only study.toml matters to the report's checks)
 STUDY = 'name = "mini"\nseeds = 1\nfingerprint = "0"\nvariants = []\n[definition.base.task]\nkind = "nearest"\n'
+# A search folder as `headwise search` leaves it (its saved definition and trials)
+SEARCH = 'name = "mini"\nfingerprint = "0"\n[base.task]\nkind = "lm"\n'
 
 FILES = {
     "notes.txt": "not a folder\n",
@@ -70,6 +74,9 @@ FILES = {
     "few.txt": "One. Two. Three.\n",
     "study/study.toml": STUDY,
     "study/report": "a file where the report folder goes\n",
+    "study-ok/study.toml": STUDY,
+    "search/search.toml": SEARCH,
+    "search/trials.json": '{"search": "mini", "trials": []}\n',
 }
 
 
@@ -79,10 +86,12 @@ def _train(root: Path, *argv: str) -> None:
 
 def _other_models(root: Path) -> None:
     """Saved model folders of other data than the runs': a language model of another vocabulary
-    and a vector model of another width."""
+    and a vector model of another width; and of the language run's data with other heads, as a
+    folder of its own and copied into a copy of the run as a checkpoint (``lm-foreign``)."""
     import torch
 
     from headwise.model import Transformer, save_pretrained
+    from headwise.model.pretrained import read_spec
     from headwise.spec import ModelSpec
 
     torch.manual_seed(0)
@@ -90,11 +99,18 @@ def _other_models(root: Path) -> None:
                     root / "other-vocab")
     save_pretrained(Transformer(ModelSpec(inputs="vectors", d_model=8, n_layers=1, heads=[1], max_seq_len=8,
                                           causal=False)), root / "other-width")
+    other_heads = Transformer(ModelSpec(**{**read_spec(root / "lm" / "model" / "spec.json").model_dump(),
+                                           "heads": [2, 2]}))
+    save_pretrained(other_heads, root / "other-heads")
+    shutil.copytree(root / "lm", root / "lm-foreign")
+    save_pretrained(other_heads, root / "lm-foreign" / "checkpoints" / "step_00000009")
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> Path:
     from test_image_data import write_idx_folder
+
+    from headwise.hf.export import export_hf
 
     root = tmp_path_factory.mktemp("bad-inputs-export")
     for name, text in FILES.items():
@@ -121,6 +137,7 @@ def world(tmp_path_factory) -> Path:
         shutil.copytree(root / "lm", root / name)
         damage(root / name)
     _other_models(root)
+    export_hf(root / "vit", root / "vit-export")
     return root
 
 
@@ -129,6 +146,32 @@ def train(name: str, *sets: str, says: tuple[str, ...] | str = ()) -> Case:
     argv = ["train", "nn.toml", "--out", "new-run", "--set", "train.steps=1", "--set", "eval.every=0"]
     return c(name, *argv, *[a for s in sets for a in ("--set", s)], says=says)
 
+
+#: every command given a folder (or a file) of another kind than it reads
+FOLDER_CASES = [
+    *[c(f"{cmd}-a-{kind}", cmd, path, *extra, says=said)
+      for cmd, extra in (("export", ("--hf", "exports/x")), ("eval", ()), ("generate", ()))
+      for kind, path, said in (("study", "study-ok", "not a headwise run"), ("search", "search", "not a headwise run"),
+                               ("file", "notes.txt", "not a headwise run"))],
+    c("generate-an-empty-folder", "generate", "empty", says="not a headwise run"),
+    c("eval-an-export", "eval", "vit-export", says=("vit-export", "not a headwise run")),
+    c("analyze-a-search", "analyze", "search", says=("search", "holds no run directories")),
+    c("analyze-a-file", "analyze", "notes.txt", says=("notes.txt", "not a directory")),
+    c("analyze-an-empty-folder", "analyze", "empty", says=("empty", "holds no run directories")),
+    c("report-a-search", "report", "search", says="not a study directory"),
+    c("report-an-image-run", "report", "vit", says="not a study directory"),
+    c("report-an-empty-folder", "report", "empty", says="not a study directory"),
+    c("report-a-file", "report", "notes.txt", says="not a study directory"),
+    *[c(f"convert-a-{kind}", "convert", path, "--out", "runs/back", says=said)
+      for kind, path, said in (("headwise-run", "lm", "not a transformers model folder"),
+                               ("image-run", "vit", "not a transformers model folder"),
+                               ("study", "study-ok", "not a transformers model folder"),
+                               ("search", "search", "not a transformers model folder"),
+                               ("empty-folder", "empty", "not a transformers model folder"),
+                               ("file", "notes.txt", "is a file"))],
+    c("convert-an-export-of-an-image-run", "convert", "vit-export", "--out", "runs/back",
+      says=("HeadwiseForImageClassification", "LlamaForCausalLM")),
+]
 
 CASES = [
     # export: where it writes
@@ -153,8 +196,16 @@ CASES = [
       says=("tokenizer.json is missing", "never rebuilt")),
     c("export-checkpoint-missing", "export", "lm", "--hf", "exports/x", "--checkpoint", "missing",
       says="not a saved headwise model"),
+    # export: a checkpoint must be the run's own (the card describes the run's config, losses, command)
     c("export-checkpoint-other-vocabulary", "export", "lm", "--hf", "exports/x", "--checkpoint", "other-vocab",
       says=("vocab_size 400", "300")),
+    c("export-checkpoint-other-heads", "export", "lm", "--hf", "exports/x", "--checkpoint", "other-heads",
+      says=("--checkpoint other-heads", "not a checkpoint of lm", "lm/checkpoints")),
+    c("export-checkpoint-of-another-run", "export", "lm", "--hf", "exports/x", "--checkpoint",
+      "lm-notokenizer/checkpoints/step_00000002", says=("lm-notokenizer/checkpoints/step_00000002",
+                                                         "not a checkpoint of lm")),
+    c("export-checkpoint-copied-into-the-run", "export", "lm-foreign", "--hf", "exports/x", "--checkpoint",
+      "lm-foreign/checkpoints/step_00000009", says=("step_00000009", "heads: [2, 2] vs [2, 1]")),
     # generate
     c("generate-empty-prompt", "generate", "lm", "--prompt", "", says="prompt is empty"),
     c("generate-max-new-tokens-negative", "generate", "lm", "--max-new-tokens", "-3", says="--max-new-tokens"),
@@ -204,6 +255,7 @@ CASES = [
     c("analyze-no-checkpoints", "analyze", "lm-noweights", says="no checkpoints"),
     c("report-a-run", "report", "lm", says="not a study directory"),
     c("report-folder-is-a-file", "report", "study", says=("study/report", "is a file")),
+    *FOLDER_CASES,
     # trackers
     train("tracker-unknown", 'log.trackers=["neptune"]', says=("unknown tracker 'neptune'", "mlflow")),
     train("tracker-wandb-mode", 'log.trackers=["wandb"]', "log.wandb_mode=sideways", says="wandb_mode"),
@@ -278,6 +330,20 @@ def test_an_export_failing_midway_leaves_no_folder(world: Path, tmp_path: Path, 
     with pytest.raises(RuntimeError, match="disk full"):
         export.export_hf(world / "lm", tmp_path / "a" / "b" / "model")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_checkpoint_of_the_run_exports_even_where_its_folder_links_elsewhere(world: Path, tmp_path: Path) -> None:
+    """The run's own checkpoint exports, also where ``checkpoints/`` is a link to another disk
+    (the checkpoint resolves outside the run, but is inside it as written)."""
+    from headwise.hf.export import export_hf
+
+    run = tmp_path / "run"
+    shutil.copytree(world / "lm", run)
+    shutil.move(run / "checkpoints", tmp_path / "disk")
+    (run / "checkpoints").symlink_to(tmp_path / "disk")
+    checkpoint = run / "checkpoints" / "step_00000001"
+    export_hf(run, tmp_path / "out", checkpoint=checkpoint)
+    assert str(checkpoint) in (tmp_path / "out" / "README.md").read_text()
 
 
 def _lm_eval_installed() -> bool:

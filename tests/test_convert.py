@@ -275,3 +275,44 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, monkeypatch)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     _refused(capsys, ["headwise-tests/no-such-model", "--out", str(out)], "HF_HUB_OFFLINE")
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".run.*"))
+
+
+def test_data_named_by_set_must_exist(tmp_path, capsys, monkeypatch):
+    """``--set task.source=`` (or ``task.validation=``) naming missing data: refused as ``headwise
+    train`` refuses it, before anything is written; data that exists is written into the run."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HEADWISE_DATA", raising=False)
+    save_hf(tmp_path / "hf", "llama")
+    capsys.readouterr()
+    _refused(capsys, ["hf", "--out", "out/run", "--set", "task.source=missing.txt"],
+             "--set task.source=missing.txt", "data source 'missing.txt' not found", "nothing was written")
+    sample = "task.source=tinystories-train-sample.txt"  # the sample that ships with headwise
+    _refused(capsys, ["hf", "--out", "out/run", "--set", sample, "--set", "task.validation=gone.txt"],
+             "data source 'gone.txt' not found")
+    assert [p.name for p in tmp_path.iterdir()] == ["hf"]
+    assert main(["convert", "hf", "--out", "out/run", "--set", sample]) == 0
+    assert run_config(tmp_path / "out" / "run").task.source == "tinystories-train-sample.txt"
+
+
+def test_weights_of_another_shape_name_the_tensor_and_both_shapes(tmp_path, capsys):
+    """transformers refuses a size mismatch with "For details look at the above report!" (a
+    report it logs, hidden here): the one line names the tensor and its two shapes instead."""
+    save_hf(tmp_path / "hf", "llama")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, "intermediate_size": 80}))
+    capsys.readouterr()
+    err = _refused(capsys, [str(tmp_path / "hf"), "--out", str(tmp_path / "run")], "do not fit its config.json",
+                   "model.layers.0.mlp.down_proj.weight is [32, 48] in the weights file, [32, 80] by config.json")
+    assert "above report" not in err and not (tmp_path / "run").exists()
+
+
+def test_a_config_out_of_headwise_range_says_the_field_and_why(tmp_path, capsys):
+    """A config whose converted spec pydantic refuses: the field and the reason, not the bare
+    "validation error for ModelSpec" header."""
+    save_hf(tmp_path / "hf", "llama")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 0}))
+    capsys.readouterr()
+    err = _refused(capsys, [str(tmp_path / "hf"), "--out", str(tmp_path / "run")],
+                   "max_seq_len: Input should be greater than 0 (got 0)")
+    assert "validation error" not in err and not (tmp_path / "run").exists()

@@ -41,7 +41,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpt-neo", action="store_true",
                    help="write a plain GPTNeoForCausalLM instead (no remote code), where GPT-Neo can express the "
                         "spec: one head count and width for every layer (the same as --native gpt-neo)")
-    p.add_argument("--checkpoint", metavar="PATH", help="a checkpoint folder of the run (default: the final model)")
+    p.add_argument("--checkpoint", metavar="PATH",
+                   help="a checkpoint folder of the run, inside RUN_DIR (default: the final model); another run's "
+                        "is refused, since the export describes RUN_DIR's config, losses and command")
 
 
 def run(args: argparse.Namespace) -> int:

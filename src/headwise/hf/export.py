@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import os
 import re
 import shutil
 import sys
@@ -38,6 +39,7 @@ from headwise.hf.card import model_card
 from headwise.parts import OUTPUT_HEAD_PARTS
 from headwise.run.layout import RunDir
 from headwise.spec import ModelSpec
+from headwise.train.checkpoint import spec_difference
 
 #: The modules whose classes ``auto_map`` names, and where the bundled code starts from
 ENTRY_MODULES = ("headwise.hf.models.configuration_headwise", "headwise.hf.models.modeling_headwise")
@@ -157,7 +159,8 @@ def _defined_names(text: str) -> set[str]:
 def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path | None = None,
               gpt_neo: bool = False, native: str = "auto", notes: list[str] | None = None) -> Path:
     """Write a run's model to ``out_dir`` (which must not exist, or be empty) as a Hugging Face
-    folder; returns ``out_dir``. ``native``: the ``transformers`` class to write
+    folder; returns ``out_dir``. ``checkpoint``: one of the run's own checkpoint folders instead
+    of its final model (another run's is refused). ``native``: the ``transformers`` class to write
     (:func:`headwise.hf.native.choose`; ``gpt_neo=True`` is ``native="gpt-neo"``); where ``auto``
     falls back to headwise's own class, the line saying why is put in the card and appended to
     ``notes``. What cannot be exported is refused before anything is written; the folder is
@@ -168,12 +171,14 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path |
     from headwise.hf.masked_tokenizer import save_masked_hf_tokenizer
     from headwise.hf.native import choose, to_native
     from headwise.hf.tokenizer import save_hf_tokenizer
-    from headwise.train.generate import run_config
+    from headwise.train.generate import run_config, run_spec
 
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     _check_out_dir(out_dir)
     cfg = run_config(run_dir)
     model, source, eot_id = run_model(run_dir, checkpoint)
+    if checkpoint is not None:
+        _check_own_checkpoint(model.spec, run_spec(run_dir, cfg), Path(checkpoint), run_dir)
     auto, cls = hf_class(model.spec)
     if gpt_neo and native not in ("auto", "gpt-neo"):
         raise HeadwiseError(f"--gpt-neo and --native {native} name two targets: give one (nothing was written)")
@@ -243,6 +248,25 @@ def _check_out_dir(out_dir: Path) -> None:
     if not existing.is_dir():
         raise HeadwiseError(f"--hf {out_dir}: {existing} is a file, so the folder cannot be made there; give "
                             "another path (nothing was written)")
+
+
+def _check_own_checkpoint(spec: ModelSpec, run: ModelSpec, checkpoint: Path, run_dir: Path) -> None:
+    """A ``--checkpoint`` (of model ``spec``) must be one of the run's own (of model ``run``): the
+    export writes it under the run's config, losses and command (its card,
+    ``headwise_config.toml``), which another run's weights would contradict. It must be inside
+    the run, as written or as resolved (a run whose ``checkpoints/`` links elsewhere passes), and
+    hold the run's model (not one copied in from elsewhere)."""
+    pairs = ((Path(os.path.abspath(checkpoint)), Path(os.path.abspath(run_dir))),
+             (checkpoint.resolve(), run_dir.resolve()))
+    if not any(path.is_relative_to(folder) for path, folder in pairs):
+        raise HeadwiseError(f"--checkpoint {checkpoint} is not a checkpoint of {run_dir} (it is not inside it): the "
+                            f"export would describe {run_dir}'s config, losses and command with another model's "
+                            f"weights; pass one of {RunDir(run_dir).checkpoints}/*, or export the run the checkpoint "
+                            "belongs to (nothing was written)")
+    diff = spec_difference(spec, run)
+    if diff is not None:
+        raise HeadwiseError(f"--checkpoint {checkpoint} holds another model than {run_dir}'s config.toml describes "
+                            f"({diff}, checkpoint vs run): it is not a checkpoint of this run (nothing was written)")
 
 
 def _make_folders(folder: Path) -> list[Path]:

@@ -9,7 +9,8 @@ converted by its own ``from_hf``. The run it writes is laid out as ``headwise tr
 
 - ``config.toml``: ``[model]`` the converted spec; the other tables those of the folder's
   ``headwise_config.toml`` when ``headwise export`` wrote it (the original run's data and
-  settings), else headwise's defaults (language modelling on TinyStories); ``--set`` overrides them;
+  settings), else headwise's defaults (language modelling on TinyStories); ``--set`` overrides them
+  (data it names must exist, as ``headwise train`` requires);
 - ``model/``: the weights as the trainer saves its final model, and ``checkpoints/step_00000000/``
   the same files (hard links where the file system allows), so ``headwise analyze`` measures them.
   It has no trainer state: a converted model is trained on with ``train.init_from``, never ``--resume``;
@@ -35,8 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import ValidationError
 
-from headwise.config import apply_overrides, read_toml
+from headwise.config import apply_overrides, describe_validation_error, read_toml
 from headwise.errors import HeadwiseError
 from headwise.hf.export import _make_folders
 from headwise.hf.native import NativeTarget, targets
@@ -67,6 +69,8 @@ HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "*.toml"]
 HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 #: how many random ids the logits check feeds, and its tolerance relative to the largest logit
 CHECK_IDS, CHECK_TOLERANCE = 16, 1e-4
+#: the ``--set`` keys that choose the run's data (checked as headwise train checks them)
+DATA_KEYS = ("task.source", "task.validation", "task.format", "task.field", "task.split")
 #: the [train] length of a written config (headwise train's --set changes it)
 TRAIN_STEPS = 1000
 
@@ -171,18 +175,25 @@ def _load(folder: Path, target: NativeTarget) -> Any:
     verbosity = logging.get_verbosity()
     logging.set_verbosity_error()  # transformers warns of every unused key: what matters is checked below
     try:
-        hf, info = cls.from_pretrained(str(folder), dtype=torch.float32, output_loading_info=True)
+        # mismatched sizes come back in `info`, named, rather than as an error that points at a
+        # report transformers logs (and that the verbosity above hides)
+        hf, info = cls.from_pretrained(str(folder), dtype=torch.float32, output_loading_info=True,
+                                       ignore_mismatched_sizes=True)
     except Exception as exc:  # a damaged or foreign weights file
         raise HeadwiseError(f"{folder}: {target.model_class} cannot load it ({first_line(exc)}) "
                             "(nothing was written)") from None
     finally:
         logging.set_verbosity(verbosity)
-    missing = [k for k in info.get("missing_keys", ()) if not (k == "lm_head.weight" and hf.config.tie_word_embeddings)]
-    wrong = missing or list(info.get("mismatched_keys", ()))
-    if wrong:
-        what = "missing" if missing else "of another shape"
-        raise HeadwiseError(f"{folder}: its weights do not fit its config.json ({what} {wrong[0]}) (nothing was "
+    missing = sorted(k for k in info.get("missing_keys", ())
+                     if not (k == "lm_head.weight" and hf.config.tie_word_embeddings))
+    mismatched = sorted(info.get("mismatched_keys", ()))
+    if missing:
+        raise HeadwiseError(f"{folder}: its weights do not fit its config.json (missing {missing[0]}) (nothing was "
                             "written)")
+    if mismatched:
+        name, saved, expected = mismatched[0]
+        raise HeadwiseError(f"{folder}: its weights do not fit its config.json ({name} is {list(saved)} in the "
+                            f"weights file, {list(expected)} by config.json) (nothing was written)")
     return hf.eval()
 
 
@@ -225,6 +236,7 @@ def run_config(spec: ModelSpec, folder: Path, tokenizer: Tokenizer | None, overr
     apply_overrides(data, overrides)
     data["model"] = spec.to_dict()
     cfg = RunConfig.parse(data, source="headwise convert's config")
+    _check_data(cfg, overrides)
     if tokenizer is not None:
         # what headwise train would check of this config: the model fits the task (a tokenizer-less
         # run has no task to train on)
@@ -232,6 +244,21 @@ def run_config(spec: ModelSpec, folder: Path, tokenizer: Tokenizer | None, overr
         if resolved != spec:
             raise HeadwiseError("the task of this config changes the model (--set task.*): nothing was written")
     return resolved_config(cfg, spec)
+
+
+def _check_data(cfg: RunConfig, overrides: list[str]) -> None:
+    """Data that ``overrides`` name must exist, as ``headwise train`` checks it first
+    (:func:`headwise.text.data_plan.plan_data`): a run naming missing data is refused before
+    anything is written. Data nobody named (the defaults, or the export's) is not looked up: it
+    may be a hub dataset, and the run is used without it (generate, export)."""
+    from headwise.text.data_plan import DataConfig, plan_data
+
+    named = [item for item in overrides if item.partition("=")[0].strip() in DATA_KEYS]
+    if named and isinstance(cfg.task, DataConfig):
+        try:
+            plan_data(cfg.task)
+        except HeadwiseError as exc:
+            raise HeadwiseError(f"--set {' '.join(named)}: {exc} (nothing was written)") from None
 
 
 def _summary(spec: ModelSpec, tokenizer: Tokenizer | None, facts: dict[str, Any]) -> RunSummary:
@@ -300,7 +327,10 @@ def _read_source(src: str, cls: str) -> tuple[Path, bool, NativeTarget, Any, Mod
         spec = target.spec_from_config(hf_config)
     except HeadwiseError as exc:  # the converter's own reason (MoE layers, another RoPE, ...)
         raise HeadwiseError(f"{src}: {exc} (nothing was written)") from None
-    except (ValueError, TypeError) as exc:  # a spec field out of range: pydantic's error
+    except ValidationError as exc:  # a spec field out of range
+        why = describe_validation_error(ModelSpec, exc, "its headwise spec")
+        raise HeadwiseError(f"cannot convert {src}: {why} (nothing was written)") from None
+    except (ValueError, TypeError) as exc:  # a config value the converter cannot compute with
         raise HeadwiseError(f"cannot convert {src}: {first_line(exc)} (nothing was written)") from None
     if not any((folder / name).is_file() for name in WEIGHT_FILES):
         raise HeadwiseError(f"{src} has no weights ({', '.join(WEIGHT_FILES)}) (nothing was written)")
