@@ -49,6 +49,11 @@ CASES = [
     train("rotary-factor-negative", "model.partial_rotary_factor=-0.5", says="(0, 1]"),
     train("rotary-odd-channels", "model.partial_rotary_factor=0.2", says=("layer 0", "3 channels", "pairs")),
     train("rope-theta-0", "model.rope_theta=0", says="rope_theta"),
+    # RoPE's options where the positions are not rotary: refused, not ignored
+    train("rope-theta-learned-positions", "model.positions=learned", "model.rope_theta=500000",
+          says=("rope_theta = 500000.0 has no effect with positions = 'learned'", "positions = 'rope'")),
+    train("rotary-factor-sinusoid-positions", "model.positions=scaled_sinusoid", "model.partial_rotary_factor=0.5",
+          says=("partial_rotary_factor = 0.5", "positions = 'scaled_sinusoid'", "remove partial_rotary_factor")),
     train("positions-unknown", "model.positions=rotary", says=("positions", "'rope'")),
     train("norm-unknown", "model.norm=rmsnorm", says=("norm", "'rmsnorm_pre'")),
     train("qk-norm-unknown", "model.qk_norm=layernorm", says=("qk_norm", "'rmsnorm'")),

@@ -88,7 +88,7 @@ def test_laguna_configs_headwise_cannot_read_are_refused():
     (dict(qk_norm=None), "qk_norm"),
     (dict(mlp_bias=True), "mlp_bias"),
     (dict(out_bias=True), "attention_bias"),
-    (dict(positions="learned"), "positions"),
+    (dict(positions="learned", rope_theta=10000.0), "positions"),
 ])
 def test_what_laguna_cannot_express_is_refused_with_the_reason(fields, needle):
     spec = ModelSpec(**{**LAGUNA_STYLE, **fields})

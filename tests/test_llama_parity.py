@@ -92,7 +92,7 @@ def test_a_rope_layer_is_not_reorderable():
     (dict(heads=[4, 4, 2], head_dim=8), "different heads"),
     (dict(kv_heads=[2, 2, 1]), "different key/value heads"),
     (dict(activation="geglu"), "activation"),
-    (dict(positions="learned"), "positions"),
+    (dict(positions="learned", rope_theta=10000.0), "positions"),
     (dict(partial_rotary_factor=0.5), "partial_rotary_factor"),
     (dict(qk_norm="rmsnorm"), "qk_norm"),
     (dict(out_bias=True), "attention_bias"),

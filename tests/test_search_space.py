@@ -117,6 +117,20 @@ def test_a_space_or_budget_that_allows_nothing_is_one_line(space, budget, says):
     assert says in one_line_error(search, GPT, space, budget)
 
 
+@pytest.mark.parametrize("bad", ["nan", "inf", "-inf"])
+@pytest.mark.parametrize("where", ["mlp_ratio", "geometric-ratio", "named-ratio"])
+def test_a_ratio_that_is_not_finite_is_one_line(where, bad):
+    """NaN passed every check of a ratio (each comparison is false) and made plans of it."""
+    x, space, extra = float(bad), {"depth": 2, "heads": [2]}, {}
+    if where == "mlp_ratio":
+        space["mlp_ratio"] = [x]
+    elif where == "geometric-ratio":
+        space.update(scaling="geometric", ratio=[1.0, x])
+    else:
+        extra["named"] = [{"name": "n", "scheme": "ascending", "total_heads": 4, "ratio": x}]
+    assert "finite number" in one_line_error(search, GPT, space, None, **extra)
+
+
 def test_named_plans_default_to_the_schemes_and_say_why_one_is_not_a_trial():
     s = search(GPT, {"depth": 2, "heads": "divisors"}, {"metric": "total_heads", "target": 6})
     named = {n.name: n for n in s.named}

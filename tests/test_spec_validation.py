@@ -4,12 +4,13 @@ the command line refuses a bad one in one line before anything is written."""
 import os
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import pytest
 
 from headwise.errors import HeadwiseError
-from headwise.spec import ModelSpec
+from headwise.spec import READ_ONLY_WITH, ModelSpec
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 BASE = dict(d_model=768, n_layers=4, heads=[12] * 4)
@@ -34,6 +35,24 @@ def test_unset_widths_resolve_to_the_defaults():
     assert spec.head_dims == [64] * 4 and [s.mlp_hidden for s in spec.layers()] == [3072] * 4
     spec = ModelSpec.parse({**BASE, "head_dim": [1, 2, 3, 4], "mlp_hidden": 1})
     assert spec.head_dims == [1, 2, 3, 4] and spec.layer(0).mlp_hidden == 1
+
+
+def _settings(field: str) -> tuple:
+    return typing.get_args(ModelSpec.model_fields[field].annotation)
+
+
+@pytest.mark.parametrize("name, other", [(name, other) for name, (field, setting) in READ_ONLY_WITH.items()
+                                         for other in _settings(field) if other != setting])
+def test_an_option_the_model_would_ignore_is_refused_in_one_line(name, other):
+    """rope_theta or partial_rotary_factor set while positions are learned did nothing, silently."""
+    field, setting = READ_ONLY_WITH[name]
+    value = ModelSpec.model_fields[name].default / 2
+    assert ModelSpec.parse({**BASE, field: setting, name: value}).model_dump()[name] == value
+    with pytest.raises(HeadwiseError) as exc:
+        ModelSpec.parse({**BASE, field: other, name: value}, source="spec")
+    message = str(exc.value)
+    assert f"{name} = {value} has no effect with {field} = {other!r}" in message and f"{setting!r}" in message
+    assert "\n" not in message
 
 
 def _headwise(*args: str, **env: str) -> subprocess.CompletedProcess:

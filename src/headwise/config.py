@@ -7,9 +7,11 @@ so the CLI can report them without a traceback.
 
 from __future__ import annotations
 
+import argparse
 import copy
 import difflib
 import hashlib
+import math
 import os
 import tempfile
 import tomllib
@@ -25,9 +27,10 @@ C = TypeVar("C", bound="Config")
 
 
 class Config(BaseModel):
-    """Base for all config objects: strict about unknown keys, validated on assignment."""
+    """Base for all config objects: strict about unknown keys, validated on assignment, and every
+    float finite (TOML reads ``nan`` and ``inf`` as numbers, which no setting means)."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False, allow_inf_nan=False)
 
     @classmethod
     def parse(cls: type[C], data: dict[str, Any], source: str = "config") -> C:
@@ -62,6 +65,18 @@ def _drop_none(value: Any) -> Any:
         return {k: _drop_none(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):
         return [_drop_none(v) for v in value]
+    return value
+
+
+def finite_float(text: str) -> float:
+    """A number on the command line (the argparse ``type`` of every float option): ``nan`` and
+    ``inf``, which ``float()`` reads, are refused, as :class:`Config` refuses them in files."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
     return value
 
 

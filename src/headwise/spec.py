@@ -30,6 +30,9 @@ Activation = Literal["gelu_new", "gelu", "relu", "geglu", "swiglu"]
 GATED_ACTIVATIONS = ("geglu", "swiglu")
 #: Norms before each sub-block (and a final norm after the blocks); the others follow each residual.
 PRE_NORMS = ("layernorm_pre", "rmsnorm_pre")
+#: Options the model reads only under one setting of another field: option -> (that field, the
+#: setting). Set away from its default under any other setting, an option is refused, not ignored.
+READ_ONLY_WITH = {"rope_theta": ("positions", "rope"), "partial_rotary_factor": ("positions", "rope")}
 
 
 def _built_in_kinds() -> dict[str, type[AttentionKind]]:
@@ -274,6 +277,7 @@ class ModelSpec(Config):
         if self.positions == "scaled_sinusoid" and self.d_model % 2:
             raise ValueError(f"positions = 'scaled_sinusoid' pairs a sine and a cosine per frequency: d_model "
                              f"{self.d_model} must be even")
+        _check_read(self)
         _check_attention_heads(self)
         if head.pooled and self.num_classes is None:
             raise ValueError(f"outputs = {self.output_head!r} needs num_classes (set it, or let the task's data set it)")
@@ -343,6 +347,16 @@ def _kind_fields() -> dict[str, Any]:
 # ``[model]``, as saved configs hold them, while no kind is named here.
 ModelSpec = create_model("ModelSpec", __base__=ModelSpec, __module__=__name__, __doc__=ModelSpec.__doc__,
                          **_kind_fields())
+
+
+def _check_read(spec: ModelSpec) -> None:
+    """Refuse an option of :data:`READ_ONLY_WITH` set away from its default where the model would
+    ignore it, naming the setting it needs."""
+    for name, (field, setting) in READ_ONLY_WITH.items():
+        value, current = getattr(spec, name), getattr(spec, field)
+        if value != type(spec).model_fields[name].default and current != setting:
+            raise ValueError(f"{name} = {value} has no effect with {field} = {current!r}: set {field} = "
+                             f"{setting!r}, or remove {name}")
 
 
 def _check_attention_heads(spec: ModelSpec) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from headwise.config import finite_float
 from headwise.errors import HeadwiseError
 from headwise.params import count_params, kv_cache_budget
 from headwise.plans import SCHEMES, plan_heads, plan_kv_heads
@@ -23,11 +24,12 @@ def _int_list(text: str) -> list[int]:
 
 def _float_pair(text: str) -> tuple[float, float]:
     try:
-        values = tuple(float(v) for v in text.split(","))
-    except ValueError:
+        values = tuple(finite_float(v) for v in text.split(","))
+    except argparse.ArgumentTypeError:
         values = ()
     if len(values) != 2:
-        raise argparse.ArgumentTypeError(f"{text!r} is not two comma-separated numbers (first layer, last layer)")
+        raise argparse.ArgumentTypeError(f"{text!r} is not two comma-separated numbers (first layer, last layer), "
+                                         "each finite")
     return values  # type: ignore[return-value]
 
 
@@ -45,7 +47,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--scheme", choices=SCHEMES, default="constant")
     p.add_argument("--total-heads", type=int, help="the budget of heads over all layers")
-    p.add_argument("--ratio", type=float, default=2.0, help="geometric ratio per layer (linear: last/first)")
+    p.add_argument("--ratio", type=finite_float, default=2.0, help="geometric ratio per layer (linear: last/first)")
     p.add_argument("--heads", type=_int_list, help="explicit per-layer counts, e.g. 96,48,24,12")
     p.add_argument("--head-dim", type=int, help="fixed head width (decoupled from d_model / heads)")
     p.add_argument("--kv-heads", type=_int_list, help="key/value heads (grouped-query attention): one count for "
@@ -54,7 +56,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-scheme", choices=("constant", "ascending", "descending", "linear"),
                    help="spread --kv-total key/value heads over the layers, each a divisor of its layer's heads")
     p.add_argument("--kv-total", type=int, help="the budget of key/value heads over all layers (with --kv-scheme)")
-    p.add_argument("--kv-ratio", type=float, default=2.0, help="--kv-scheme's ratio (as --ratio)")
+    p.add_argument("--kv-ratio", type=finite_float, default=2.0, help="--kv-scheme's ratio (as --ratio)")
     p.add_argument("--qkv-multipliers", type=_float_pair, help="layerwise: the first and last layers' query-width "
                    "multipliers of d_model (default 0.5,1.0, OpenELM's)")
     p.add_argument("--ffn-multipliers", type=_float_pair, help="layerwise: the first and last layers' SwiGLU "
