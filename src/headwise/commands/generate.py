@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
+
+from headwise.config import finite_float
 
 NAME = "generate"
 HELP = "sample text from a run's model (KV cache), or show another model's answers on held-out data"
@@ -19,10 +20,10 @@ HELP = "sample text from a run's model (KV cache), or show another model's answe
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by headwise train")
     p.add_argument("--prompt", help=f"text to continue (default {DEFAULTS['prompt']!r})")
-    p.add_argument("--temperature", type=float, help=f"0 decodes greedily (default {DEFAULTS['temperature']})")
+    p.add_argument("--temperature", type=finite_float, help=f"0 decodes greedily (default {DEFAULTS['temperature']})")
     p.add_argument("--max-new-tokens", type=int, help=f"at most this many tokens (default {DEFAULTS['max_new_tokens']})")
     p.add_argument("--top-k", type=int, help="sample only from the K most likely tokens")
-    p.add_argument("--top-p", type=float, help="sample only from the smallest set of tokens with probability >= P")
+    p.add_argument("--top-p", type=finite_float, help="sample only from the smallest set of tokens with probability >= P")
     p.add_argument("--seed", type=int, help="seed for sampling (and for --untrained initialisation)")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--checkpoint", metavar="PATH", help="a checkpoint or model folder (default: the final model)")
@@ -43,7 +44,7 @@ def _check_sampling(args: argparse.Namespace) -> None:
             setattr(args, name, default)
     if args.max_new_tokens < 1:
         raise HeadwiseError(f"--max-new-tokens {args.max_new_tokens}: give at least 1")
-    if not args.temperature >= 0 or math.isinf(args.temperature):
+    if args.temperature < 0:
         raise HeadwiseError(f"--temperature {args.temperature}: give 0 (greedy) or a positive number")
     if args.top_k is not None and args.top_k < 1:
         raise HeadwiseError(f"--top-k {args.top_k}: give at least 1 (or leave it out to sample from every token)")

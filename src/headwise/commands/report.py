@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import argparse
 
+from headwise.config import finite_float
+
 NAME = "report"
 
 
 def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0 or value == float("inf"):
+    value = finite_float(text)
+    if value <= 0:
         raise argparse.ArgumentTypeError(f"{text} must be a positive number of heads")
     return value
+
 
 HELP = "write a study's report (report.md, PNG figures and the CSV behind each) from its run directories"
 
