@@ -407,7 +407,7 @@ CASES = [
     c("report-a-run", "report", "run", says="not a study directory"),
     c("report-at-heads-negative", "report", "run", "--at-heads", "-5", says="positive"),
     c("report-at-heads-zero", "report", "run", "--at-heads", "0", says="positive"),
-    c("report-at-heads-nan", "report", "run", "--at-heads", "nan", says="positive"),
+    c("report-at-heads-nan", "report", "run", "--at-heads", "nan", says="finite"),
     c("report-at-heads-text", "report", "run", "--at-heads", "many", says="not a number"),
     # analyze
     c("analyze-nothing", "analyze", says="--theory"),
@@ -504,10 +504,18 @@ def test_whole_table_checks_name_no_made_up_location() -> None:
         assert "top level" not in str(info.value) and str(info.value).startswith("src: ")
 
 
-def test_at_heads_is_kept_for_heads_reports(tmp_path: Path) -> None:
-    """--at-heads is refused only where the layout fits no curves: a language study (heads layout) keeps it."""
+@pytest.mark.parametrize("kind, kept", [("lm", True), ("nearest", False)])
+def test_at_heads_is_kept_for_heads_reports(tmp_path: Path, kind: str, kept: bool) -> None:
+    """--at-heads is refused only where the layout fits no curves: a language study (heads layout)
+    keeps it, the same study file on the nearest-neighbour task (rank layout) refuses it, so the
+    check ran on the study's layout rather than returning early."""
     from headwise.commands.report import _check_at_heads
+    from headwise.errors import HeadwiseError
 
     (tmp_path / "study.toml").write_text('name = "lm"\nseeds = 1\nfingerprint = "0"\nvariants = []\n'
-                                         '[definition.base.task]\nkind = "lm"\n')
-    _check_at_heads(str(tmp_path), 90.0)
+                                         f'[definition.base.task]\nkind = "{kind}"\n')
+    if kept:
+        assert _check_at_heads(str(tmp_path), 90.0) is None
+    else:
+        with pytest.raises(HeadwiseError, match="'rank' report"):
+            _check_at_heads(str(tmp_path), 90.0)
