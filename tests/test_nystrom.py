@@ -164,10 +164,30 @@ def test_empty_segment_inside_the_sequence_is_dropped():
     out = nystrom_attention(q, k, v, 6, 0.35, key_mask=mask)
     cut = nystrom_attention(q[:, :, keep], k[:, :, keep], v[:, :, keep], 5, 0.35)
     torch.testing.assert_close(out[:, :, keep], cut, atol=1e-5, rtol=0)
-    # A partly masked segment: its landmark is the mean of its real tokens only.
+    # A partly masked segment (position 11 is padding): its landmarks are means of its real tokens
+    # only, so the padding's values change nothing at the real positions.
     mask[0, 8:11] = True
+    keep = mask[0]
     out = nystrom_attention(q, k, v, 6, 0.35, key_mask=mask)
-    assert torch.isfinite(out).all()
+    wild = [x.clone() for x in (q, k, v)]
+    for x in wild:
+        x[:, :, 11] = 100.0
+    torch.testing.assert_close(nystrom_attention(*wild, 6, 0.35, key_mask=mask)[:, :, keep], out[:, :, keep],
+                               atol=1e-6, rtol=0)
+
+
+def test_one_landmark_is_the_mean_of_the_real_queries():
+    # With one landmark F, A and A's pseudo-inverse are all 1, so every output is B v: the
+    # landmark's softmax attention over the real keys, the landmark the real queries' mean.
+    q, k, v = _qkv(1, 2, 12, 8, seed=9)
+    mask = torch.ones(1, 12, dtype=torch.bool)
+    mask[0, [3, 7, 11]] = False
+    real = mask[0]
+    landmark = q[:, :, real].mean(2, keepdim=True)                                       # [1, 2, 1, 8]
+    weights = torch.softmax(0.3 * landmark @ k[:, :, real].transpose(-1, -2), dim=-1)    # [1, 2, 1, 9]
+    expected = (weights @ v[:, :, real]).expand(1, 2, 9, 8)
+    out = nystrom_attention(q, k, v, 1, 0.3, key_mask=mask)
+    torch.testing.assert_close(out[:, :, real], expected, atol=1e-6, rtol=0)
 
 
 def test_fully_masked_sample_stays_finite():

@@ -277,3 +277,78 @@ def test_the_detectable_gain_has_the_stated_power():
     assert judge([gains_of([1, 2, 3, 4, 5])] * 2)[0].detectable == pytest.approx(
         detectable_gain(5, math.sqrt(2.5), ALPHA / 2), rel=1e-12)
     assert detectable_gain(5, 1.0, ALPHA / 2) > detectable_gain(5, 1.0)
+
+
+def simulated_tost_power(n: int, sd: float, true_gain: float, margin: float, alpha: float,
+                         draws: int = 400_000, seed: int = 0) -> float:
+    """The TOST's seeded rejection rate for any ``n``, drawing each sample's sufficient statistics
+    (normal theory: the mean ~ N(true_gain, sd^2 / n) and, independently, (n - 1) s^2 / sd^2 ~
+    chi^2(n - 1)) instead of its ``n`` gains."""
+    rng = np.random.default_rng(seed)
+    mean = true_gain + sd / math.sqrt(n) * rng.standard_normal(draws)
+    se = sd * np.sqrt(rng.chisquare(n - 1, draws) / (n - 1)) / math.sqrt(n)
+    crit = sps.t.ppf(1 - alpha, n - 1)
+    return float(np.mean(((mean + margin) / se > crit) & ((margin - mean) / se > crit)))
+
+
+@pytest.mark.parametrize("n, margin, true_gain", [
+    (100_000, 0.01, 0.0),        # the chi density is a narrow spike far inside the integration range
+    (1_000_000, 0.003, 0.001),
+    (30, 5.0, 0.0),
+])
+def test_the_tost_power_finds_the_chi_density_s_bulk(n, margin, true_gain):
+    exact = power(n, 1.0, "equivalent", true_gain=true_gain, margin=margin)
+    assert exact == pytest.approx(simulated_tost_power(n, 1.0, true_gain, margin, ALPHA), abs=0.005)
+
+
+def test_the_tost_power_tends_to_one_as_the_margin_grows():
+    # 1 - power <= P(|mean| > margin / 2) + P(c s / sqrt(n) > margin / 2): with a margin of 1000 sd
+    # both are far below a double's resolution
+    assert power(30, 1.0, "equivalent", true_gain=0.0, margin=1000.0) == pytest.approx(1.0, abs=1e-12)
+    # n = 2: s = sd |W|, W ~ N(0, 1), so 1 - power <= P(|W| > margin sqrt(2) / (c sd)) = 2 Phi(-8.9e4), also 0
+    assert power(2, 1.0, "equivalent", true_gain=0.0, margin=1e6) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_the_one_sided_power_when_the_effect_dwarfs_the_spread():
+    # where scipy's noncentral t is finite the power is its survival function at the critical t
+    crit = sps.t.ppf(1 - ALPHA, 9)
+    assert power(10, 1e-4, "as_good", true_gain=0.0, margin=1.0) == sps.nct.sf(crit, 9, 1e4 * math.sqrt(10))
+    # beyond it the limit: 1 - power <= P(chi_9 / 3 > nc / crit), nil for nc = 3e9, and 0 for a gain as far below
+    assert power(10, 1e-9, "as_good", true_gain=0.0, margin=1.0) == 1.0
+    assert power(10, 1e-9, "better", true_gain=-1.0) == 0.0
+    # so two seeds suffice, as with no spread at all (power(2, 0.0, ...) = 1)
+    assert seeds_for_power(1e-10, "as_good", true_gain=0.0, margin=1.0) == 2
+
+
+def two_seed_rejection(mean: float, crit: float, low: float, high: float) -> float:
+    """P(low < Y + crit W < high and low < Y - crit W < high) for independent Y ~ N(mean, 1) and
+    W ~ N(0, 1), by scipy's bivariate normal cdf (the two sums are jointly normal).
+
+    With two gains, Y = sqrt(2) mean gain / sd and W = (gain 1 - gain 2) / (sqrt(2) sd), so that
+    the t statistic is Y / |W|: the one-sided test at bound 0 rejects iff Y > crit |W| (the
+    quadrant low = 0, high = inf), the TOST at margin M iff |Y| + crit |W| < sqrt(2) M / sd (the
+    square high = -low = sqrt(2) M / sd), as |a| + |b| = max(|a + b|, |a - b|)."""
+    cov = [[1 + crit ** 2, 1 - crit ** 2], [1 - crit ** 2, 1 + crit ** 2]]
+    return float(sps.multivariate_normal([mean, mean], cov).cdf([high, high], lower_limit=[low, low]))
+
+
+@pytest.mark.parametrize("sd, true_gain, margin, alpha", [
+    (1.0, 0.0, 3.0, ALPHA),
+    (0.006044, -5.3255, 8.0038, ALPHA / 9),    # far in the chi(1) tail: the old quadrature was 1e-9 short
+    (1.0, 0.5, 20.0, ALPHA),
+    (1.0, 0.0, 1e6, ALPHA),                    # the old quadrature gave 0
+])
+def test_the_tost_power_at_two_seeds_is_a_bivariate_normal_square(sd, true_gain, margin, alpha):
+    bound = math.sqrt(2) * margin / sd
+    exact = two_seed_rejection(math.sqrt(2) * true_gain / sd, sps.t.ppf(1 - alpha, 1), -bound, bound)
+    tost = power(2, sd, "equivalent", true_gain=true_gain, margin=margin, alpha=alpha)
+    assert tost == pytest.approx(exact, abs=1e-12)
+
+
+def test_the_detectable_gain_of_a_claim_with_many_pairs_at_two_seeds():
+    # at ALPHA / 9 and one degree of freedom the standardised effect lies beyond 100
+    delta = detectable_gain(2, 1.0, ALPHA / 9)
+    crit = sps.t.ppf(1 - ALPHA / 9, 1)
+    assert two_seed_rejection(math.sqrt(2) * delta, crit, 0.0, math.inf) == pytest.approx(0.8, abs=1e-9)
+    judged = judge([gains_of([1.0, 2.0])] * 9)
+    assert judged[0].detectable == pytest.approx(detectable_gain(2, math.sqrt(0.5), ALPHA / 9), rel=1e-12)

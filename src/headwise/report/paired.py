@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
-from typing import Literal, Mapping, Sequence
+from typing import Callable, Literal, Mapping, Sequence
 
 import numpy as np
 from scipy import integrate, optimize
@@ -189,17 +189,21 @@ def verdict_of(gains: Sequence[float], test: Test, margin: float | None, m: int)
 def detectable_gain(n: int, sd: float, alpha: float = ALPHA, power: float = POWER) -> float:
     """The true distance above a bound at which a one-sided paired t test at ``alpha`` over ``n``
     seeds rejects with probability ``power``, when the gains' standard deviation is ``sd``."""
-    if n < 2 or not math.isfinite(sd):
+    if n < 2 or not math.isfinite(sd) or not 0 < power < 1:  # a power of 1 needs an infinite gain
         return math.nan
     if sd == 0:
         return 0.0
     df, crit = n - 1, sps.t.ppf(1 - alpha, n - 1)
 
     def shortfall(effect: float) -> float:  # power at a standardised effect, minus the target
-        return float(sps.nct.sf(crit, df, effect * math.sqrt(n))) - power
+        return _nct_sf(crit, df, effect * math.sqrt(n)) - power
 
-    effect = optimize.brentq(shortfall, 0.0, 100.0)
-    return effect * sd
+    # few seeds at a small alpha need a large effect (past 100 at 2 seeds and ALPHA / 9): double
+    # the bracket until it holds the answer
+    high = 1.0
+    while shortfall(high) < 0:
+        high *= 2
+    return optimize.brentq(shortfall, 0.0, high) * sd
 
 
 def paired_gain(variant: Mapping[int, float], baseline: Mapping[int, float], higher_is_better: bool) -> PairedGain:
@@ -291,20 +295,48 @@ def judge(gains: Sequence[PairedGain], test: Test = "better", *, margins: Sequen
     return out
 
 
+def _nct_sf(x: float, df: int, nc: float) -> float:
+    """P(T > x) for T noncentral t with ``df`` degrees of freedom and noncentrality ``nc``.
+
+    scipy's ``nct.sf`` is NaN once ``|nc|`` passes about 3e9 (an effect dwarfing the spread);
+    there take the same probability as E[Phi(nc - x u / sqrt(df))], u ~ chi(df), which stays
+    finite (T = (Z + nc) sqrt(df) / u with Z ~ N(0, 1))."""
+    p = float(sps.nct.sf(x, df, nc))
+    if math.isnan(p):
+        p = _over_chi(lambda u: float(sps.norm.cdf(nc - x * u / math.sqrt(df))), df)
+    return p
+
+
+def _over_chi(f: Callable[[float], float], df: int, upper: float = math.inf) -> float:
+    """The mean of the probability ``f(u)`` over u ~ chi(df) restricted to ``u < upper`` (f taken
+    as 0 above it), within [0, 1] (the pieces' rounding may carry their sum past 1).
+
+    One quadrature over (0, upper) misses the density's bulk when it is a narrow spike (large df)
+    or a speck in a wide range (a large upper): integrate piece by piece between quantiles of u
+    (the centre, the 1e-6 tails, and the 1e-20 upper tail beyond which nothing counts)."""
+    edges = [0.0, *sps.chi.ppf([1e-6, 0.5], df), *sps.chi.isf([1e-6, 1e-20], df)]
+    edges = [e for e in edges[:-1] if e < upper] + [min(upper, edges[-1])]
+
+    def weighted(u: float) -> float:
+        return f(u) * float(sps.chi.pdf(u, df))
+
+    total = sum(integrate.quad(weighted, a, b, limit=200, epsabs=1e-14)[0] for a, b in zip(edges, edges[1:]))
+    return min(1.0, max(0.0, total))
+
+
 def _tost_power(n: int, sd: float, true_gain: float, margin: float, alpha: float) -> float:
     """P(both one-sided tests at ``alpha`` reject), exactly: the sample mean and sd are independent,
-    so integrate the normal probability that the mean lies in (-margin + c s / sqrt n,
+    so average the normal probability that the mean lies in (-margin + c s / sqrt n,
     margin - c s / sqrt n) over the distribution of s = sd u / sqrt(n - 1), u ~ chi(n - 1)."""
     df, se = n - 1, sd / math.sqrt(n)
     c = sps.t.ppf(1 - alpha, df)
     u_max = math.sqrt(df) * margin / (c * se)     # beyond it the acceptance region is empty
 
-    def integrand(u: float) -> float:
+    def inside(u: float) -> float:
         h = c * se * u / math.sqrt(df)            # c s / sqrt(n)
-        inside = sps.norm.cdf((margin - h - true_gain) / se) - sps.norm.cdf((-margin + h - true_gain) / se)
-        return float(inside * sps.chi.pdf(u, df))
+        return float(sps.norm.cdf((margin - h - true_gain) / se) - sps.norm.cdf((-margin + h - true_gain) / se))
 
-    return float(integrate.quad(integrand, 0.0, u_max, limit=200, epsabs=1e-10)[0])
+    return _over_chi(inside, df, u_max)
 
 
 def power(n: int, sd: float, test: Test, *, true_gain: float, margin: float | None = None,
@@ -327,7 +359,7 @@ def power(n: int, sd: float, test: Test, *, true_gain: float, margin: float | No
     if sd == 0:
         return 1.0 if true_gain > bound else 0.0
     crit = sps.t.ppf(1 - alpha, n - 1)
-    return float(sps.nct.sf(crit, n - 1, (true_gain - bound) * math.sqrt(n) / sd))
+    return _nct_sf(crit, n - 1, (true_gain - bound) * math.sqrt(n) / sd)
 
 
 def seeds_for_power(sd: float, test: Test, *, true_gain: float, margin: float | None = None,
