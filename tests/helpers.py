@@ -83,3 +83,19 @@ def wait_for(predicate, timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
+
+
+def quiet_basis(*stalls):
+    """The basis of two rounds' statistics: both rounds whatever their stall (the quiet ones are
+    used alone only when there are two), named by how many were quiet (stall share below 0.10, or
+    unknown) in every one of ``stalls``."""
+    quiet = sum(all(x is None or x < 0.10 for x in xs) for xs in zip(*stalls))
+    return "2/2 quiet" if quiet == 2 else f"all 2 ({quiet} quiet)"
+
+
+def two_round_ratio(num, den, num_stall, den_stall):
+    """A comparison's fields for two rounds, by hand: each median is the mean of the two."""
+    paired = [num[0] / den[0], num[1] / den[1]]
+    return {"ratio": pytest.approx((paired[0] + paired[1]) / 2), "paired": pytest.approx(paired),
+            "ratio_of_medians": pytest.approx((num[0] + num[1]) / (den[0] + den[1])),
+            "basis": quiet_basis(num_stall, den_stall)}
