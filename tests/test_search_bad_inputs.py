@@ -7,6 +7,8 @@ a search folder whose search file changed since, and the rest below. Each case r
 from __future__ import annotations
 
 import copy
+import shutil
+import sys
 from importlib.metadata import version
 from pathlib import Path
 
@@ -55,6 +57,7 @@ FILES = {
                              fidelity={"pruner": "hyperband"}),
     "pruned-blind": variant(GOOD, fidelity={"pruner": "successive_halving"}, base={**BASE, "eval": {"every": 0}}),
     "too-few-trials": variant(GOOD, trials=1),
+    "late-rung": variant(GOOD, fidelity={"pruner": "successive_halving", "min_steps": 25}),
     "base-plan": variant(GOOD, base={**BASE, "model": {**BASE["model"], "plan": {"scheme": "constant",
                                                                                  "total_heads": 2}}}),
     "unnamed-baseline": variant(CONFIRMED, confirm={"seeds": 2, "baseline": "nobody"}),
@@ -75,6 +78,17 @@ CASES = [
     c("pruner with two objectives", "search", "pruned-pareto.toml", says="pruner"),
     c("pruner without an eval curve", "search", "pruned-blind.toml", says="eval] every"),
     c("fewer trials than named plans", "search", "too-few-trials.toml", "--out", "out", says="named plans"),
+    c("fewer trials than named plans, dry run", "search", "too-few-trials.toml", "--dry-run", says="named plans"),
+    c("pruner whose first rung is past the last evaluation", "search", "late-rung.toml", "--out", "out",
+      says=("first rung at step 25", "train 30 steps", "min_steps of at most 20")),
+    c("pruner whose first rung is past the last evaluation, dry run", "search", "late-rung.toml", "--dry-run",
+      says="first rung at step 25"),
+    c("worker with no search to join", "search", "good.toml", "--out", "nobody-here", "--worker",
+      says="no search to join"),
+    c("worker that would start afresh", "search", "saved-same.toml", "--out", "saved", "--worker", "--new",
+      says=("--worker", "--new")),
+    c("damaged optuna.db of the folder", "search", "saved-same.toml", "--out", "broken-store",
+      says="broken-store/optuna.db is damaged"),
     c("base with a plan", "search", "base-plan.toml", says="[model.plan]"),
     c("baseline that is no named plan", "search", "unnamed-baseline.toml", says=("baseline 'nobody'", "four")),
     c("confirmation seeds that are the trials'", "search", "reused-seed.toml", says="fresh"),
@@ -107,6 +121,9 @@ def root(tmp_path_factory) -> Path:
     raw, source = load_search_file(str(root / "saved-same.toml"))
     (root / "saved").mkdir()
     save_search(resolve_search(raw, source), root / "saved", {"threads": 1, "torch": version("torch")}, "", "headwise-search")
+    # the same search, its own store damaged
+    shutil.copytree(root / "saved", root / "broken-store")
+    (root / "broken-store" / "optuna.db").write_bytes(b"not a database " * 100)
     # a store whose study of the search's name holds another search
     from headwise.search.store import open_storage, open_study
 
@@ -126,6 +143,23 @@ def test_the_good_searches_dry_run(root, monkeypatch, capsys):
 @pytest.mark.parametrize("case", [pytest.param(k, id=k.id, marks=k.marks) for k in CASES])
 def test_bad_search_input_is_one_line_and_writes_nothing(case, root, monkeypatch, capsys):
     run_case(case, root, monkeypatch, capsys)
+
+
+@pytest.mark.parametrize(("url", "driver"), [("postgresql://headwise@127.0.0.1:1/db", "psycopg"),
+                                           ("postgresql+psycopg2://headwise@127.0.0.1:1/db", "psycopg2")])
+def test_a_postgresql_store_without_its_driver_names_the_driver_and_the_extra(url, driver, root, monkeypatch, capsys):
+    """Optuna's own message would suggest an SQLite URL instead."""
+    for module in ("psycopg", "psycopg2"):
+        monkeypatch.setitem(sys.modules, module, None)  # `import psycopg` fails, as where it is not installed
+    run_case(c("postgresql without its driver", "search", "good.toml", "--out", "out", "--storage", url,
+               says=(f"database driver '{driver}'", "pip install -e '.[postgres]'", "postgresql://")),
+             root, monkeypatch, capsys)
+
+
+def test_a_damaged_default_store_is_not_blamed_on_a_storage_flag(root, monkeypatch, capsys):
+    monkeypatch.chdir(root)
+    assert main(["search", "saved-same.toml", "--out", "broken-store"]) == 2
+    assert "--storage" not in capsys.readouterr().err
 
 
 def test_a_folder_another_driver_is_starting_in_is_no_foreign_folder(root, tmp_path):

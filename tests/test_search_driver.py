@@ -97,6 +97,8 @@ def test_two_drivers_on_one_store_run_distinct_trials_each_once(tmp_path):
     src = write_search(tmp_path / "s.toml", trials=5)
     out = tmp_path / "shared"
     first = _search(src, out)
+    # a worker joins a search: one the first driver has started (a folder without one is refused)
+    wait_for(lambda: (out / "optuna.db").is_file() or first.poll() is not None, 120, "the first driver's store")
     second = _search(src, out, "--worker")
     logs = [p.communicate(timeout=300)[0] for p in (first, second)]
     assert [p.returncode for p in (first, second)] == [0, 0], logs

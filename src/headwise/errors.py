@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
+import signal
 import sys
-from typing import Callable
+import threading
+from typing import Any, Callable, Iterator
 
 
 class HeadwiseError(Exception):
@@ -56,3 +59,22 @@ def guarded(prog: str) -> Callable[[Callable[..., int | None]], Callable[..., in
         return guarded_main
 
     return wrap
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Within the block, SIGTERM raises :class:`KeyboardInterrupt` in the main thread, as Ctrl-C
+    does, so a command that supervises runs stops them and exits (130) on either; off the main
+    thread, where Python cannot set a handler, it changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt

@@ -8,9 +8,9 @@
     headwise search --list
 
 Every check happens before anything is written (the space against the budget, the objectives,
-``--out``, a ``--storage`` URL, the device, the data; with ``--backend ray`` the last two on the
-cluster, with Ray installed and the search folder seen by every node): bad input is one line and
-exit 2. ``--dry-run`` prints the space, the number of plans that meet the budget and the named
+``--out``, a ``--storage`` URL and its driver, the device, the data; with ``--backend ray`` the
+last two on the cluster, with Ray installed, an ``--address`` that answers and the search folder
+seen by every node): bad input is one line and exit 2. ``--dry-run`` prints the space, the number of plans that meet the budget and the named
 plans, and writes nothing. At the end the search's report is written (``headwise.search.report``).
 """
 
@@ -36,7 +36,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                    "search's); a rerun with more continues it")
     p.add_argument("--storage", metavar="URL", help="the Optuna store, a database URL (default: sqlite optuna.db in "
                    "the search folder); several drivers on one store share the search")
-    p.add_argument("--worker", action="store_true", help="only run trials of the search (another driver confirms it)")
+    p.add_argument("--worker", action="store_true", help="join the search started in --out: only run its trials (its "
+                   "driver confirms it)")
     p.add_argument("--new", action="store_true", help="start afresh in an --out holding a search defined otherwise "
                    "(its files move into --out/previous-N/)")
     p.add_argument("--no-confirm", action="store_true", help="skip the confirmation study after the trials")

@@ -272,6 +272,11 @@ class Search:
             set_dotted(cfg, key, copy.deepcopy(value))
         return cfg
 
+    @property
+    def first_rung(self) -> int:
+        """The step the pruner first judges a trial at: [fidelity] min_steps, else the eval interval."""
+        return self.config.fidelity.min_steps or int(self.base.get("eval", {}).get("every", 1))
+
     def trial_config(self, plan: SearchPlan) -> dict[str, Any]:
         """The run config of a trial of ``plan``."""
         return self.run_config(self.space.run_sets(plan))
@@ -362,7 +367,24 @@ def resolve_search(raw: dict[str, Any], source: str, preset: str | None = None,
     names = [n.name for n in search.named]
     if len(set(names)) != len(names):
         raise HeadwiseError(f"{source}: named plans repeat a name ({', '.join(names)})")
+    _check_trials(search)
     return search
+
+
+def _check_trials(search: Search) -> None:
+    """Refuse a trial count short of the named plans (they run first), and a pruner whose first rung
+    comes after the trials' last evaluation before their end (it would prune none)."""
+    queued, fidelity = sum(n.in_space for n in search.named), search.config.fidelity
+    steps, every = search.base["train"].get("steps"), int(search.base.get("eval", {}).get("every", 0))
+    if search.n_trials < queued:
+        raise HeadwiseError(f"search {search.name}: {search.n_trials} trial(s) cannot hold its {queued} named plans, which "
+                            f"run first: give at least {queued} trials")
+    last = (steps - 1) // every * every if every and steps else 0  # the final step's evaluation is never judged
+    if fidelity.pruner != "none" and steps and search.first_rung > last:
+        hint = f"give min_steps of at most {last}" if last else f"evaluate more often ([base.eval] every below {steps})"
+        raise HeadwiseError(f"{search.source}: pruner {fidelity.pruner!r} has its first rung at step {search.first_rung} "
+                            f"([fidelity] min_steps, else [base.eval] every), but the trials train {steps} steps, "
+                            f"evaluated every {every}: it would prune none; {hint}, or set pruner = \"none\"")
 
 
 def _shared_base(config: SearchConfig, source: str) -> dict[str, Any]:

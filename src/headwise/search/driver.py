@@ -34,14 +34,12 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import signal
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from headwise.errors import HeadwiseError
 from headwise.search import layout
 from headwise.search.budget import METRICS
 from headwise.search.definition import Search
@@ -50,10 +48,9 @@ from headwise.search.layout import FileLock
 from headwise.search.space import SearchPlan
 from headwise.search.trials import write_record
 from headwise.study.definition import RunSpec
-from headwise.study.jobs import RunJob
+from headwise.errors import sigterm_interrupts
+from headwise.study.jobs import GRACE_S, RunJob
 
-#: seconds a run gets to checkpoint and exit when the driver is interrupted
-GRACE_S = 60.0
 #: seconds between two looks at the store while waiting for other drivers' trials
 WAIT_S = 1.0
 
@@ -125,35 +122,33 @@ class Driver:
     def run(self) -> None:
         """Take up orphaned trials, ask new ones, until none is left to run (the main driver
         also waits for other drivers' trials)."""
-        old = signal.signal(signal.SIGTERM, _raise_interrupt) if threading.current_thread() is threading.main_thread() else None
-        try:
-            while True:
-                self._reap()
-                self._adopt()
-                while len(self.running) < self.jobs:
-                    # counting and asking are one step across drivers, or two could ask for the last trial
-                    with FileLock(self.dir / "locks" / "ask.lock"):
-                        if not self._want_more():
+        with sigterm_interrupts():
+            try:
+                while True:
+                    self._reap()
+                    self._adopt()
+                    while len(self.running) < self.jobs:
+                        # counting and asking are one step across drivers, or two could ask for the last trial
+                        with FileLock(self.dir / "locks" / "ask.lock"):
+                            if not self._want_more():
+                                break
+                            with self.lock:
+                                trial = self.study.ask()
+                            claimed = self._claim(trial.number)
+                        if claimed:  # else another driver took it up between the ask and the claim
+                            self._start_safely(trial)
+                    if not self.running and not self._want_more():
+                        others = [t.number for t in self._trials("RUNNING") if t.number not in self.running]
+                        if not self.main or not others:
                             break
-                        with self.lock:
-                            trial = self.study.ask()
-                        claimed = self._claim(trial.number)
-                    if claimed:  # else another driver took it up between the ask and the claim
-                        self._start_safely(trial)
-                if not self.running and not self._want_more():
-                    others = [t.number for t in self._trials("RUNNING") if t.number not in self.running]
-                    if not self.main or not others:
-                        break
-                self.ended.wait(WAIT_S)
-                self.ended.clear()
-        except KeyboardInterrupt:
-            self._stop()
-            raise
-        finally:
-            if old is not None:
-                signal.signal(signal.SIGTERM, old)
-            for claim in self.claims.values():
-                claim.release()
+                    self.ended.wait(WAIT_S)
+                    self.ended.clear()
+            except KeyboardInterrupt:
+                self._stop()
+                raise
+            finally:
+                for claim in self.claims.values():
+                    claim.release()
 
     def _reap(self) -> None:
         for number, thread in list(self.running.items()):
@@ -325,10 +320,6 @@ class Driver:
                   + (f" in {outcome.seconds:.0f} s" if outcome.seconds else ""))
 
 
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
-
-
 def enqueue_named(search: Search, study: Any) -> None:
     """Queue the named plans the space holds, once per store (the study remembers it)."""
     if study.user_attrs.get("named_queued"):
@@ -338,10 +329,3 @@ def enqueue_named(search: Search, study: Any) -> None:
             study.enqueue_trial(search.space.encode(named.plan), user_attrs={"named": named.name})
     study.set_user_attr("named_queued", True)
 
-
-def check_trials(search: Search) -> None:
-    """Refuse a search whose trial count cannot hold its named plans (they always run first)."""
-    queued = sum(1 for n in search.named if n.in_space)
-    if search.n_trials < queued:
-        raise HeadwiseError(f"search {search.name}: {search.n_trials} trial(s) cannot hold its {queued} named plans, which "
-                            f"run first: give at least {queued} trials")

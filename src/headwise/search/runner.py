@@ -60,7 +60,6 @@ def run_search(search: Search, out_dir: str | Path | None = None, *, jobs: int |
     ``confirm_report`` writes. Each trial's run is a subprocess here (``backend="local"``) or a
     Ray task on the cluster at ``address`` (``"ray"``). A HeadwiseError before anything is
     written for bad input."""
-    from headwise.search.driver import check_trials
     from headwise.search.store import check_store, open_storage
 
     if backend not in BACKENDS:
@@ -71,12 +70,16 @@ def run_search(search: Search, out_dir: str | Path | None = None, *, jobs: int |
         raise HeadwiseError(f"--jobs {jobs}: give at least 1")
     if threads is not None and threads < 1:
         raise HeadwiseError(f"--threads {threads}: give at least 1")
-    check_trials(search)
     jobs = jobs or search.config.runner.jobs or 1
     search_dir = Path(out_dir) if out_dir is not None else layout.default_out_dir(search)
     saved = layout.check_search_dir(search, search_dir, new)
     if new and saved == {} and not (search_dir / layout.SEARCH_TOML).is_file():
         new = False  # nothing to move aside
+    if worker and new:
+        raise HeadwiseError("--worker joins a search another driver runs; --new starts one afresh: give one of them")
+    if worker and not saved:  # it would train every trial with no driver to confirm or report them
+        raise HeadwiseError(f"--worker: --out {search_dir} holds no search to join; start the search there without "
+                            "--worker first, then add workers")
     # a Ray task holds one CPU per thread; locally the trials share this machine's cores
     fallback = default_threads(jobs) if backend == "local" else 1
     environment = check_environment(search_dir, {} if new else saved.get("environment", {}),
@@ -93,10 +96,13 @@ def run_search(search: Search, out_dir: str | Path | None = None, *, jobs: int |
     launcher = LocalLauncher() if backend == "local" else RayLauncher(address)
     try:
         launcher.preflight(specs, search_dir, environment["threads"], echo)
-        if storage is not None:  # last: a URL that opens makes its database (one that does not writes nothing)
+        own = search_dir / OPTUNA_DB
+        # last: a URL that opens makes its database (one that does not writes nothing); the
+        # folder's own store is opened only when it is there to resume
+        if storage is not None or (not new and own.is_file()):
             from headwise.search.store import STUDY_NAME
 
-            store = open_storage(storage)
+            store = open_storage(storage_url(search_dir, storage), own if storage is None else None)
             if not new:  # its study of this search's name must be this search's
                 check_store(search, store, saved.get("study_name", STUDY_NAME))
             store.remove_session()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from pathlib import Path
 from typing import Any, Callable
 
 import optuna
@@ -32,17 +33,43 @@ def _optuna() -> Any:
     return optuna
 
 
-def open_storage(url: str) -> Any:
-    """The RDB storage at ``url``; a URL that does not open is one line (HeadwiseError)."""
+def open_storage(url: str, own: Path | None = None) -> Any:
+    """The RDB storage at ``url``; a URL that does not open is one line (HeadwiseError): a
+    missing database driver is named with the package to install, and ``own`` (the search
+    folder's ``optuna.db``, which ``url`` names when no --storage was given) is called damaged."""
     optuna = _optuna()
+    check_driver(url)
     # several drivers write one SQLite file: wait for its lock rather than fail at once
     kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
     try:
         return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
     except Exception as exc:  # noqa: BLE001 - SQLAlchemy, the drivers and Optuna raise many kinds
-        detail = " ".join(str(exc).split())[:200] or type(exc).__name__
-        raise HeadwiseError(f"--storage {url} does not open ({type(exc).__name__}: {detail}); give a database "
-                            "URL such as sqlite:////abs/path/optuna.db") from None
+        detail = f"{type(exc).__name__}: " + (" ".join(str(exc).split())[:200] or type(exc).__name__)
+        if own is not None:
+            raise HeadwiseError(f"{own} is damaged: the search's Optuna store does not open ({detail}); restore it, "
+                                "or pass --new to start the search afresh (its files move into previous-N/)") from None
+        raise HeadwiseError(f"--storage {url} does not open ({detail}); give a database URL such as "
+                            "sqlite:////abs/path/optuna.db") from None
+
+
+def check_driver(url: str) -> None:
+    """Refuse a database URL whose driver module is not installed, naming it (Optuna's own message
+    suggests an SQLite URL instead); PostgreSQL's is headwise's ``postgres`` extra (psycopg 3,
+    SQLAlchemy's driver for ``postgresql://``)."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        dialect = make_url(url).get_dialect()
+    except Exception:  # noqa: BLE001 - a malformed URL or an unknown kind: RDBStorage says which
+        return
+    try:
+        dialect.import_dbapi()
+    except ImportError as exc:
+        missing = exc.name or dialect.driver
+        fix = ("pip install -e '.[postgres]' (psycopg 3) and give a postgresql:// URL" if dialect.name == "postgresql"
+               else f"install the Python package that provides {missing}")
+        raise HeadwiseError(f"--storage {url} needs the database driver {missing!r}, which is not installed: "
+                            f"{fix}") from None
 
 
 class PerTrialSeed(optuna.samplers.BaseSampler):
@@ -94,7 +121,7 @@ def make_pruner(search: Search) -> Any:
     fidelity = search.config.fidelity
     if fidelity.pruner == "none":
         return optuna.pruners.NopPruner()
-    first = fidelity.min_steps or int(search.base.get("eval", {}).get("every", 1))
+    first = search.first_rung
     if fidelity.pruner == "successive_halving":
         return optuna.pruners.SuccessiveHalvingPruner(min_resource=first, reduction_factor=fidelity.reduction_factor)
     steps = int(search.base["train"]["steps"])

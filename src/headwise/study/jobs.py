@@ -19,6 +19,9 @@ from headwise.study.results import update_results
 from headwise.study.stages import Stage, stage_config, stage_root
 from headwise.train.checkpoint import latest_checkpoint
 
+#: seconds a run gets to checkpoint and exit when its study or search is interrupted
+GRACE_S = 60.0
+
 #: Statuses a rerun leaves alone.
 FINAL = (RunStatus.COMPLETED, RunStatus.DIVERGED)
 

@@ -38,10 +38,10 @@ from importlib.metadata import version as installed_version
 import tomli_w
 
 from headwise.config import atomic_write_text
-from headwise.errors import HeadwiseError, RunFailure
+from headwise.errors import HeadwiseError, RunFailure, sigterm_interrupts
 from headwise.run import RunStatus
 from headwise.study import layout
-from headwise.study.jobs import Progress, RunJob, open_log, plan_jobs, plan_stage_jobs
+from headwise.study.jobs import GRACE_S, Progress, RunJob, open_log, plan_jobs, plan_stage_jobs
 from headwise.study.layout import StudyRecord, load_study_record, save_study
 from headwise.study.preflight import check_here, check_out_dir
 from headwise.study.results import RunResult, update_results
@@ -52,8 +52,6 @@ from headwise.train import trackers
 from headwise.train.config import LogConfig
 
 BACKENDS = ("local", "ray")
-#: Seconds a run gets to checkpoint and exit after the study is interrupted.
-GRACE_S = 60.0
 
 
 @dataclass
@@ -353,34 +351,28 @@ class _LocalBackend:
             progress.done(job, rc, time.monotonic() - t0)
 
     def run(self, jobs: list[RunJob], progress: Progress) -> None:
-        old = signal.signal(signal.SIGTERM, _raise_interrupt) if threading.current_thread() is threading.main_thread() else None
-        pool = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="headwise-run")
-        try:
-            pending = {pool.submit(self._one, j, progress) for j in jobs}
-            while pending:
-                finished, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
-                for f in finished:
-                    f.result()
-        except KeyboardInterrupt:
-            # Ctrl-C reached the runs too (same process group); SIGTERM only reached us.
-            self.stopping = True
-            with self.lock:
-                _stop(self.procs, signal.SIGTERM)
-                deadline = time.monotonic() + GRACE_S
-                for p in self.procs:
-                    try:
-                        p.wait(timeout=max(0.1, deadline - time.monotonic()))
-                    except subprocess.TimeoutExpired:
-                        p.kill()
-            raise
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-            if old is not None:
-                signal.signal(signal.SIGTERM, old)
-
-
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
+        with sigterm_interrupts():
+            pool = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="headwise-run")
+            try:
+                pending = {pool.submit(self._one, j, progress) for j in jobs}
+                while pending:
+                    finished, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+                    for f in finished:
+                        f.result()
+            except KeyboardInterrupt:
+                # Ctrl-C reached the runs too (same process group); SIGTERM only reached us.
+                self.stopping = True
+                with self.lock:
+                    _stop(self.procs, signal.SIGTERM)
+                    deadline = time.monotonic() + GRACE_S
+                    for p in self.procs:
+                        try:
+                            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+                        except subprocess.TimeoutExpired:
+                            p.kill()
+                raise
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)
 
 
 def describe_plan(study: Study) -> str:
