@@ -25,7 +25,7 @@ from headwise.study.layout import run_dir, save_study
 
 from helpers import read_csv, tiny_nearest_config, write_run_dir
 
-LOSS = Objective("loss", "minimize")
+LOSS = Objective(metric="loss", direction="minimize")
 BUDGET = {"metric": "total_heads", "max": 20, "min": None, "target": None}
 
 
@@ -102,7 +102,7 @@ def test_the_best_plans_are_ordered_distinct_and_complete_only():
     best = best_plans(trials, LOSS, 5)
     # 3 (2.8) before its rerun 7 (2.85), which is left out; the duplicate 6, pruned 4, failed 5, running 9 never rank
     assert [t.number for t in best] == [3, 1, 8, 0, 2]
-    assert [t.number for t in best_plans(trials, Objective("loss", "maximize"), 3)] == [2, 0, 8]
+    assert [t.number for t in best_plans(trials, Objective(metric="loss", direction="maximize"), 3)] == [2, 0, 8]
     assert [t.number for t in best_plans(trials, LOSS, 2)] == [3, 1]
     # ties go to the earlier trial
     tied = [Trial.from_dict(trial(n, [n + 1], 1.0)) for n in (5, 2, 9)]
@@ -114,7 +114,7 @@ def test_the_search_s_gain_over_constant_is_oriented_so_that_positive_favours_th
     best, base, g = search_gain(trials, LOSS)
     assert (best.number, base.number, g) == (3, 0, pytest.approx(0.2))
     # maximising the same values: the descending trial's 3.1 is best, 0.1 above constant's 3.0
-    best, base, g = search_gain(trials, Objective("loss", "maximize"))
+    best, base, g = search_gain(trials, Objective(metric="loss", direction="maximize"))
     assert (best.number, base.number, g) == (2, 0, pytest.approx(0.1))
     # constant is the best: no gain; no complete constant trial: none to take
     alone = [Trial.from_dict(trial(0, [4, 4], 3.0, named="constant")), Trial.from_dict(trial(1, [2, 6], 3.2))]
@@ -354,3 +354,17 @@ def test_a_confirmation_without_a_claim_is_not_waiting_for_runs(tmp_path):
     top = write_search_report(out).read_text().splitlines()[2]
     assert "not confirmed yet" not in top and "rerun" not in top
     assert top.startswith("**Confirmation: no claim.**")
+
+
+def test_a_store_of_other_objectives_than_the_trials_file_says_so():
+    """The Optuna study optimises two objectives, trials.json names one: no importances, and why."""
+    import optuna
+
+    from headwise.search.report import importances
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(directions=["minimize", "minimize"])
+    for x in (1.0, 2.0):
+        study.add_trial(optuna.trial.create_trial(params={"x": x}, values=[x, -x],
+                                                  distributions={"x": optuna.distributions.FloatDistribution(0, 3)}))
+    assert importances(study, [LOSS]) == ([], "the Optuna study has 2 objectives and `trials.json` 1")

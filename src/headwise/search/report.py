@@ -10,11 +10,10 @@ A trial's value is one run at the search's fidelity; only the confirmation has s
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -25,8 +24,8 @@ from headwise.report.document import Document, fmt, heads_str, plural
 from headwise.report.paired import Judged
 from headwise.report.verdicts import compare_claim
 from headwise.search import figures
-from headwise.search.record import (CONFIRM_DIR, OPTUNA_DB, SEARCH_TOML, STUDY_NAME, Objective, SearchRecord, Trial,
-                                     load_search_record, oriented)
+from headwise.search.record import (CONFIRM_DIR, OPTUNA_DB, SEARCH_TOML, STUDY_NAME, TRIALS_JSON, Objective,
+                                     SearchRecord, Trial, load_search_record, oriented)
 from headwise.study.claims import Claim
 from headwise.study.layout import load_study_record
 
