@@ -112,7 +112,7 @@ MODEL = '''
 
 from torch import nn
 
-from headwise.model.inputs import FRONT_ENDS, FrontEnd, add_positions, position_embedding, position_params
+from headwise.model.inputs import FRONT_ENDS, FrontEnd, add_positions, position_embedding
 from headwise.model.outputs import OUTPUT_HEADS, OutputHead
 
 
@@ -123,10 +123,6 @@ class ScalarInputs(FrontEnd):
     @staticmethod
     def build(spec):
         return {"scalar_emb": nn.Linear(1, spec.d_model), "pos_emb": position_embedding(spec)}
-
-    @staticmethod
-    def param_counts(spec):
-        return {"scalar_embedding": 2 * spec.d_model, "position_embedding": position_params(spec)}
 
     @staticmethod
     def forward(model, inputs, past):
@@ -142,21 +138,24 @@ class MeanHead(OutputHead):
         return {"mean_out": nn.Linear(spec.d_model, 1)}
 
     @staticmethod
-    def param_counts(spec):
-        return {"mean_head": spec.d_model + 1}
-
-    @staticmethod
     def forward(model, x, pad_vocab, key_mask=None):
         return model.mean_out(x.mean(1)).squeeze(-1)
 '''
 
 MODEL_PARTS = '''
-"""What the spec knows of the toy family's front end and head (which exports as the generic class)."""
+"""What the spec knows of the toy family's front end and head, their parameter counts too (the head
+exports as the generic class)."""
 
-from headwise.parts import FRONT_END_PARTS, OUTPUT_HEAD_PARTS, FrontEndPart, OutputHeadPart
+from headwise.parts import FRONT_END_PARTS, OUTPUT_HEAD_PARTS, FrontEndPart, OutputHeadPart, position_params
 
-FRONT_END_PARTS.register("scalars", FrontEndPart(default_outputs="mean", vocabulary=False))
-OUTPUT_HEAD_PARTS.register("mean", OutputHeadPart(noun="regressor of sequence means", hf_class="HeadwiseModel"))
+
+def _scalars(spec):
+    return {"scalar_embedding": 2 * spec.d_model, "position_embedding": position_params(spec)}
+
+
+FRONT_END_PARTS.register("scalars", FrontEndPart(default_outputs="mean", param_counts=_scalars, vocabulary=False))
+OUTPUT_HEAD_PARTS.register("mean", OutputHeadPart(param_counts=lambda spec: {"mean_head": spec.d_model + 1},
+                                                  noun="regressor of sequence means", hf_class="HeadwiseModel"))
 '''
 
 ATTENTION = '''

@@ -2,15 +2,15 @@
 
 ``count_params(spec)`` equals ``sum(p.numel() for p in Transformer(spec).parameters())`` for every
 spec (a test checks this across the option space), so studies can match parameter budgets
-without building models.
+without building models. It reads the parts' declarations, not their model code: counting loads no
+torch.
 """
 
 from __future__ import annotations
 
 from headwise.model.attention import ATTENTION_KINDS
-from headwise.model.inputs import FRONT_ENDS, position_params
 from headwise.model.output_gate import gate_params
-from headwise.model.outputs import OUTPUT_HEADS
+from headwise.parts import FRONT_END_PARTS, OUTPUT_HEAD_PARTS, position_params
 from headwise.spec import GATED_ACTIVATIONS, PRE_NORMS, LayerShape, ModelSpec
 
 #: parameters of one norm layer of width d: LayerNorm has weight and bias, RMSNorm a weight,
@@ -55,14 +55,14 @@ def block_params(spec: ModelSpec, i: int) -> int:
 def param_breakdown(spec: ModelSpec) -> dict[str, int]:
     """Parameter count per component (the front end's, each block, the final norm, the output
     head's); the values sum to :func:`count_params`."""
-    parts = dict(FRONT_ENDS[spec.inputs].param_counts(spec))
+    parts = dict(FRONT_END_PARTS[spec.inputs].param_counts(spec))
     if spec.embedding_norm:
         parts["embedding_norm"] = 2 * spec.d_model
     for i in range(spec.n_layers):
         parts[f"block_{i}"] = block_params(spec, i)
     # Pre-norm models end with a final norm; post-norm blocks already end normalised.
     parts["final_norm"] = norm_params(spec) if spec.norm in PRE_NORMS else 0
-    parts.update(OUTPUT_HEADS[spec.output_head].param_counts(spec))
+    parts.update(OUTPUT_HEAD_PARTS[spec.output_head].param_counts(spec))
     return parts
 
 
@@ -90,7 +90,7 @@ def flops_per_token(spec: ModelSpec, seq_len: int) -> int:
     heterogeneous layers. For softmax sequences this is 6N + 12 T * widths per token. A classifier
     applied once per sequence is counted at every position (under 1% of a ViT-B's FLOPs).
     """
-    front = FRONT_ENDS[spec.inputs]
+    front = FRONT_END_PARTS[spec.inputs]
     t = front.positions(spec, seq_len)
     n = count_params(spec) - position_params(spec)
     per_sequence = 6 * n * t + sum(attention_flops(spec, s, t) for s in spec.layers())

@@ -1,10 +1,11 @@
 """The model's parts as the spec and the tools know them, without their model code: one
 declaration per input front end (``ModelSpec.inputs``) and per output head (``ModelSpec.outputs``).
 
-A declaration says what checking a spec, generating, the model card and export need to know of
-a part (the head a front end defaults to, whether it reads a vocabulary, the ``causal`` setting
-it needs, the ``transformers`` class its models export as, ...), so that no shared file branches
-on a part's name. The part's model code (torch) registers under the same name in
+A declaration says what checking a spec, counting its parameters and FLOPs
+(:mod:`headwise.params`), generating, the model card and export need to know of a part (the head
+a front end defaults to, whether it reads a vocabulary, the ``causal`` setting it needs, its exact
+parameter count, the ``transformers`` class its models export as, ...), so that no shared file
+branches on a part's name. The part's model code (torch) registers under the same name in
 :data:`headwise.model.inputs.FRONT_ENDS` or :data:`headwise.model.outputs.OUTPUT_HEADS` where it
 is written. This module imports no torch: a spec that uses built-in parts is checked without
 loading the model.
@@ -20,7 +21,10 @@ only the model's modules::
 
     # families/toy/model.py: the model code          # families/toy/model_parts.py
     @FRONT_ENDS.register("scalars")                  FRONT_END_PARTS.register("scalars", FrontEndPart(
-    class ScalarInputs(FrontEnd): ...                    default_outputs="mean", vocabulary=False))
+    class ScalarInputs(FrontEnd): ...                    default_outputs="mean", param_counts=_scalars,
+                                                         vocabulary=False))
+
+A test builds every declared pair and checks that the declarations' counts are what it holds.
 """
 
 from __future__ import annotations
@@ -42,12 +46,30 @@ def _nothing(spec: ModelSpec) -> str:
     return ""
 
 
+def _no_params(spec: ModelSpec) -> dict[str, int]:
+    return {}
+
+
+def sequence_positions(spec: ModelSpec, seq_len: int) -> int:
+    """The positions the blocks see for one sequence of ``seq_len`` units: those and the class
+    token, if the model has one (the default :attr:`FrontEndPart.positions`)."""
+    return seq_len + has_class_token(spec)
+
+
 @dataclass(frozen=True)
 class FrontEndPart:
     """What the spec and the tools know of a front end (see the module docstring)."""
 
     #: the output head of a spec that names none
     default_outputs: str
+    #: the exact parameter count of the modules the front end builds, per component (weights an
+    #: output head ties to them counted here)
+    param_counts: Callable[[ModelSpec], dict[str, int]]
+    #: the positions T the blocks see for one sequence of a task whose examples are ``seq_len``
+    #: long in the task's own units (tokens, points; one image)
+    positions: Callable[[ModelSpec, int], int] = sequence_positions
+    #: how many sequences through the blocks one example is (2 for a pair of documents)
+    sequences_per_example: int = 1
     #: the inputs are token ids: a spec without them has no ``vocab_size``
     vocabulary: bool = True
     #: the ``causal`` setting the inputs need; None: either
@@ -82,6 +104,9 @@ class FrontEndPart:
 class OutputHeadPart:
     """What the spec and the tools know of an output head (see the module docstring)."""
 
+    #: the exact parameter count of the modules the head builds, per component, weights tied to
+    #: the front end's not counted again; by default none
+    param_counts: Callable[[ModelSpec], dict[str, int]] = _no_params
     #: the head decodes into the vocabulary: the spec needs token inputs with a ``vocab_size``
     vocabulary: bool = False
     #: the ``causal`` setting the head needs; None: either
@@ -143,6 +168,62 @@ def _image_positions(data: dict[str, Any], head: OutputHeadPart | None) -> dict[
     return {**data, "max_seq_len": positions}
 
 
+def has_class_token(spec: ModelSpec) -> bool:
+    """Whether the sequence starts with a learned class token: a pooled classifier that reads it."""
+    return OUTPUT_HEAD_PARTS[spec.output_head].pooled and spec.pooling == "cls"
+
+
+def class_token_params(spec: ModelSpec) -> int:
+    """Parameters of the class token (one d_model vector), if the spec has one."""
+    return spec.d_model if has_class_token(spec) else 0
+
+
+#: ``ModelSpec.positions`` -> parameters of the absolute positions it adds (``rope`` turns q and
+#: k in each layer and adds none; ``scaled_sinusoid`` learns one scale)
+_POSITION_PARAMS = {"learned": lambda spec: spec.max_seq_len * spec.d_model, "none": lambda spec: 0,
+                    "scaled_sinusoid": lambda spec: 1, "rope": lambda spec: 0}
+
+
+def position_params(spec: ModelSpec) -> int:
+    """Parameters of a spec's absolute positions (see :data:`_POSITION_PARAMS`)."""
+    return _POSITION_PARAMS[spec.positions](spec)
+
+
+def token_params(spec: ModelSpec) -> dict[str, int]:
+    """Token inputs' parameters: embeddings, the class token, positions."""
+    return {"token_embedding": spec.vocab_size * spec.d_model, "class_token": class_token_params(spec),
+            "position_embedding": position_params(spec)}
+
+
+def classifier_params(spec: ModelSpec, in_dim: int) -> int:
+    """Parameters of a classifier from ``in_dim`` to the classes: one linear map, or through a
+    hidden layer of ``classifier_hidden``."""
+    if spec.classifier_hidden is None:
+        return (in_dim + 1) * spec.num_classes
+    h = spec.classifier_hidden
+    return (in_dim + 1) * h + (h + 1) * spec.num_classes
+
+
+def lm_head_params(spec: ModelSpec) -> dict[str, int]:
+    """A decoder into the vocabulary: none of its own when tied to the token embedding."""
+    return {"lm_head": 0 if spec.tie_embeddings else spec.vocab_size * spec.d_model}
+
+
+def _vector_params(spec: ModelSpec) -> dict[str, int]:
+    return {"class_token": class_token_params(spec), "position_embedding": position_params(spec)}
+
+
+def _image_params(spec: ModelSpec) -> dict[str, int]:
+    # the patch embedding is a convolution with stride = kernel = patch_size, with bias
+    d = spec.d_model
+    return {"patch_embedding": spec.channels * spec.patch_size**2 * d + d, **_vector_params(spec)}
+
+
+def _image_positions_per(spec: ModelSpec, seq_len: int) -> int:
+    # an image is one unit of its task, every patch (and the class token) a position
+    return spec.max_seq_len * seq_len
+
+
 def _images(spec: ModelSpec) -> str:
     return f"{spec.image_size} px images, {spec.channels} channels, patch {spec.patch_size}"
 
@@ -157,15 +238,17 @@ def describe_classes(spec: ModelSpec) -> str:
 
 
 # the front ends and heads of headwise.model.inputs and headwise.model.outputs
-FRONT_END_PARTS.register("tokens", FrontEndPart(default_outputs="lm", prompts=True))
-FRONT_END_PARTS.register("vectors", FrontEndPart(default_outputs="vectors", vocabulary=False, data_fields=("d_model",),
-                                                 describe=_vectors))
+FRONT_END_PARTS.register("tokens", FrontEndPart(default_outputs="lm", param_counts=token_params, prompts=True))
+FRONT_END_PARTS.register("vectors", FrontEndPart(default_outputs="vectors", param_counts=_vector_params,
+                                                 vocabulary=False, data_fields=("d_model",), describe=_vectors))
 FRONT_END_PARTS.register("images", FrontEndPart(
-    default_outputs="classes", vocabulary=False, causal=False, describe=_images, complete=_image_positions,
+    default_outputs="classes", param_counts=_image_params, positions=_image_positions_per, vocabulary=False,
+    causal=False, describe=_images, complete=_image_positions,
     hf_classes={"HeadwiseForSequenceClassification": "HeadwiseForImageClassification"}))
 
-OUTPUT_HEAD_PARTS.register("lm", OutputHeadPart(vocabulary=True, token_encoder=True, noun="decoder language model",
-                                                hf_class="HeadwiseForCausalLM"))
+OUTPUT_HEAD_PARTS.register("lm", OutputHeadPart(param_counts=lm_head_params, vocabulary=True, token_encoder=True,
+                                                noun="decoder language model", hf_class="HeadwiseForCausalLM"))
 OUTPUT_HEAD_PARTS.register("vectors", OutputHeadPart())
-OUTPUT_HEAD_PARTS.register("classes", OutputHeadPart(pooled=True, describe=describe_classes,
-                                                     hf_class="HeadwiseForSequenceClassification"))
+OUTPUT_HEAD_PARTS.register("classes", OutputHeadPart(
+    param_counts=lambda spec: {"classifier": classifier_params(spec, spec.d_model)}, pooled=True,
+    describe=describe_classes, hf_class="HeadwiseForSequenceClassification"))

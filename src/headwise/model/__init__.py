@@ -24,23 +24,23 @@ front ends and the ``lm``, ``vectors`` and ``classes`` heads; the encoder's ``ml
 output writes both in ``model`` or ``model_*`` modules of its own folder (the declarations apart
 from the model code, which an exported model carries), and edits no file here:
 
-1. a front end: a :class:`~headwise.model.inputs.FrontEnd` subclass (``build``, ``param_counts``,
-   ``forward``, the positions an input gives the blocks, ``positions`` and ``input_positions``)
-   registered in :data:`~headwise.model.inputs.FRONT_ENDS`, and its
-   :class:`~headwise.parts.FrontEndPart` (its default head, whether it reads a vocabulary, ...) in
-   :data:`~headwise.parts.FRONT_END_PARTS`;
+1. a front end: a :class:`~headwise.model.inputs.FrontEnd` subclass (``build``, ``forward``, the
+   positions a batch gives the blocks, ``input_positions``) registered in
+   :data:`~headwise.model.inputs.FRONT_ENDS`, and its :class:`~headwise.parts.FrontEndPart` (its
+   default head, whether it reads a vocabulary, its parameter count, the positions a task's
+   examples give the blocks, ...) in :data:`~headwise.parts.FRONT_END_PARTS`;
 2. a head: an :class:`~headwise.model.outputs.OutputHead` subclass (``positions_read`` says when
    it reads only the first positions, as a ViT's classifier does, ``padding_row`` which token
    embedding row an encoder keeps at zero) registered in
    :data:`~headwise.model.outputs.OUTPUT_HEADS`, and its :class:`~headwise.parts.OutputHeadPart`
-   (what the spec needs of it, the ``transformers`` class it exports as, ...) in
+   (what the spec needs of it, its parameter count, the ``transformers`` class it exports as, ...) in
    :data:`~headwise.parts.OUTPUT_HEAD_PARTS`.
 
 The declarations are the single source of the names ``ModelSpec.inputs`` and ``outputs`` accept;
 the first spec that names a family's part imports the family's ``model`` modules, and with them
 the part's model code. Nothing else changes: the Transformer builds and calls whatever the spec
-names, and :func:`headwise.params.count_params` adds up their ``param_counts`` (a test checks that
-this equals the built model's count for every registered pair). The modules a front end or head
+names, and :func:`headwise.params.count_params` adds up their declarations' ``param_counts``, without
+torch (a test checks that this equals the built model's count for every registered pair). The modules a front end or head
 builds sit on the Transformer under the names it gives them, and those names are the state-dict
 keys of saved models: choose them once.
 """

@@ -32,10 +32,8 @@ class FrontEnd(Protocol):
     """What a front end provides. Front ends are stateless classes: their parameters live in the
     modules :meth:`build` returns, which the Transformer holds under those names, so that state-dict
     keys carry no prefix (``tok_emb.weight``, as saved models and :mod:`headwise.hf.gpt_neo` expect).
-    What the spec knows of it (its default head, whether it reads a vocabulary) is its declaration's."""
-
-    #: how many sequences through the blocks one example is (2 for a pair of documents)
-    sequences_per_example: int = 1
+    What the spec knows of it (its default head, whether it reads a vocabulary, its parameter
+    count and the positions a task's examples give it) is its declaration's."""
 
     @staticmethod
     def build(spec: ModelSpec) -> dict[str, nn.Module | None]:
@@ -43,22 +41,10 @@ class FrontEnd(Protocol):
         ...
 
     @staticmethod
-    def param_counts(spec: ModelSpec) -> dict[str, int]:
-        """The exact parameter count of those modules, per component (for :mod:`headwise.params`)."""
-        ...
-
-    @staticmethod
     def forward(model: nn.Module, inputs: Tensor, past: int) -> Tensor:
         """The sequence [B, T, d_model] of ``inputs``, whose first position is ``past`` (the number
         of positions already in the model's cache)."""
         ...
-
-    @staticmethod
-    def positions(spec: ModelSpec, seq_len: int) -> int:
-        """The positions T the blocks see for one sequence of a task whose examples are ``seq_len``
-        long in the task's own units (tokens, points; one image). By default, for sequence
-        inputs: those positions and the class token, if the model has one."""
-        return seq_len + has_class_token(spec)
 
     @staticmethod
     def input_positions(spec: ModelSpec, inputs: Tensor) -> int:
@@ -76,11 +62,6 @@ class FrontEnd(Protocol):
 def has_class_token(spec: ModelSpec) -> bool:
     """Whether the sequence starts with a learned class token: a pooled classifier that reads it."""
     return OUTPUT_HEADS[spec.output_head].pooled and spec.pooling == "cls"
-
-
-def class_token_params(spec: ModelSpec) -> int:
-    """Parameters of :func:`class_token`."""
-    return spec.d_model if has_class_token(spec) else 0
 
 
 def class_token(spec: ModelSpec) -> "ClassToken | None":
@@ -116,25 +97,19 @@ class ScaledSinusoid(nn.Module):
         return self.scale * self.table[positions]
 
 
-#: ``ModelSpec.positions`` -> (the module ``pos_emb`` it builds, or None; its parameter count)
-POSITIONS: dict[str, tuple[Callable[[ModelSpec], nn.Module | None], Callable[[ModelSpec], int]]] = {
-    "learned": (lambda spec: nn.Embedding(spec.max_seq_len, spec.d_model),
-                lambda spec: spec.max_seq_len * spec.d_model),
-    "none": (lambda spec: None, lambda spec: 0),
-    "scaled_sinusoid": (lambda spec: ScaledSinusoid(spec.max_seq_len, spec.d_model), lambda spec: 1),
+#: ``ModelSpec.positions`` -> the module ``pos_emb`` it builds, or None
+POSITIONS: dict[str, Callable[[ModelSpec], nn.Module | None]] = {
+    "learned": lambda spec: nn.Embedding(spec.max_seq_len, spec.d_model),
+    "none": lambda spec: None,
+    "scaled_sinusoid": lambda spec: ScaledSinusoid(spec.max_seq_len, spec.d_model),
     # rotary positions turn each layer's q and k (headwise.model.rotary): nothing is added here
-    "rope": (lambda spec: None, lambda spec: 0),
+    "rope": lambda spec: None,
 }
 
 
 def position_embedding(spec: ModelSpec) -> nn.Module | None:
     """The absolute positions ``pos_emb`` of a spec (see :data:`POSITIONS`), or None."""
-    return POSITIONS[spec.positions][0](spec)
-
-
-def position_params(spec: ModelSpec) -> int:
-    """Parameters of :func:`position_embedding`."""
-    return POSITIONS[spec.positions][1](spec)
+    return POSITIONS[spec.positions](spec)
 
 
 def add_positions(model: nn.Module, x: Tensor, past: int) -> Tensor:
@@ -165,11 +140,6 @@ class TokenInputs(FrontEnd):
                 "cls_token": class_token(spec), "pos_emb": position_embedding(spec)}
 
     @staticmethod
-    def param_counts(spec: ModelSpec) -> dict[str, int]:
-        return {"token_embedding": spec.vocab_size * spec.d_model,
-                "class_token": class_token_params(spec), "position_embedding": position_params(spec)}
-
-    @staticmethod
     def forward(model: nn.Module, inputs: Tensor, past: int) -> Tensor:
         return add_positions(model, with_class_token(model, model.tok_emb(inputs)), past)
 
@@ -194,10 +164,6 @@ class VectorInputs(FrontEnd):
         return {"cls_token": class_token(spec), "pos_emb": position_embedding(spec)}
 
     @staticmethod
-    def param_counts(spec: ModelSpec) -> dict[str, int]:
-        return {"class_token": class_token_params(spec), "position_embedding": position_params(spec)}
-
-    @staticmethod
     def forward(model: nn.Module, inputs: Tensor, past: int) -> Tensor:
         return add_positions(model, with_class_token(model, inputs), past)
 
@@ -219,15 +185,6 @@ class ImageInputs(FrontEnd):
         return modules
 
     @staticmethod
-    def param_counts(spec: ModelSpec) -> dict[str, int]:
-        d = spec.d_model
-        return {
-            "patch_embedding": spec.channels * spec.patch_size**2 * d + d,
-            "class_token": class_token_params(spec),
-            "position_embedding": position_params(spec),
-        }
-
-    @staticmethod
     def forward(model: nn.Module, inputs: Tensor, past: int) -> Tensor:
         spec = model.spec
         want = (spec.channels, spec.image_size, spec.image_size)
@@ -235,10 +192,6 @@ class ImageInputs(FrontEnd):
             raise ValueError(f"images of shape {tuple(inputs.shape)}; this model takes [batch, {', '.join(map(str, want))}]")
         x = model.patch_emb(inputs).flatten(2).transpose(1, 2)  # [B, patches, d], row-major patches
         return add_positions(model, with_class_token(model, x), past)
-
-    @staticmethod
-    def positions(spec: ModelSpec, seq_len: int) -> int:
-        return spec.max_seq_len * seq_len
 
     @staticmethod
     def input_positions(spec: ModelSpec, inputs: Tensor) -> int:

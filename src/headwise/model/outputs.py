@@ -24,9 +24,9 @@ OUTPUT_HEADS: Registry[type["OutputHead"]] = Registry("output head")
 class OutputHead(Protocol):
     """What an output head provides. Like front ends (:class:`~headwise.model.inputs.FrontEnd`),
     heads are stateless classes whose modules the Transformer holds under the names :meth:`build`
-    returns. Its declaration says what the spec knows of it; the model reads these two
-    attributes, which are the declaration's (a test checks them): an exported model has no
-    declarations."""
+    returns. Its declaration says what the spec knows of it (its parameter count too); the model
+    reads these two attributes, which are the declaration's (a test checks them): an exported
+    model has no declarations."""
 
     #: whether the head decodes into the vocabulary (and so may decode selected positions only)
     vocabulary: bool = False
@@ -38,12 +38,6 @@ class OutputHead(Protocol):
     def build(spec: ModelSpec, model: nn.Module) -> dict[str, nn.Module | None]:
         """The modules to set on the Transformer, by name; ``model`` is the Transformer being
         built, its front end and blocks already in place (a head may tie weights to them)."""
-        ...
-
-    @staticmethod
-    def param_counts(spec: ModelSpec) -> dict[str, int]:
-        """The exact parameter count of those modules, per component, weights tied to the front
-        end's counted there (for :mod:`headwise.params`)."""
         ...
 
     @staticmethod
@@ -82,10 +76,6 @@ class LMHead(OutputHead):
         return {"lm_head": lm_head}
 
     @staticmethod
-    def param_counts(spec: ModelSpec) -> dict[str, int]:
-        return {"lm_head": 0 if spec.tie_embeddings else spec.vocab_size * spec.d_model}
-
-    @staticmethod
     def forward(model: nn.Module, x: Tensor, pad_vocab: bool, key_mask: Tensor | None = None) -> Tensor:
         return padded_logits(x, model.lm_head.weight) if pad_vocab else model.lm_head(x)
 
@@ -99,10 +89,6 @@ class VectorOutputs(OutputHead):
         return {}
 
     @staticmethod
-    def param_counts(spec: ModelSpec) -> dict[str, int]:
-        return {}
-
-    @staticmethod
     def forward(model: nn.Module, x: Tensor, pad_vocab: bool, key_mask: Tensor | None = None) -> Tensor:
         return x
 
@@ -113,14 +99,6 @@ def make_classifier(spec: ModelSpec, in_dim: int) -> nn.Module:
         return nn.Linear(in_dim, spec.num_classes)
     h = spec.classifier_hidden
     return nn.Sequential(nn.Linear(in_dim, h), nn.ReLU(), nn.Linear(h, spec.num_classes))
-
-
-def classifier_params(spec: ModelSpec, in_dim: int) -> int:
-    """Parameters of :func:`make_classifier`."""
-    if spec.classifier_hidden is None:
-        return (in_dim + 1) * spec.num_classes
-    h = spec.classifier_hidden
-    return (in_dim + 1) * h + (h + 1) * spec.num_classes
 
 
 def pool(spec: ModelSpec, x: Tensor, key_mask: Tensor | None) -> Tensor:
@@ -144,10 +122,6 @@ class ClassifierHead(OutputHead):
     @staticmethod
     def build(spec: ModelSpec, model: nn.Module) -> dict[str, nn.Module | None]:
         return {"classifier": make_classifier(spec, spec.d_model)}
-
-    @staticmethod
-    def param_counts(spec: ModelSpec) -> dict[str, int]:
-        return {"classifier": classifier_params(spec, spec.d_model)}
 
     @staticmethod
     def forward(model: nn.Module, x: Tensor, pad_vocab: bool, key_mask: Tensor | None = None) -> Tensor:

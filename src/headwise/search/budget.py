@@ -29,9 +29,9 @@ from typing import Literal
 from pydantic import model_validator
 
 from headwise.config import Config
-from headwise.model.inputs import FRONT_ENDS, position_params
 from headwise.params import (KV_DTYPE_BYTES, attention_flops, block_params, count_params, flops_per_token,
                              kv_cache_bytes_per_token)
+from headwise.parts import FRONT_END_PARTS, position_params
 from headwise.spec import ModelSpec
 
 #: the budgets a plan determines, in the order records list them
@@ -114,7 +114,7 @@ class CostModel:
 
     @property
     def _positions(self) -> int:
-        return FRONT_ENDS[self.base.inputs].positions(self.base, self.seq_len)
+        return FRONT_END_PARTS[self.base.inputs].positions(self.base, self.seq_len)
 
     def constant(self) -> int:
         """What every plan pays whatever its layers, in the metric's raw units."""
@@ -144,7 +144,7 @@ class CostModel:
         if self.metric != "flops_per_token":
             return raw
         # as flops_per_token rounds it: per sequence, then per unit of the task's examples
-        return round(raw * FRONT_ENDS[self.base.inputs].sequences_per_example / self.seq_len)
+        return round(raw * FRONT_END_PARTS[self.base.inputs].sequences_per_example / self.seq_len)
 
 
 def _exact(x: float) -> int:

@@ -14,13 +14,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-from torch import Tensor
+from typing import TYPE_CHECKING, Any
 
 # Batch and BatchStream live in the data layer, which produces them; re-exported as part of the
 # interface tasks give the trainer.
 from headwise.data.batch import Batch, BatchStream
+
+if TYPE_CHECKING:  # annotations only: a task's shape and config are read without torch
+    from torch import Tensor
 
 __all__ = ["Batch", "BatchStream", "Task", "TaskShape"]
 

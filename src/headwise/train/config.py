@@ -18,7 +18,6 @@ from pydantic import Field, create_model, field_validator, model_validator
 
 from headwise.config import Config
 from headwise.errors import HeadwiseError
-from headwise.model.inputs import FRONT_ENDS
 from headwise.plans import Plan, Scheme, plan_heads, plan_kv_heads
 from headwise.presets import preset_dict
 from headwise.spec import ModelSpec, front_ends
@@ -288,7 +287,7 @@ def resolve_spec(model: Any, task: TaskShape | Task, source: str = "config") -> 
                 fields[key] = value
     spec = ModelSpec.parse(fields, source=where)
     # the positions the blocks see: the task's sequences, with a class token if the model has one
-    positions = FRONT_ENDS[spec.inputs].positions(spec, shape.seq_len)
+    positions = front_ends()[spec.inputs].positions(spec, shape.seq_len)
     if spec.max_seq_len < positions:
         extra = " positions with the class token" if positions != shape.seq_len else ""
         raise HeadwiseError(

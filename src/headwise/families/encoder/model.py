@@ -54,11 +54,6 @@ class ClsPoolerHead(OutputHead):
         return {"pooler": pooler, "classifier": nn.Linear(h, spec.num_classes)}
 
     @staticmethod
-    def param_counts(spec: ModelSpec) -> dict[str, int]:
-        h = spec.classifier_hidden or spec.d_model
-        return {"pooler": (spec.d_model + 1) * h, "classifier": (h + 1) * (spec.num_classes or 0)}
-
-    @staticmethod
     def forward(model: nn.Module, x: Tensor, pad_vocab: bool, key_mask: Tensor | None = None) -> Tensor:
         return model.classifier(model.pooler(x[:, 0]))
 

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from headwise.model.inputs import FRONT_ENDS, TokenInputs
-from headwise.model.outputs import OUTPUT_HEADS, ClassifierHead, OutputHead, classifier_params, make_classifier, pool
+from headwise.model.outputs import OUTPUT_HEADS, ClassifierHead, OutputHead, make_classifier, pool
 from headwise.spec import ModelSpec
 
 
@@ -22,15 +22,9 @@ class TokenPairInputs(TokenInputs):
     2i and 2i + 1); the pair head combines their pooled vectors. A task's ``seq_len`` counts both
     documents (2T tokens an example)."""
 
-    sequences_per_example = 2
-
     @staticmethod
     def forward(model: nn.Module, inputs: Tensor, past: int) -> Tensor:
         return TokenInputs.forward(model, _pairs_as_rows(inputs), past)
-
-    @staticmethod
-    def positions(spec: ModelSpec, seq_len: int) -> int:
-        return TokenInputs.positions(spec, seq_len // 2)
 
     @staticmethod
     def input_positions(spec: ModelSpec, inputs: Tensor) -> int:
@@ -58,10 +52,6 @@ class PairClassifierHead(OutputHead):
     @staticmethod
     def build(spec: ModelSpec, model: nn.Module) -> dict[str, nn.Module | None]:
         return {"classifier": make_classifier(spec, 4 * spec.d_model)}
-
-    @staticmethod
-    def param_counts(spec: ModelSpec) -> dict[str, int]:
-        return {"classifier": classifier_params(spec, 4 * spec.d_model)}
 
     @staticmethod
     def forward(model: nn.Module, x: Tensor, pad_vocab: bool, key_mask: Tensor | None = None) -> Tensor:
