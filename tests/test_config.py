@@ -36,6 +36,15 @@ def test_spec_roundtrips_through_toml(tmp_path):
     assert ModelSpec.load(tmp_path / "spec.toml", ["heads=[4,4]"]).heads == [4, 4]
 
 
+def test_a_bare_string_where_a_list_belongs_hints_at_quoting(tmp_path):
+    ModelSpec(d_model=8, n_layers=2, heads=[2, 2]).save(tmp_path / "spec.toml")
+    with pytest.raises(HeadwiseError, match=r"""heads=a,b was read as the string 'a,b'.*--set 'heads=\["a","b"\]'"""):
+        ModelSpec.load(tmp_path / "spec.toml", ["heads=a,b"])
+    with pytest.raises(HeadwiseError) as refused:  # the hint belongs to the overrides of that load only
+        ModelSpec.parse({"d_model": 8, "n_layers": 2, "heads": "a,b"})
+    assert "quote" not in str(refused.value)
+
+
 def test_missing_and_malformed_files(tmp_path):
     with pytest.raises(HeadwiseError, match="does not exist"):
         read_toml(tmp_path / "nope.toml")

@@ -27,13 +27,15 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 #: module must match one.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # no torch, no headwise beyond each other; the families package only lists the families
-    ("base", ("headwise.errors", "headwise.registry", "headwise.paths", "headwise.config", "headwise.families")),
-    # what a spec is and what checking one needs: the parts' declarations, the attention kinds
-    # (their model code imported inside their functions), plans, presets; no torch at import. The
-    # model package's __init__ loads its names on first use, so importing a kind loads no model.
-    ("spec", ("headwise.parts", "headwise.spec", "headwise.plans", "headwise.presets",
-              "headwise.model.attention*", "headwise.model")),
-    ("model", ("headwise.model.*", "headwise.params")),
+    ("base", ("headwise.errors", "headwise.registry", "headwise.paths", "headwise.config", "headwise.locks",
+              "headwise.families")),
+    # what a spec is, what checking and counting one needs: the parts' declarations (their counts
+    # too), the attention kinds and output gates (their model code imported inside their functions),
+    # plans, presets, exact counts; no torch at import. The model package's __init__ loads its names
+    # on first use, so importing a kind loads no model.
+    ("spec", ("headwise.parts", "headwise.spec", "headwise.plans", "headwise.presets", "headwise.params",
+              "headwise.model.attention*", "headwise.model.output_gate", "headwise.model")),
+    ("model", ("headwise.model.*",)),
     # a run's folder, data and text below the tasks that read them
     ("data", ("headwise.run", "headwise.run.*", "headwise.data", "headwise.data.*", "headwise.text",
               "headwise.text.*")),
@@ -170,6 +172,27 @@ def test_a_spec_is_checked_without_torch_or_a_family():
                          "ModelSpec(d_model=8, n_layers=1, heads=[2], vocab_size=10)\n"
                          "ModelSpec(inputs='images', image_size=8, patch_size=4, channels=1, num_classes=3, d_model=8, "
                          "n_layers=1, heads=[2], causal=False)") == []
+
+
+def test_counts_budgets_and_the_search_space_load_no_torch():
+    assert _loaded_after("import headwise.params, headwise.search.budget, headwise.search.space, "
+                         "headwise.search.scaled") == []
+    # the counts are the declarations': a spec of built-in parts is counted without its model code
+    assert _loaded_after("from headwise.params import count_params\n"
+                         "from headwise.search.budget import plan_budget\n"
+                         "from headwise.spec import ModelSpec\n"
+                         "spec = ModelSpec(d_model=8, n_layers=2, heads=[2, 4], vocab_size=10)\n"
+                         "plan_budget(spec, 16)\n"
+                         "count_params(ModelSpec(inputs='images', image_size=8, patch_size=4, channels=1, "
+                         "num_classes=3, d_model=8, n_layers=1, heads=[2], causal=False))") == []
+
+
+def test_the_plan_command_loads_no_torch():
+    loaded = _loaded_after("import argparse\nfrom headwise.commands import plan\n"
+                           "parser = argparse.ArgumentParser()\nplan.configure(parser)\n"
+                           "plan.run(parser.parse_args(['--d-model', '96', '--layers', '4', '--total-heads', '24', "
+                           "'--scheme', 'constant']))")
+    assert loaded == [], loaded
 
 
 def test_a_dry_run_loads_nothing_of_the_report():

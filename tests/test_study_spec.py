@@ -3,10 +3,11 @@
 import pytest
 
 from headwise.cli import main
+from headwise.config import deep_merge
 from headwise.errors import HeadwiseError
 from headwise.plans import Scheme
 from headwise.study import load_study
-from headwise.study.definition import builtin_studies, deep_merge, load_study_file, resolve_study
+from headwise.study.definition import builtin_studies, load_study_file, resolve_study
 
 NEAREST_BASE = {
     "model": {"preset": "amsel-nn", "d_model": 8, "heads": 1, "mlp_hidden": 16, "max_seq_len": 16},
@@ -101,6 +102,27 @@ def test_overrides_apply_to_the_base_and_change_the_identity():
     assert shown.fingerprint() == plain.fingerprint()
     with pytest.raises(HeadwiseError, match="key=value"):
         resolve_study(raw, "test", overrides=["optim.lr"])
+
+
+#: a list given on a shell command line whose quotes the shell ate: TOML reads no literal, so a string
+BARE_LIST = "model.heads=a,b"
+HINT = r"\(model.heads=a,b was read as the string 'a,b': quote strings inside it .* --set 'model.heads=\[\"a\",\"b\"\]'\)"
+
+
+def test_a_bare_override_that_should_be_a_list_hints_at_quoting_in_a_study_and_a_search():
+    # both go through config.apply_overrides and its hints, as `headwise train --set` does
+    from headwise.search.definition import resolve_search
+    from test_search_confirm import RAW
+
+    raw = study(axes=[{"name": "layers", "key": "model.n_layers", "values": [1]}])
+    with pytest.raises(HeadwiseError, match=r"variant 'layers1': run config: model.heads: .*" + HINT):
+        resolve_study(raw, "test", overrides=[BARE_LIST])
+    with pytest.raises(HeadwiseError, match=r"test \[base\]: model.heads: .*" + HINT):
+        resolve_search(RAW, "test", overrides=[BARE_LIST])
+    # a hint only where quoting is what went wrong
+    with pytest.raises(HeadwiseError) as refused:
+        resolve_study(raw, "test", overrides=["optim.lr=fast"])
+    assert "optim.lr" in str(refused.value) and "quote" not in str(refused.value)
 
 
 def test_deep_merge_merges_tables_and_replaces_lists():

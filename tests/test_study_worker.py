@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
 import signal
 import subprocess
@@ -14,21 +13,12 @@ from pathlib import Path
 import pytest
 import tomli_w
 
+from headwise.locks import FileLock, held
 from headwise.study.worker import main
 
 from helpers import tiny_nearest_config, wait_for
 
 CONFIG = tiny_nearest_config(steps=1_000_000, log_every=1, every=1_000_000)
-
-
-def _locked_by_another(lock: Path) -> bool:
-    with open(lock, "a+") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(f, fcntl.LOCK_UN)
-        return False
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -46,8 +36,8 @@ def test_the_run_holds_the_lock_after_the_worker_waited_for_it(tmp_path):
     config, run, lock = tmp_path / "run.toml", tmp_path / "run", tmp_path / "run.lock"
     config.write_text(tomli_w.dumps(CONFIG))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    holder = open(lock, "a+")  # a run of an earlier study, still finishing
-    fcntl.flock(holder, fcntl.LOCK_EX)
+    holder = FileLock(lock)  # a run of an earlier study, still finishing
+    assert holder.acquire()
     proc = subprocess.Popen([sys.executable, "-m", "headwise.study.worker", str(lock), "--",
                              "train", str(config), "--out", str(run)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -55,18 +45,18 @@ def test_the_run_holds_the_lock_after_the_worker_waited_for_it(tmp_path):
         time.sleep(2.0)
         assert proc.poll() is None and "headwise.study.worker" in _cmdline(proc.pid)  # still waiting
         assert not run.exists()
-        holder.close()  # releases the lock
+        holder.release()
         metrics = run / "metrics.jsonl"
         wait_for(lambda: proc.poll() is not None or (metrics.is_file() and metrics.stat().st_size > 0), 120,
                   "the run to train")
         assert proc.poll() is None, proc.communicate()[0].decode()[-2000:]
         assert _cmdline(proc.pid)[1:4] == ["-m", "headwise", "train"]  # the same process, exec'd
-        assert _locked_by_another(lock)
+        assert held(lock)
         proc.send_signal(signal.SIGTERM)  # as the runner stops its runs
         proc.wait(timeout=60)
     finally:
-        holder.close()
+        holder.release()
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert not _locked_by_another(lock)
+    assert not held(lock)

@@ -15,6 +15,9 @@ import math
 import os
 import tempfile
 import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -34,22 +37,20 @@ class Config(BaseModel):
 
     @classmethod
     def parse(cls: type[C], data: dict[str, Any], source: str = "config") -> C:
-        """Validate ``data`` into this class, raising a one-line HeadwiseError on failure."""
+        """Validate ``data`` into this class, raising a one-line HeadwiseError on failure (with a
+        hint at quoting under :func:`quoting_hints`)."""
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise HeadwiseError(describe_validation_error(cls, exc, source)) from None
+            message = describe_validation_error(cls, exc, source)
+            raise HeadwiseError(message + _quoting_hint(cls, exc, _BARE.get())) from None
 
     @classmethod
     def load(cls: type[C], path: str | Path, overrides: list[str] | None = None) -> C:
         """Load from a TOML file, apply ``key=value`` overrides, validate."""
         data = read_toml(path)
-        bare = apply_overrides(data, overrides or [])
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            message = describe_validation_error(cls, exc, str(path))
-            raise HeadwiseError(message + _quoting_hint(cls, exc, bare)) from None
+        with quoting_hints(apply_overrides(data, overrides or [])):
+            return cls.parse(data, source=str(path))
 
     def to_dict(self) -> dict[str, Any]:
         """A plain dict, None values dropped (TOML has no null), ready for TOML or JSON."""
@@ -168,6 +169,22 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, str
             bare[key] = raw
         set_dotted(data, key, value)
     return bare
+
+
+#: the bare overrides (key -> text) of what is being validated: see :func:`quoting_hints`
+_BARE: ContextVar[dict[str, str]] = ContextVar("bare_overrides", default={})
+
+
+@contextmanager
+def quoting_hints(bare: dict[str, str]) -> Iterator[None]:
+    """Within it, a config that fails validation on a key set by one of ``bare`` (what
+    :func:`apply_overrides` returns) hints at quoting. A context rather than an argument: the
+    definitions of studies and searches validate their runs' configs deep in what they call."""
+    token = _BARE.set(bare)
+    try:
+        yield
+    finally:
+        _BARE.reset(token)
 
 
 def quoting_example(key: str, raw: str, as_list: bool = False) -> str:

@@ -49,8 +49,8 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def _list() -> int:
-    from headwise.study.definition import builtin_listing
     from headwise.search.definition import builtin_searches
+    from headwise.study.definition_file import builtin_listing
 
     print("\n".join(builtin_listing(builtin_searches())))
     return 0

@@ -41,7 +41,8 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def _list() -> int:
-    from headwise.study.definition import builtin_listing, builtin_studies
+    from headwise.study.definition import builtin_studies
+    from headwise.study.definition_file import builtin_listing
 
     print("\n".join(builtin_listing(builtin_studies())))
     return 0

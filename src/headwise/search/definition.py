@@ -1,5 +1,5 @@
 """Search files: a base run, a space of head plans, a budget, objectives and the trials' fidelity,
-with named presets, as study files have (:mod:`headwise.study.definition`).
+loaded, with named presets, as study files are (:mod:`headwise.study.definition_file`).
 
     name = "progression"
     description = "..."
@@ -59,26 +59,21 @@ studies are (:func:`headwise.families.family_files`), named ``NAME``.
 from __future__ import annotations
 
 import copy
-import difflib
-import hashlib
-import json
 from dataclasses import dataclass
-from importlib import resources
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from headwise.config import Config, flatten, parse_value, read_toml, set_dotted
+from headwise.config import Config, apply_overrides, flatten, quoting_hints, set_dotted
 from headwise.errors import HeadwiseError
-from headwise.families import family_files
 from headwise.plans import plan_heads
 from headwise.presets import preset_dict
 from headwise.search.budget import METRICS, BudgetConfig, plan_budget
 from headwise.search.scaled import ScaledSpace
 from headwise.search.space import LayerChoice, PlanSpace, SearchPlan, Space
 from headwise.study.claims import metric_problem
-from headwise.study.definition import SEARCH_PREFIX, RunnerDefaults, broadcast_heads, merge_preset
+from headwise.study.definition import RunnerDefaults, broadcast_heads
+from headwise.study.definition_file import SEARCH_PREFIX, Definition, FileKind, Objective, identity, merge_preset
 from headwise.train.config import RunConfig, resolve_run_model
 
 
@@ -125,11 +120,8 @@ class SpaceConfig(Config):
         return self
 
 
-class Objective(Config):
-    """One objective: an eval metric the runs report (``loss``, ``accuracy``...) or a budget metric."""
-
-    metric: str = "loss"
-    direction: Literal["minimize", "maximize"] = "minimize"
+class SearchObjective(Objective):
+    """An objective as the search runs it: measured by its trials or computed from the plan."""
 
     @property
     def from_budget(self) -> bool:
@@ -220,7 +212,7 @@ class SearchConfig(Config):
     base: dict[str, Any]
     space: SpaceConfig
     budget: BudgetConfig | None = None
-    objectives: list[Objective] = Field(default_factory=lambda: [Objective()], min_length=1)
+    objectives: list[SearchObjective] = Field(default_factory=lambda: [SearchObjective()], min_length=1)
     fidelity: FidelityConfig = Field(default_factory=FidelityConfig)
     named: list[NamedPlan] | None = None
     runner: RunnerDefaults = Field(default_factory=RunnerDefaults)
@@ -242,13 +234,10 @@ class Named:
 
 
 @dataclass
-class Search:
+class Search(Definition):
     """A resolved search: its config, where it came from, the trials' base run config and space."""
 
     config: SearchConfig
-    source: str
-    preset: str | None
-    preset_summary: str
     #: the trials' base run config: the file's base at the fidelity's steps and seed, with [fidelity] set
     base: dict[str, Any]
     space: PlanSpace
@@ -256,10 +245,6 @@ class Search:
     seq_len: int
     #: the same without [fidelity] set: what the confirmation's runs start from
     confirm_base: dict[str, Any]
-
-    @property
-    def name(self) -> str:
-        return self.config.name
 
     @property
     def n_trials(self) -> int:
@@ -293,11 +278,7 @@ class Search:
         saves none (an empty one neither), so such a search keeps the fingerprint it had."""
         definition = {k: v for k, v in self.config.to_dict().items()
                       if k not in ("runner", "confirm", "trials", "description")}
-        return {"name": self.name, "preset": self.preset or None, "definition": definition}
-
-    def fingerprint(self) -> str:
-        blob = json.dumps(self.identity(), sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        return identity(self.name, self.preset, definition)
 
     def to_dict(self) -> dict[str, Any]:
         """The saved form (``search.toml``)."""
@@ -306,36 +287,10 @@ class Search:
                 "definition": self.config.to_dict()}
 
 
-def builtin_searches() -> dict[str, Any]:
-    """Built-in search files by name: every family folder's ``search-NAME.toml``."""
-    found: dict[str, Any] = {}
-    for p in family_files(".toml"):
-        if not p.name.startswith(SEARCH_PREFIX):
-            continue
-        name = p.name.removeprefix(SEARCH_PREFIX).removesuffix(".toml")
-        if name in found:  # one would shadow the other: a packaging bug, not a user's
-            raise HeadwiseError(f"two families hold {p.name}: {found[name]} and {p}; rename one")
-        found[name] = p
-    return found
-
-
-def load_search_file(name_or_path: str) -> tuple[dict[str, Any], str]:
-    """The raw TOML of a built-in search (by name) or of a search file, and where it came from."""
-    builtins = builtin_searches()
-    if name_or_path in builtins:
-        with resources.as_file(builtins[name_or_path]) as path:
-            return read_toml(path), f"builtin:search-{name_or_path}"
-    path = Path(name_or_path)
-    if path.is_file():
-        return read_toml(path), str(path.resolve())
-    if path.is_dir():
-        raise HeadwiseError(f"{name_or_path} is a directory; pass a search's name or a search .toml file")
-    if path.suffix == ".toml" or "/" in name_or_path:
-        raise HeadwiseError(f"search file {name_or_path} does not exist")
-    hint = difflib.get_close_matches(name_or_path, builtins, n=1)
-    extra = f"; did you mean {hint[0]!r}?" if hint else ""
-    raise HeadwiseError(f"unknown search {name_or_path!r}{extra} (built-in searches: "
-                        f"{', '.join(sorted(builtins))}; or pass a .toml file)")
+#: search files: the family folders' ``search-NAME.toml``, named NAME
+SEARCH_FILES = FileKind("search", "searches", prefix=SEARCH_PREFIX)
+builtin_searches = SEARCH_FILES.builtins
+load_search_file = SEARCH_FILES.load
 
 
 def resolve_search(raw: dict[str, Any], source: str, preset: str | None = None,
@@ -345,20 +300,16 @@ def resolve_search(raw: dict[str, Any], source: str, preset: str | None = None,
     meeting it is refused), the objectives against what the task reports and the named plans
     (:func:`headwise.search.load_search` checks the confirmation study too)."""
     raw, preset, summary = merge_preset(raw, source, preset, what="search")
-    raw.setdefault("base", {})
-    for item in overrides or []:
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise HeadwiseError(f"override {item!r} is not of the form key=value (e.g. train.steps=200)")
-        set_dotted(raw["base"], key.strip(), parse_value(value.strip(), key.strip()))
+    bare = apply_overrides(raw.setdefault("base", {}), overrides or [])
     if trials is not None:
         if trials < 1:
             raise HeadwiseError(f"--trials {trials}: a search needs at least one trial")
         raw["trials"] = trials
     config = SearchConfig.parse(raw, source=source)
     shared = _shared_base(config, source)
-    spec, _ = resolve_run_model(shared, source=f"{source} [base]")
-    base, run = _with_fidelity_set(config, shared, RunConfig.parse(shared, source=f"{source} [base]"), source)
+    with quoting_hints(bare):  # where the base's run config is checked
+        spec, _ = resolve_run_model(shared, source=f"{source} [base]")
+        base, run = _with_fidelity_set(config, shared, RunConfig.parse(shared, source=f"{source} [base]"), source)
     seq_len = run.task.shape().seq_len
     _check_objectives(config, run, source)
     space = (ScaledSpace if config.space.scaling else Space)(config.space, spec, config.budget, seq_len)

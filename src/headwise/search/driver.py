@@ -44,7 +44,7 @@ from headwise.search import layout
 from headwise.search.budget import METRICS
 from headwise.search.definition import Search
 from headwise.search.execute import Launched, LocalLauncher, RayLauncher, TrialOutcome, TrialRun
-from headwise.search.layout import FileLock
+from headwise.locks import FileLock
 from headwise.search.space import SearchPlan
 from headwise.search.trials import write_record
 from headwise.study.definition import RunSpec

@@ -19,9 +19,7 @@ must pass before anything is written.
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -113,33 +111,3 @@ def save_search(search: Search, search_dir: Path, environment: dict[str, Any], s
     data.update(environment=environment, storage=storage, study_name=study_name)
     atomic_write_text(search_dir / SEARCH_TOML, tomli_w.dumps(data))
 
-
-class FileLock:
-    """An flock on a file: exclusive, blocking or not (``acquire`` returns False when taken)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.fd: int | None = None
-
-    def acquire(self, block: bool = False) -> bool:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if block else fcntl.LOCK_NB))
-        except BlockingIOError:
-            os.close(fd)
-            return False
-        self.fd = fd
-        return True
-
-    def release(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-    def __enter__(self) -> "FileLock":
-        self.acquire(block=True)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.release()

@@ -13,6 +13,7 @@ from typing import Any
 
 from headwise.config import read_toml
 from headwise.errors import HeadwiseError
+from headwise.study.definition_file import Objective
 
 SEARCH_TOML, TRIALS_JSON, CONFIRM_DIR, OPTUNA_DB = "search.toml", "trials.json", "confirm", "optuna.db"
 #: the Optuna study's name in its storage
@@ -22,15 +23,6 @@ STUDY_NAME = "headwise-search"
 def oriented(value: float, direction: str) -> float:
     """``value`` turned so that lower is better."""
     return value if direction == "minimize" else -value
-
-
-@dataclass(frozen=True)
-class Objective:
-    """One objective of a finished search: its metric and direction."""
-
-    metric: str
-    #: "minimize" or "maximize"
-    direction: str
 
 
 @dataclass(frozen=True)
@@ -115,7 +107,7 @@ def load_search_record(search_dir: str | Path) -> SearchRecord:
         if not d["objectives"]:
             raise ValueError("no objectives")
         return SearchRecord(str(d["search"]), str(d.get("preset") or ""),
-                      [Objective(o["metric"], o.get("direction", "minimize")) for o in d["objectives"]],
+                      [Objective(metric=o["metric"], direction=o.get("direction", "minimize")) for o in d["objectives"]],
                       dict(d.get("budget") or {}), [Trial.from_dict(t) for t in d["trials"]],
                       list(d.get("named") or []), saved, problem)
     except (ValueError, KeyError, TypeError) as e:

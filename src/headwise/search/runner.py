@@ -21,7 +21,7 @@ from headwise.errors import HeadwiseError, RunFailure
 from headwise.search import layout
 from headwise.search.definition import Search
 from headwise.search.execute import LocalLauncher, RayLauncher
-from headwise.search.layout import FileLock
+from headwise.locks import FileLock
 from headwise.search.record import OPTUNA_DB
 from headwise.study.definition import RunSpec
 from headwise.study.preflight import check_out_dir

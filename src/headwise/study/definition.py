@@ -72,24 +72,19 @@ own run directory. ``model.heads`` given as one integer means that count in ever
 from __future__ import annotations
 
 import copy
-import difflib
-import hashlib
-import json
 import re
 from dataclasses import dataclass, field
-from importlib import resources
 from itertools import product
-from pathlib import Path
 from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from headwise.config import Config, deep_merge, parse_value, read_toml, set_dotted
+from headwise.config import Config, apply_overrides, quoting_hints, set_dotted
 from headwise.errors import HeadwiseError
-from headwise.families import family_files
 from headwise.plans import Plan
 from headwise.presets import preset_dict
 from headwise.study.claims import Claim, check_metrics, unknown_variants
+from headwise.study.definition_file import Definition, FileKind, identity, merge_preset
 from headwise.study.nuisance import Nuisance, check_tuning, overlapping_seeds
 from headwise.study.stages import Stage, apply_stage_defaults, check_stage_config
 from headwise.train.config import resolve_run_model
@@ -249,19 +244,12 @@ class RunSpec:
 
 
 @dataclass
-class Study:
+class Study(Definition):
     """A resolved study: its config, where it came from, the preset and the number of seeds."""
 
     config: StudyConfig
-    source: str
-    preset: str | None
     seeds: int
     variants: list[Variant]
-    preset_summary: str = ""
-
-    @property
-    def name(self) -> str:
-        return self.config.name
 
     def runs(self) -> list[RunSpec]:
         """Every (variant, seed), variants in definition order, seeds 0..seeds-1."""
@@ -278,11 +266,6 @@ class Study:
         added later), how fast (``[runner]``), how it is reported (``[report]``) or logged
         (``[base.log]``)."""
         return study_identity(self.name, self.preset, self.config.to_dict())
-
-    def fingerprint(self) -> str:
-        """A short hash of :meth:`identity`."""
-        blob = json.dumps(self.identity(), sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:
         """The saved form (``study.toml``): identity, seeds, and each variant's labels."""
@@ -310,7 +293,7 @@ def study_identity(name: str, preset: str | None, definition: dict[str, Any]) ->
     # where the runs are logged ([base.log]: the trackers) does not change what they compute
     if "log" in what_runs.get("base", {}):
         what_runs["base"] = {k: v for k, v in what_runs["base"].items() if k != "log"}
-    return {"name": name, "preset": preset or None, "definition": what_runs}
+    return identity(name, preset, what_runs)
 
 
 def _check_name(v: str, what: str) -> str:
@@ -324,53 +307,10 @@ def _sanitize(text: str) -> str:
     return text or "value"
 
 
-#: the prefix of a family folder's search files (:mod:`headwise.search`), which are not studies
-SEARCH_PREFIX = "search-"
-
-
-def builtin_listing(entries: dict[str, Any]) -> list[str]:
-    """The lines ``--list`` prints for built-in study or search files: each name with its
-    description, then each preset with its summary."""
-    lines = []
-    for name, entry in sorted(entries.items()):
-        with resources.as_file(entry) as path:
-            raw = read_toml(path)
-        lines.append(f"{name}: {' '.join(str(raw.get('description', '')).split())}")
-        presets = raw.get("presets", {})
-        width = max((len(p) for p in presets), default=0)
-        lines += [f"  --preset {preset:<{width}} {body.get('summary', '')}" for preset, body in presets.items()]
-    return lines
-
-
-def builtin_studies() -> dict[str, Any]:
-    """Built-in study files by name: every family folder's ``*.toml`` (see :mod:`headwise.families`)
-    but its search files (``search-*.toml``, :func:`headwise.search.definition.builtin_searches`)."""
-    return {p.name.removesuffix(".toml"): p for p in family_files(".toml") if not p.name.startswith(SEARCH_PREFIX)}
-
-
-def _read_builtin(entry: Any, name: str) -> dict[str, Any]:
-    with resources.as_file(entry) as path:
-        return read_toml(path)
-
-
-def load_study_file(name_or_path: str) -> tuple[dict[str, Any], str]:
-    """The raw TOML of a built-in study (by name) or of a study file, and where it came from."""
-    builtins = builtin_studies()
-    if name_or_path in builtins:
-        return _read_builtin(builtins[name_or_path], name_or_path), f"builtin:{name_or_path}"
-    path = Path(name_or_path)
-    if path.is_file():
-        return read_toml(path), str(path.resolve())
-    if path.is_dir():
-        hint = " (a study directory: `headwise report` writes its report)" if (path / "study.toml").is_file() else ""
-        raise HeadwiseError(f"{name_or_path} is a directory{hint}; pass a study's name or a study .toml file")
-    if path.suffix == ".toml" or "/" in name_or_path:
-        raise HeadwiseError(f"study file {name_or_path} does not exist")
-    hint = difflib.get_close_matches(name_or_path, builtins, n=1)
-    extra = f"; did you mean {hint[0]!r}?" if hint else ""
-    raise HeadwiseError(
-        f"unknown study {name_or_path!r}{extra} (built-in studies: {', '.join(sorted(builtins))}; or pass a .toml file)"
-    )
+#: study files: any family file but a search's (``search-*.toml``)
+STUDY_FILES = FileKind("study", "studies", saved_hint="a study directory: `headwise report` writes its report")
+builtin_studies = STUDY_FILES.builtins
+load_study_file = STUDY_FILES.load
 
 
 def resolve_study(
@@ -384,13 +324,8 @@ def resolve_study(
     and validate every variant's run config (naming the variant on a bad value), with what its
     stages, tuning and claims ask of the variant's runs."""
     raw, preset, summary = merge_preset(raw, source, preset)
-    raw.setdefault("base", {})
     apply_stage_defaults(raw, source)
-    for item in overrides or []:
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise HeadwiseError(f"override {item!r} is not of the form key=value (e.g. train.steps=200)")
-        set_dotted(raw["base"], key, parse_value(value.strip(), key.strip()))
+    bare = apply_overrides(raw.setdefault("base", {}), overrides or [])
     config = StudyConfig.parse(raw, source=source)
     n_seeds = seeds if seeds is not None else config.seeds
     if n_seeds < 1:
@@ -404,55 +339,16 @@ def resolve_study(
     problems = unknown_variants(config.claims, {v.name for v in variants})
     if problems:
         raise HeadwiseError(f"{source}: {problems[0]} (variants: {', '.join(v.name for v in variants)})")
-    for v in variants:
-        v.config, v.plan = build_run_config(config.base, v)
-        for stage in config.stages:
-            check_stage_config(stage, v.name, v.config)
-        if config.nuisance is not None:
-            check_tuning(config.nuisance, v.name, v.config)
+    with quoting_hints(bare):
+        for v in variants:
+            v.config, v.plan = build_run_config(config.base, v)
+            for stage in config.stages:
+                check_stage_config(stage, v.name, v.config)
+            if config.nuisance is not None:
+                check_tuning(config.nuisance, v.name, v.config)
     check_metrics(config.claims, config.stages, {v.name: v.config for v in variants})
-    return Study(config=config, source=source, preset=preset, seeds=n_seeds, variants=variants,
-                 preset_summary=summary)
-
-
-def merge_preset(raw: dict[str, Any], source: str, preset: str | None,
-                 what: str = "study") -> tuple[dict[str, Any], str | None, str]:
-    """A copy of a raw study (or search) file with ``preset`` (default: its ``default_preset``)
-    deep-merged in, after the presets it ``extends``; returns it without its ``presets`` and
-    ``default_preset`` keys, the preset's name and its one-line summary."""
-    raw = copy.deepcopy(raw)
-    presets = raw.pop("presets", {}) or {}
-    default = raw.pop("default_preset", None)
-    if not isinstance(presets, dict):
-        raise HeadwiseError(f"{source}: `presets` must be a table of named presets")
-    if preset is None:
-        preset = default
-    if preset is None:
-        return raw, None, ""
-    if preset not in presets:
-        known = ", ".join(sorted(presets)) or "none"
-        hint = difflib.get_close_matches(preset, presets, n=1)
-        extra = f"; did you mean {hint[0]!r}?" if hint else ""
-        raise HeadwiseError(f"{what} {raw.get('name', source)!r} has no preset {preset!r}{extra} (presets: {known})")
-    chain = _preset_chain(presets, preset, raw.get("name", source))
-    summary = str(presets[preset].get("summary", ""))  # one line about the preset, for listings
-    for name in chain:
-        over = {k: v for k, v in presets[name].items() if k not in ("summary", "extends")}
-        raw = deep_merge(raw, over)
-    return raw, preset, summary
-
-
-def _preset_chain(presets: dict[str, Any], name: str, study: str) -> list[str]:
-    """The presets to merge, base first: a preset may ``extends = "other"`` another preset."""
-    chain: list[str] = []
-    while name is not None:
-        if name in chain:
-            raise HeadwiseError(f"study {study!r}: presets extend each other in a loop ({' -> '.join(chain + [name])})")
-        if name not in presets or not isinstance(presets[name], dict):
-            raise HeadwiseError(f"study {study!r}: preset {chain[-1]!r} extends unknown preset {name!r}")
-        chain.append(name)
-        name = presets[name].get("extends")
-    return chain[::-1]
+    return Study(config=config, source=source, preset=preset, preset_summary=summary, seeds=n_seeds,
+                 variants=variants)
 
 
 def expand_variants(config: StudyConfig) -> list[Variant]:

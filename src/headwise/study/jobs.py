@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import tomli_w
+
+from headwise.config import atomic_write_text
 from headwise.errors import HeadwiseError
 from headwise.run import RunStatus, read_summary
 from headwise.study import layout
@@ -54,6 +57,12 @@ class RunJob:
         flag = {"start": [], "resume": ["--resume"], "restart": ["--overwrite"]}[self.action]
         return ["-m", "headwise.study.worker", str(self.lock_path), "--",
                 "train", str(self.config_path), "--out", str(self.run_dir), *flag]
+
+    def write_inputs(self) -> None:
+        """Write the run's config and make the folders of its log, lock and run directory."""
+        atomic_write_text(self.config_path, tomli_w.dumps(self.spec.config))
+        for path in (self.log_path, self.lock_path, self.run_dir):
+            path.parent.mkdir(parents=True, exist_ok=True)
 
 
 def has_checkpoint(run: Path) -> bool:

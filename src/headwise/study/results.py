@@ -8,7 +8,6 @@ finishes, so it is never out of step with the runs themselves. Rows stay typed
 from __future__ import annotations
 
 import csv
-import fcntl
 import io
 import math
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Any, Iterable
 
 from headwise.config import atomic_write_text, read_toml
 from headwise.errors import HeadwiseError
+from headwise.locks import held
 from headwise.plans import Plan
 from headwise.run import RunDir, RunStatus, RunSummary, read_summary
 from headwise.study.layout import RESULTS_CSV, StudyRecord, lock_path, log_path, run_dir
@@ -59,19 +59,6 @@ def run_status(path: Path, in_flight: bool = False, attempted: bool = False) -> 
     return summary.status
 
 
-def lock_held(path: Path) -> bool:
-    """True while a run's worker holds its lock file (the run is live, perhaps under another
-    runner): then a summary that says ``running`` is believed."""
-    try:
-        with open(path, "a+") as f:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    return False
-
-
 def last_error(log: Path) -> str:
     """The last ``headwise: error/failed`` line of a run's log (why it stopped), or ""."""
     try:
@@ -87,8 +74,7 @@ def last_error(log: Path) -> str:
 def study_run_status(record: StudyRecord, variant: str, seed: int, in_flight: bool = False) -> RunStatus:
     """:func:`run_status` of one run of a study: live while its worker holds the run's lock,
     failed when it was started (it has a log) but left no summary."""
-    lock = lock_path(record.path, variant, seed)
-    live = in_flight or (lock.is_file() and lock_held(lock))
+    live = in_flight or held(lock_path(record.path, variant, seed))
     return run_status(run_dir(record.path, variant, seed), live, attempted=log_path(record.path, variant, seed).is_file())
 
 

@@ -20,30 +20,23 @@ run's ``[log]`` gets the study's group (the W&B group, the MLflow parent run; se
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import signal
-import subprocess
-import sys
-import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from importlib.metadata import version as installed_version
 
-import tomli_w
-
-from headwise.config import atomic_write_text
 from headwise.errors import HeadwiseError, RunFailure, sigterm_interrupts
+from headwise.locks import FileLock
 from headwise.run import RunStatus
 from headwise.study import layout
-from headwise.study.jobs import GRACE_S, Progress, RunJob, open_log, plan_jobs, plan_stage_jobs
+from headwise.study.jobs import Progress, RunJob, plan_jobs, plan_stage_jobs
+from headwise.study.launch import POLL_S, LocalLauncher, RayLauncher
 from headwise.study.layout import StudyRecord, load_study_record, save_study
-from headwise.study.preflight import check_here, check_out_dir
+from headwise.study.preflight import check_out_dir
 from headwise.study.results import RunResult, update_results
 from headwise.study.definition import RunSpec, Study, study_identity
 from headwise.study.stages import preflight_config, stage_record
@@ -70,26 +63,6 @@ def default_out_dir(study: Study) -> Path:
     """``studies_out/NAME-PRESET`` under the current directory."""
     suffix = f"-{study.preset}" if study.preset else ""
     return Path("studies_out") / f"{study.name}{suffix}"
-
-
-class _DirLock:
-    """An exclusive, non-blocking lock on a study directory (one runner per study at a time)."""
-
-    def __init__(self, study_dir: Path) -> None:
-        self.path = study_dir / ".lock"
-        self.file: Any = None
-
-    def __enter__(self) -> "_DirLock":
-        self.file = open(self.path, "a+")  # noqa: SIM115 - closed in __exit__
-        try:
-            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self.file.close()
-            raise HeadwiseError(f"another `headwise study` is running in {self.path.parent}; wait for it or stop it") from None
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.file.close()
 
 
 def prepare_study_dir(study: Study, study_dir: Path, seeds_given: bool) -> int:
@@ -200,10 +173,7 @@ def join_group(jobs: list[RunJob], log: LogConfig, study_dir: Path) -> str:
 
 def _write_inputs(jobs: list[RunJob]) -> None:
     for job in jobs:
-        atomic_write_text(job.config_path, tomli_w.dumps(job.spec.config))
-        job.log_path.parent.mkdir(parents=True, exist_ok=True)
-        job.lock_path.parent.mkdir(parents=True, exist_ok=True)
-        job.run_dir.parent.mkdir(parents=True, exist_ok=True)
+        job.write_inputs()
 
 
 def run_study(
@@ -248,33 +218,32 @@ def run_study(
     where = f"{backend}" + (f" at {address}" if address else "")
     echo(f"study {study.name}" + (f" (preset {study.preset})" if study.preset else "")
          + f": {len(study.runs())} runs, {len(done)} already finished, {len(todo)} to run ({where}) -> {study_dir}")
-    if backend == "local":
-        runner: Any = _LocalBackend(jobs or 1, threads)
-    else:
-        from headwise.study.ray_backend import RayBackend
-
-        runner = RayBackend(jobs, address, threads)
+    launcher = LocalLauncher() if backend == "local" else RayLauncher(address, "study")
+    runner = _Backend(launcher, (jobs or 1) if backend == "local" else jobs, threads, study_dir)
+    dir_lock = FileLock(study_dir / ".lock")  # one runner per study directory at a time
     try:
         # Nothing is written into the study directory before every run's shared needs are met.
         runner.preflight([j.spec for j in todo] + tuning_specs(study) + stage_specs(study), echo)
         study_dir.mkdir(parents=True, exist_ok=True)
-        with _DirLock(study_dir):
-            save_study(study, study_dir, recorded_seeds, environment)
-            record = load_study_record(study_dir)
-            if study.config.nuisance is not None:
-                tune(study, study_dir, record, runner, _write_inputs, echo)  # sets each variant's best values
-            todo, done = plan_jobs(study, study_dir)
-            group = join_group(todo, log, study_dir)
-            _write_inputs(todo)
-            update_results(record)
-            failed: list[str] = []
-            if todo:
-                progress = Progress(record, len(todo), echo)
-                runner.run(todo, progress)
-                failed = progress.failed
-            results = update_results(record)
-            failed += run_stages(study, record, runner, log, echo)
+        if not dir_lock.acquire():
+            raise HeadwiseError(f"another `headwise study` is running in {study_dir}; wait for it or stop it")
+        save_study(study, study_dir, recorded_seeds, environment)
+        record = load_study_record(study_dir)
+        if study.config.nuisance is not None:
+            tune(study, study_dir, record, runner, _write_inputs, echo)  # sets each variant's best values
+        todo, done = plan_jobs(study, study_dir)
+        group = join_group(todo, log, study_dir)
+        _write_inputs(todo)
+        update_results(record)
+        failed: list[str] = []
+        if todo:
+            progress = Progress(record, len(todo), echo)
+            runner.run(todo, progress)
+            failed = progress.failed
+        results = update_results(record)
+        failed += run_stages(study, record, runner, log, echo)
     finally:
+        dir_lock.release()
         runner.close()
     outcome = StudyOutcome(study_dir, results, [j.key for j in todo], done, failed)
     figures: list[Path] = []
@@ -298,81 +267,39 @@ def run_study(
     return outcome
 
 
-def child_env(threads: int) -> dict[str, str]:
-    """The environment of a run started by this process: its parent's pid (the worker dies with
-    it) and ``threads`` torch threads."""
-    env = dict(os.environ)
-    env["HEADWISE_PARENT_PID"] = str(os.getpid())
-    env["OMP_NUM_THREADS"] = str(threads)  # torch's intra-op threads
-    return env
+class _Backend:
+    """Up to ``jobs`` runs at a time (None: as many as the cluster takes), each started by
+    ``launcher`` (:mod:`headwise.study.launch`) into ``folder``."""
 
-
-def _stop(procs: list[subprocess.Popen], sig: int) -> None:
-    for p in procs:
-        if p.poll() is None:
-            try:
-                p.send_signal(sig)
-            except ProcessLookupError:
-                pass
-
-
-class _LocalBackend:
-    """Up to ``jobs`` runs at a time as subprocesses of this machine."""
-
-    def __init__(self, jobs: int, threads: int) -> None:
-        self.jobs = jobs
-        self.threads = threads
-        self.procs: list[subprocess.Popen] = []
-        self.lock = threading.Lock()
-        self.stopping = False
+    def __init__(self, launcher: LocalLauncher | RayLauncher, jobs: int | None, threads: int, folder: Path) -> None:
+        self.launcher, self.jobs, self.threads, self.folder = launcher, jobs, threads, folder
 
     def preflight(self, specs: list[RunSpec], echo: Callable[[str], None]) -> None:
-        """Refuse CUDA runs on a machine without CUDA; prepare the data here."""
+        """The launcher's checks (device, data; on Ray the shared folder), when any run is left."""
         if specs:
-            check_here(specs, echo)
+            self.launcher.preflight(specs, self.folder, self.threads, echo)
 
     def close(self) -> None:
-        pass
-
-    def _one(self, job: RunJob, progress: Progress) -> None:
-        if self.stopping:
-            return
-        progress.started(job)
-        t0 = time.monotonic()
-        rc: int | None = None
-        try:
-            with open_log(job) as log:
-                proc = subprocess.Popen([sys.executable, *job.argv()], stdout=log, stderr=subprocess.STDOUT,
-                                        env=child_env(self.threads))
-                with self.lock:
-                    self.procs.append(proc)
-                rc = proc.wait()
-        finally:
-            progress.done(job, rc, time.monotonic() - t0)
+        self.launcher.close()
 
     def run(self, jobs: list[RunJob], progress: Progress) -> None:
+        """Run ``jobs`` to their ends; on Ctrl-C or SIGTERM stop the running ones, then re-raise."""
+        queue, running = list(jobs), {}
         with sigterm_interrupts():
-            pool = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="headwise-run")
             try:
-                pending = {pool.submit(self._one, j, progress) for j in jobs}
-                while pending:
-                    finished, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
-                    for f in finished:
-                        f.result()
+                while queue or running:
+                    while queue and (self.jobs is None or len(running) < self.jobs):
+                        job = queue.pop(0)
+                        progress.started(job)
+                        running[self.launcher.launch(job, self.threads)] = (job, time.monotonic())
+                    for run in [r for r in running if r.poll()]:
+                        job, t0 = running.pop(run)
+                        progress.done(job, run.wait(), time.monotonic() - t0)
+                    time.sleep(POLL_S)
             except KeyboardInterrupt:
-                # Ctrl-C reached the runs too (same process group); SIGTERM only reached us.
-                self.stopping = True
-                with self.lock:
-                    _stop(self.procs, signal.SIGTERM)
-                    deadline = time.monotonic() + GRACE_S
-                    for p in self.procs:
-                        try:
-                            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-                        except subprocess.TimeoutExpired:
-                            p.kill()
+                # Ctrl-C reached local runs too (same process group); SIGTERM only reached us
+                self.launcher.stop_all(list(running))
                 raise
-            finally:
-                pool.shutdown(wait=True, cancel_futures=True)
 
 
 def describe_plan(study: Study) -> str:

@@ -2,7 +2,7 @@
 
 It becomes ``python -m headwise train ...`` (``os.execv``: the same process, so the runner's
 signals, exit status and log reach the run itself) with two guards a study needs:
-- the run's lock file is held (``flock``) for the whole run, so a rerun of the study waits for a
+- the run's lock file is held (:class:`headwise.locks.FileLock`) for the whole run, so a rerun of the study waits for a
   run still finishing from a killed study instead of writing into the same directory;
 - on Linux the process asks for SIGTERM when its parent dies (``PR_SET_PDEATHSIG``), so killing
   the study runner makes its runs checkpoint and stop rather than carry on unobserved.
@@ -16,10 +16,12 @@ it keeps this library module independent of the command layer.
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import os
 import signal
 import sys
+from pathlib import Path
+
+from headwise.locks import FileLock
 
 _PR_SET_PDEATHSIG = 1
 
@@ -44,9 +46,9 @@ def main(argv: list[str]) -> int:
         return 2
     # the runner passes its pid: if it died before prctl took effect, getppid() differs already
     _die_with_parent(int(os.environ.get("HEADWISE_PARENT_PID", os.getppid())))
-    lock = os.open(argv[0], os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    os.set_inheritable(lock, True)  # held by the command until it exits
+    lock = FileLock(Path(argv[0]))
+    lock.acquire(block=True)
+    os.set_inheritable(lock.fd, True)  # held by the command until it exits
     os.execv(sys.executable, [sys.executable, "-m", "headwise", *argv[2:]])
 
 

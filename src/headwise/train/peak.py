@@ -11,7 +11,6 @@ no fixed CPU figure is right. ``train.peak_flops`` in a run's config overrides b
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import platform
@@ -21,6 +20,7 @@ from pathlib import Path
 import torch
 
 from headwise.config import atomic_write_text
+from headwise.locks import FileLock
 
 # NVIDIA's datasheet dense FLOP/s without sparsity, by precision (H100/H200 SXM: 989 TFLOP/s
 # bf16, 67 TFLOP/s fp32 without TF32, which PyTorch leaves off for matmuls; H100 PCIe: 756 and
@@ -148,8 +148,7 @@ def remember_cpu_peak(precision: str, flops: float, how: str) -> bool:
         path.parent.mkdir(parents=True, exist_ok=True)
         # Runs of a study and the bench may write at once: read, compare and write under one lock,
         # or one process's new entry could replace another's.
-        with open(path.parent / f"{path.name}.lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with FileLock(path.parent / f"{path.name}.lock"):
             cache = _read_cache(path)
             old = _cached_flops(cache, key)
             if old is not None and old >= flops:

@@ -1,0 +1,245 @@
+"""Starting and stopping a run, here or on a Ray cluster: the one launcher of the study runner and
+the search driver.
+
+A run is its job's worker (``python -m headwise.study.worker LOCK -- train ...``,
+:meth:`~headwise.study.jobs.RunJob.argv`: it holds the run's lock and dies with its parent) on
+``threads`` torch threads, its output appended to its log after a header line
+(:func:`~headwise.study.jobs.open_log`). :class:`LocalLauncher` starts it as a subprocess here;
+:class:`RayLauncher` as a Ray task (:func:`ray_train`) that starts the same subprocess on a node
+of the cluster. Either returns a :class:`Launched` handle, so what watches a run does not depend on
+where it runs.
+
+Stopping a run is SIGTERM (it checkpoints and exits), then SIGKILL if it has not ended within
+:data:`~headwise.study.jobs.GRACE_S` (:func:`end_processes`): here by the launcher, on Ray by the
+task on its node once the launcher cancels it.
+
+Before any run, each launcher refuses CUDA runs where there is no GPU and prepares the runs' data
+where they will read it; the Ray launcher first refuses an output folder that some node does not
+see at the same path (:meth:`RayLauncher.check_shared`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any, Callable, Protocol
+
+from headwise.errors import HeadwiseError, RunFailure
+from headwise.study.definition import RunSpec
+from headwise.study.jobs import GRACE_S, RunJob, open_log
+from headwise.study.preflight import check_here
+from headwise.study.ray_backend import connect, prepare_on_cluster
+
+#: seconds between two looks at a running run (on Ray: how soon a cancellation reaches it)
+POLL_S = 0.5
+
+
+def start_process(argv: list[str], log: IO[bytes], threads: int) -> subprocess.Popen:
+    """``python ARGV`` here, its output into ``log`` (the run writes to its own copy of the
+    descriptor), told its parent's pid (the worker dies with it) and to use ``threads`` torch
+    (intra-op) threads."""
+    env = {**os.environ, "HEADWISE_PARENT_PID": str(os.getpid()), "OMP_NUM_THREADS": str(threads)}
+    return subprocess.Popen([sys.executable, *argv], stdout=log, stderr=subprocess.STDOUT, env=env)
+
+
+class Launched(Protocol):
+    """A run once launched, wherever it runs."""
+
+    def poll(self) -> bool:
+        """True once the run has ended (by itself, stopped, or lost)."""
+
+    def stop(self) -> None:
+        """Ask the run to checkpoint and stop (it gets SIGTERM); returns at once."""
+
+    def wait(self) -> int | None:
+        """Wait for the run to end; its exit status (None: its task was cancelled or lost)."""
+
+
+class _Process:
+    """A run as a subprocess of this machine."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+
+    def poll(self) -> bool:
+        return self.proc.poll() is not None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.send_signal(signal.SIGTERM)
+            except ProcessLookupError:  # it ended between the look and the signal
+                pass
+
+    def wait(self) -> int | None:
+        return self.proc.wait()
+
+
+def end_processes(runs: list[_Process]) -> None:
+    """Stop every run still running, then SIGKILL those that have not ended within
+    :data:`GRACE_S` (one deadline for all)."""
+    for run in runs:
+        run.stop()
+    deadline = time.monotonic() + GRACE_S
+    for run in runs:
+        try:
+            run.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            run.proc.kill()
+
+
+class LocalLauncher:
+    """Runs as subprocesses of this machine."""
+
+    def preflight(self, specs: list[RunSpec], folder: Path, threads: int, echo: Callable[[str], None]) -> None:
+        """Refuse CUDA runs on a machine without CUDA; prepare the data here."""
+        check_here(specs, echo)
+
+    def launch(self, job: RunJob, threads: int) -> Launched:
+        """Start the job's worker here on ``threads`` torch threads, logging to its log."""
+        with open_log(job) as log:
+            return _Process(start_process(job.argv(), log, threads))
+
+    def stop_all(self, runs: list[_Process]) -> None:
+        """Stop ``runs`` (this launcher's): SIGTERM, then SIGKILL after :data:`GRACE_S`."""
+        end_processes(runs)
+
+    def close(self) -> None:
+        """Nothing to give back."""
+
+
+def ray_train(argv: list[str], log_path: str, threads: int) -> int:
+    """The body of one Ray task: run the worker command on this node, appending to ``log_path``."""
+    with open(log_path, "ab") as log:
+        run = _Process(start_process(argv, log, threads))
+        try:
+            # ray.cancel raises KeyboardInterrupt in this thread without a signal, so a blocking
+            # wait would not see it before the run ends: wait in short sleeps, between which it can
+            while not run.poll():
+                time.sleep(POLL_S)
+            return run.proc.returncode
+        except BaseException:  # ray.cancel: let the run checkpoint and stop
+            end_processes([run])
+            raise
+
+
+def task_options(config: dict[str, Any], cluster_gpus: float, threads: int | None) -> dict[str, Any]:
+    """The Ray task options of a run of ``config``: ``threads`` CPUs (default 1), one GPU when it
+    trains on CUDA (``auto`` on a cluster with GPUs), and no retry (a rerun resumes it)."""
+    device = str(config.get("train", {}).get("device", "auto"))
+    gpu = device == "cuda" or (device == "auto" and cluster_gpus > 0)
+    return {"num_cpus": threads or 1, "num_gpus": 1 if gpu else 0, "max_retries": 0}
+
+
+def submit_run(task: Any, job: RunJob, cluster_gpus: float, threads: int | None) -> Any:
+    """Start ``job``'s worker as the Ray task ``task`` (the remote :func:`ray_train`) on ``threads``
+    CPUs (default 1), after the log's header line as a local run writes it (the task appends the
+    run's output); the task's reference."""
+    with open_log(job):
+        pass
+    return task.options(**task_options(job.spec.config, cluster_gpus, threads)).remote(
+        job.argv(), str(job.log_path), threads or 1)
+
+
+class _RayRun:
+    """A run as a Ray task (:func:`ray_train`)."""
+
+    def __init__(self, ray: Any, ref: Any) -> None:
+        self.ray, self.ref = ray, ref
+
+    def poll(self) -> bool:
+        ready, _ = self.ray.wait([self.ref], timeout=0)
+        return bool(ready)
+
+    def stop(self) -> None:
+        self.ray.cancel(self.ref)  # the task SIGTERMs its run, which checkpoints, then ends
+
+    def wait(self) -> int | None:
+        try:
+            return self.ray.get(self.ref)
+        except Exception:  # noqa: BLE001 - cancelled, or its node lost: the run's summary says how it ended
+            return None
+
+
+def _exists(path: str) -> bool:
+    """The body of the shared-folder probe: whether this node sees ``path``."""
+    return os.path.exists(path)
+
+
+class RayLauncher:
+    """Runs as Ray tasks on the cluster at ``address`` (None: a local one, or the one this process
+    joined already), each running the job's worker (one GPU when it trains on CUDA); ``what``
+    names the runs' owner (a study, a search) in refusals."""
+
+    def __init__(self, address: str | None, what: str = "search") -> None:
+        self.address, self.what = address, what
+        self.ray: Any = None
+        self.started_here = False
+        self.gpus = 0.0
+        self.task: Any = None  # the remote ray_train, once joined
+        self.lock = threading.Lock()  # a search's trials launch from their own threads
+
+    def _connect(self) -> Any:
+        with self.lock:
+            if self.ray is None:
+                self.ray, self.started_here = connect(self.address)
+                self.gpus = self.ray.cluster_resources().get("GPU", 0)
+                self.task = self.ray.remote(ray_train)
+        return self.ray
+
+    def preflight(self, specs: list[RunSpec], folder: Path, threads: int, echo: Callable[[str], None]) -> None:
+        """Join the cluster, refuse an output folder some node does not see, then refuse CUDA runs
+        on a cluster without GPUs and prepare the data on the cluster."""
+        ray = self._connect()
+        self.check_shared(ray, folder)
+        prepare_on_cluster(ray, specs, threads, echo, self.what)
+
+    def check_shared(self, ray: Any, folder: Path) -> None:
+        """Refuse an output folder that an alive node with CPUs does not see at the same path: a
+        probe file made here, beside it, must be visible there (the runs write into the folder and
+        this process reads them from it). Nodes that join later are not checked."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        where = Path(os.path.abspath(folder))
+        while not where.is_dir():  # the folder itself is not made before every check passes
+            where = where.parent
+        nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
+        probe = ray.remote(_exists)
+        fd, path = tempfile.mkstemp(prefix=".headwise-probe-", dir=where)
+        os.close(fd)
+        try:
+            refs = [probe.options(num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+                n["NodeID"], soft=False)).remote(path) for n in nodes]
+            try:
+                seen = ray.get(refs)
+            except Exception as exc:  # a lost node or a crashed worker: not the user's input
+                raise RunFailure(f"checking the {self.what} folder on the Ray cluster failed: {exc}") from None
+        finally:
+            os.unlink(path)
+        blind = [n.get("NodeManagerAddress", n["NodeID"]) for n, ok in zip(nodes, seen) if not ok]
+        if blind:
+            raise HeadwiseError(f"--out {folder}: Ray node(s) {', '.join(blind)} do not see {where}; with --backend ray "
+                                f"the {self.what} folder must be on a filesystem every node sees at the same path")
+
+    def launch(self, job: RunJob, threads: int) -> Launched:
+        """Start the job's worker as a Ray task of ``threads`` CPUs, appending to its log."""
+        ray = self._connect()
+        return _RayRun(ray, submit_run(self.task, job, self.gpus, threads))
+
+    def stop_all(self, runs: list[Launched]) -> None:
+        """Cancel ``runs`` (this launcher's) at once: each task stops its run as
+        :func:`end_processes` does, on its node."""
+        for run in runs:
+            run.stop()
+
+    def close(self) -> None:
+        """Shut down the local cluster this launcher started (a joined one is left alone)."""
+        if self.started_here:
+            self.ray.shutdown()
+            self.started_here = False
