@@ -27,6 +27,13 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
+    def format_help(self) -> str:
+        """The help; an ``epilog`` may be a function returning the text, called only here, for
+        what is costly to list (the bench sections load torch)."""
+        if callable(self.epilog):
+            self.epilog = self.epilog()
+        return super().format_help()
+
 
 def run_guarded(body: Callable[[], int | None], prog: str) -> int:
     """Run a command's ``body`` and return its exit status: bad input (:class:`HeadwiseError`) is one

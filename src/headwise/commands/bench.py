@@ -7,13 +7,14 @@ import shlex
 import sys
 from pathlib import Path
 
-from headwise.bench.sections import ordered_sections, section_names
 
 NAME = "bench"
 HELP = "measure training/generation speed against Hugging Face GPT-Neo (JSON + markdown table)"
 
 
 def _sections(text: str) -> list[str]:
+    from headwise.bench.sections import section_names
+
     known = section_names()
     names = [s.strip() for s in text.split(",") if s.strip()]
     bad = [s for s in names if s not in known]
@@ -42,16 +43,22 @@ def _positive(text: str) -> int:
     return value
 
 
+def _epilog() -> str:
+    from headwise.bench.sections import ordered_sections
+
+    return "sections: " + "; ".join(f"{s.name}: {s.help}" for s in ordered_sections())
+
+
 def configure(p: argparse.ArgumentParser) -> None:
     """The options of ``headwise bench``."""
-    p.epilog = "sections: " + "; ".join(f"{s.name}: {s.help}" for s in ordered_sections())
+    p.epilog = _epilog  # listing the sections imports them (and torch): only for --help
     p.add_argument("--quick", action="store_true",
                    help="smoke-sized run (~1-2 min on 2 idle cores): vocab 8192, 512 tokens per step, "
                         "3 rounds, 100 generated tokens")
     p.add_argument("--out", type=Path, default=Path("benchmarks/results"),
                    help="folder for latest.json and latest.md (default: benchmarks/results)")
     p.add_argument("--only", type=_sections, metavar="SECTIONS",
-                   help=f"comma-separated subset of: {', '.join(section_names())}")
+                   help="comma-separated subset of the sections (below, or --list)")
     p.add_argument("--seq-lens", type=_seq_lens, metavar="T,T", help="sequence lengths (default 256,512)")
     p.add_argument("--rounds", type=_positive, help="timed rounds, every case once per round (default 5; quick 3)")
     p.add_argument("--tokens-per-step", type=_positive, help="B x T per training step (default 1024; quick 512)")
@@ -64,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
     """Run the suite as the options say and write ``latest.json`` and ``latest.md`` under ``--out``
     (``--list``: print the sections instead)."""
     if args.list:
+        from headwise.bench.sections import ordered_sections
+
         for section in ordered_sections():
             print(f"{section.name:10} {section.help}")
         return 0

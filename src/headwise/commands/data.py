@@ -34,7 +34,6 @@ from headwise.config import read_toml
 from headwise.data.cache_files import META, CacheInvalid, default_cache_dir, list_caches
 from headwise.errors import HeadwiseError, RunFailure
 from headwise.tasks.family import families
-from headwise.tasks.union import parse_task_config
 from headwise.text.data_plan import DataConfig, plan_data
 from headwise.text.token_cache import TokenCache, cache_name, prepare
 
@@ -88,6 +87,8 @@ def data_config(args: argparse.Namespace) -> DataConfig:
     """The data request of the command line: the config's ``[task]`` table (if any), then the options."""
     values: dict[str, Any] = {}
     if args.config:
+        from headwise.tasks.union import parse_task_config  # every family's task: torch
+
         table = read_toml(args.config).get("task", {})
         task = parse_task_config(table, source=f"{args.config} [task]")
         options = task.data_options()
@@ -242,6 +243,8 @@ def run(args: argparse.Namespace) -> int:
         _print(_open_cache(Path(args.source).expanduser()).summary(), args.json)
         return 0
     if args.config:
+        from headwise.tasks.union import parse_task_config
+
         task = parse_task_config(read_toml(args.config).get("task", {}), source=f"{args.config} [task]")
         if task.data_options() is None:  # no text options: the table says it all
             _no_text_options(args, task)

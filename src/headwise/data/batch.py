@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
-from torch import Tensor
+if TYPE_CHECKING:  # annotations only: the data layer is read (configs, dry runs) without torch
+    from torch import Tensor
 
 
 @dataclass

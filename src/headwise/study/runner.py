@@ -34,7 +34,7 @@ from headwise.locks import FileLock
 from headwise.run import RunStatus
 from headwise.study import layout
 from headwise.study.jobs import Progress, RunJob, plan_jobs, plan_stage_jobs
-from headwise.study.launch import POLL_S, LocalLauncher, RayLauncher
+from headwise.study.launch import LocalLauncher, RayLauncher
 from headwise.study.layout import StudyRecord, load_study_record, save_study
 from headwise.study.preflight import check_out_dir
 from headwise.study.results import RunResult, update_results
@@ -295,7 +295,7 @@ class _Backend:
                     for run in [r for r in running if r.poll()]:
                         job, t0 = running.pop(run)
                         progress.done(job, run.wait(), time.monotonic() - t0)
-                    time.sleep(POLL_S)
+                    time.sleep(self.launcher.poll_s)
             except KeyboardInterrupt:
                 # Ctrl-C reached local runs too (same process group); SIGTERM only reached us
                 self.launcher.stop_all(list(running))
