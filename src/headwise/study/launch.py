@@ -98,7 +98,8 @@ class LocalLauncher:
     """Runs as subprocesses of this machine."""
 
     #: seconds between two looks at its runs (a look is one waitpid: a longer pause leaves the
-    #: cores idle between runs; 0.5 s made a 20-run study 10 s slower)
+    #: cores idle between runs; 0.5 s made tests/test_nuisance.py's tuned study, 16 to 20 short
+    #: runs in rounds, 10 s slower)
     poll_s = 0.05
 
     def preflight(self, specs: list[RunSpec], folder: Path, threads: int, echo: Callable[[str], None]) -> None:
