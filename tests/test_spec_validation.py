@@ -77,3 +77,26 @@ def test_cli_train_refuses_a_negative_width_before_writing(tmp_path, shared_data
 
 def test_cli_plan_refuses_a_negative_head_dim():
     _one_line_refusal(_headwise("plan", "--scheme", "constant", "--total-heads", "8", "--head-dim", "-1"), "head_dim")
+
+
+@pytest.mark.parametrize("fields", [
+    dict(heads=[12, 6, 3, 2]),
+    dict(heads=[8, 8, 4, 4], kv_heads=[2, 4, 2, 1], head_dim=[64, 32, 64, 16], mlp_hidden=[512, 1024, 256, 64],
+         attention=["global", "local", "global", "local"]),
+])
+def test_a_spec_with_its_own_layers_is_itself(fields):
+    spec = ModelSpec(**{**BASE, **fields})
+    again = spec.with_layers(spec.layers())
+    assert again.layers() == spec.layers() and again.n_layers == spec.n_layers
+
+
+def test_layers_replace_depth_and_the_fields_they_set_and_keep_the_rest():
+    from headwise.layer_shape import LayerShape
+
+    spec = ModelSpec(**BASE, head_dim=32, mlp_hidden=1000, window=8)
+    got = spec.with_layers([LayerShape(heads=2, kv_heads=1), LayerShape(heads=4, kv_heads=4)])
+    assert got.n_layers == 2 and got.heads == [2, 4] and got.kv_heads == [1, 4]
+    # head width and MLP width left None in every layer: the spec's own
+    assert [(s.head_dim, s.mlp_hidden) for s in got.layers()] == [(32, 1000), (32, 1000)] and got.window == 8
+    with pytest.raises(ValueError, match="head_dim is set in some layers and not in others"):
+        spec.with_layers([LayerShape(heads=2, head_dim=16), LayerShape(heads=2)])

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Sequence
 
 from pydantic import AfterValidator, Field, create_model, field_validator, model_validator
 
 from headwise.config import Config
+from headwise.layer_shape import LayerShape
 import headwise.model as model_package
 from headwise.model.attention import ATTENTION_KINDS, AttentionKind
 from headwise.parts import FRONT_END_PARTS, OUTPUT_HEAD_PARTS, FrontEndPart, OutputHeadPart
@@ -93,28 +93,6 @@ def _registered(name: str, registry: Registry[Any]) -> str:
         names = [repr(n) for n in registry.names()]
         raise ValueError(f"Input should be {', '.join(names[:-1])} or {names[-1]}")
     return name
-
-
-@dataclass(frozen=True)
-class LayerShape:
-    """The resolved shape of one layer."""
-
-    heads: int
-    head_dim: int
-    mlp_hidden: int
-    attention: str
-    #: key/value heads, each shared by ``heads / kv_heads`` query heads (None: as many as ``heads``)
-    kv_heads: int | None = None
-
-    @property
-    def width(self) -> int:
-        """Attention width: the size q projects to and the output projection reads (heads x head_dim)."""
-        return self.heads * self.head_dim
-
-    @property
-    def kv_width(self) -> int:
-        """The size k and v each project to (kv_heads x head_dim)."""
-        return (self.kv_heads or self.heads) * self.head_dim
 
 
 class ModelSpec(Config):
@@ -304,6 +282,19 @@ class ModelSpec(Config):
     def layers(self) -> list[LayerShape]:
         """Resolved shapes of every layer."""
         return [self.layer(i) for i in range(self.n_layers)]
+
+    def with_layers(self, layers: Sequence[LayerShape]) -> "ModelSpec":
+        """This spec with ``layers`` in place of its own: their depth and heads, and each of head
+        width, key/value heads, MLP width and attention kind that the layers set (a field None in
+        every layer stays this spec's; None in some layers only is refused)."""
+        fields = {**self.model_dump(), "n_layers": len(layers), "heads": [s.heads for s in layers]}
+        for name in ("head_dim", "kv_heads", "mlp_hidden", "attention"):
+            values = [getattr(s, name) for s in layers]
+            if all(v is not None for v in values):
+                fields[name] = values
+            elif any(v is not None for v in values):
+                raise ValueError(f"{name} is set in some layers and not in others: set it in every layer or in none")
+        return type(self).model_validate(fields)
 
     @property
     def output_head(self) -> str:
