@@ -110,7 +110,7 @@ def test_grid_is_the_blogs():
     plans = grid_plans(BenchConfig())
     assert [p.heads for p in plans if p.requested_total == 180] == [(48,) * 4, (12, 24, 48, 96), (96, 48, 24, 12)]
     assert [plan_label(p) for p in plans[:4]] == ["4x12", "4x24", "4x48", "asce 3,6,12,24"]
-    assert plan_label(Plan(Scheme.DESCENDING, (96, 48, 24, 12))) == "desc 96,48,24,12"
+    assert plan_label(Plan.of(Scheme.DESCENDING, (96, 48, 24, 12))) == "desc 96,48,24,12"
 
 
 def test_shared_models_compute_what_separate_models_compute():

@@ -62,7 +62,7 @@ def test_plan_prints_the_kv_cache(capsys):
 
 def test_run_summary_carries_the_kv_cache():
     spec = spec_from_preset("llama-tiny")
-    plan = Plan(scheme="explicit", heads=(4,) * 4, head_dims=(32,) * 4)
+    plan = Plan.explicit((4,) * 4, (32,) * 4)
     summary = RunSummary(status=RunStatus.COMPLETED, params=count_params(spec), plan=plan,
                          kv_cache_bytes_per_token=kv_cache_budget(spec))
     back = RunSummary.from_json(summary.to_json())

@@ -59,7 +59,7 @@ def test_summaries_of_the_older_layout_still_read(tmp_path):
            "total_heads": 6, "plan": {"scheme": "descending", "requested_total": 6, "total": 6, "notes": []}}
     RunDir(tmp_path).summary.write_text(json.dumps(old))
     s = read_summary(tmp_path)
-    assert s.plan == Plan(Scheme.DESCENDING, (4, 2), (8, 16), requested_total=6)
+    assert s.plan == Plan.of(Scheme.DESCENDING, (4, 2), (8, 16), requested_total=6)
     no_plan = {**old, "plan": None}
     assert RunSummary.model_validate(no_plan).plan == Plan.explicit((4, 2), (8, 16))
 

@@ -243,7 +243,7 @@ def test_an_axis_named_like_a_typed_column_keeps_its_own_column():
     from headwise.study.results import COLUMNS, RunResult, axis_column, rows_to_csv
     from headwise.plans import Scheme
 
-    summary = RunSummary(status=RunStatus.COMPLETED, params=10, plan=Plan(Scheme.DESCENDING, heads=(4, 2)))
+    summary = RunSummary(status=RunStatus.COMPLETED, params=10, plan=Plan.of(Scheme.DESCENDING, (4, 2)))
     result = RunResult(variant="v", seed=0, labels={"scheme": "my label", "budget": "h6"},
                        status=RunStatus.COMPLETED, run_dir="runs/v/seed0", summary=summary)
     axes = ["scheme", "budget"]

@@ -12,7 +12,8 @@ import torch
 from headwise.errors import HeadwiseError
 from headwise.plans import Plan, Scheme
 from headwise.model import Transformer
-from headwise.families.nearest.task import NearestNeighbourTask, NearestTaskConfig
+from headwise.families.nearest.nearest_task import NearestNeighbourTask
+from headwise.families.nearest.task import NearestTaskConfig
 from headwise.train.config import (
     RunConfig,
     TrainConfig,
@@ -107,7 +108,7 @@ def test_resolve_spec_preset_overrides_plan_and_vocabulary():
 
 def test_resolve_spec_gives_an_explicit_plan_without_a_plan_table():
     spec, plan = resolve_spec(RunConfig.parse(_base()).model, SyntheticLM())
-    assert plan == Plan(Scheme.EXPLICIT, (4, 2), (8, 16)) and plan.total == spec.total_heads == 6
+    assert plan == Plan.explicit((4, 2), (8, 16)) and plan.total == spec.total_heads == 6
 
 
 @pytest.mark.parametrize("model, needle", [

@@ -29,6 +29,7 @@ from enum import Enum
 from typing import Any, Sequence
 
 from headwise.errors import HeadwiseError
+from headwise.layer_shape import LayerShape
 from headwise.spec import divisors
 
 
@@ -55,34 +56,70 @@ MAX_TOTAL_HEADS = 32768
 
 @dataclass(frozen=True)
 class Plan:
-    """A head plan, resolved: what was asked (scheme, budget, ratio) and what came out (heads and
-    head widths per layer, with notes when the budget could not be met exactly).
+    """A head plan, resolved: what was asked (scheme, budget, ratio), the layers that came out
+    (:class:`~headwise.layer_shape.LayerShape`: heads, and head widths, key/value heads and MLP
+    widths where the plan sets them), and notes when the budget could not be met exactly.
 
-    It is made once, by :func:`plan_heads` (or :meth:`explicit` for heads given per layer), and
-    carried as it is through the run config, the run summary, a study's results and its report.
+    It is made once, by :func:`plan_heads` (or :meth:`explicit` for layers given one by one), and
+    carried as it is through the run config, the run summary, a study's results and its report;
+    :meth:`headwise.spec.ModelSpec.with_layers` applies its layers to a spec.
     """
 
     scheme: Scheme
-    heads: tuple[int, ...]
-    #: per-layer head widths; empty when the plan was made without knowing them (see :meth:`with_head_dims`)
-    head_dims: tuple[int, ...] = ()
+    layers: tuple[LayerShape, ...]
     requested_total: int | None = None
     ratio: float | None = None
     notes: tuple[str, ...] = ()
-    #: per-layer key/value heads and MLP widths, when the scheme sets them (``layerwise``); else empty
-    kv_heads: tuple[int, ...] = ()
-    mlp_hidden: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "scheme", Scheme(self.scheme))
-        for name in ("heads", "head_dims", "kv_heads", "mlp_hidden"):
-            object.__setattr__(self, name, tuple(int(v) for v in getattr(self, name)))
+        object.__setattr__(self, "layers", tuple(self.layers))
         object.__setattr__(self, "notes", tuple(self.notes))
 
     @classmethod
+    def of(cls, scheme: Scheme | str, heads: Sequence[int], head_dims: Sequence[int] = (),
+           kv_heads: Sequence[int] = (), mlp_hidden: Sequence[int] = (), **meta: Any) -> "Plan":
+        """The plan of per-layer lists (each of ``head_dims``, ``kv_heads``, ``mlp_hidden`` empty
+        when the plan does not set it), with ``meta`` (``requested_total``, ``ratio``, ``notes``)."""
+        n = len(heads)
+        columns = {}
+        for name, values in (("head_dim", head_dims), ("kv_heads", kv_heads), ("mlp_hidden", mlp_hidden)):
+            if values and len(values) != n:
+                raise ValueError(f"{len(values)} values of {name} for a plan of {n} layers")
+            columns[name] = [int(v) for v in values] or [None] * n
+        layers = tuple(LayerShape(int(h), head_dim=d, kv_heads=k, mlp_hidden=m)
+                       for h, d, k, m in zip(heads, columns["head_dim"], columns["kv_heads"], columns["mlp_hidden"]))
+        return cls(Scheme(scheme), layers, **meta)
+
+    @classmethod
     def explicit(cls, heads: Sequence[int], head_dims: Sequence[int] = ()) -> "Plan":
-        """The plan of a model whose heads were given per layer."""
-        return cls(Scheme.EXPLICIT, tuple(heads), tuple(head_dims))
+        """The plan of a model whose heads (and head widths) were given per layer."""
+        return cls.of(Scheme.EXPLICIT, heads, head_dims)
+
+    def _column(self, name: str) -> tuple[int, ...]:
+        """One field over the layers; empty when the plan does not set it."""
+        values = tuple(getattr(s, name) for s in self.layers)
+        return () if None in values else values
+
+    @property
+    def heads(self) -> tuple[int, ...]:
+        """Query heads per layer."""
+        return tuple(s.heads for s in self.layers)
+
+    @property
+    def head_dims(self) -> tuple[int, ...]:
+        """Head widths per layer; empty when the plan was made without them (:meth:`with_head_dims`)."""
+        return self._column("head_dim")
+
+    @property
+    def kv_heads(self) -> tuple[int, ...]:
+        """Key/value heads per layer, when the plan sets them (``layerwise``, a key/value plan); else empty."""
+        return self._column("kv_heads")
+
+    @property
+    def mlp_hidden(self) -> tuple[int, ...]:
+        """MLP widths per layer, when the scheme sets them (``layerwise``); else empty."""
+        return self._column("mlp_hidden")
 
     @property
     def total(self) -> int:
@@ -91,7 +128,7 @@ class Plan:
 
     @property
     def n_layers(self) -> int:
-        return len(self.heads)
+        return len(self.layers)
 
     @property
     def exact(self) -> bool:
@@ -101,23 +138,37 @@ class Plan:
     @property
     def widths(self) -> tuple[int, ...]:
         """Attention width per layer (heads x head_dim); empty without head widths."""
-        return tuple(h * d for h, d in zip(self.heads, self.head_dims))
+        return tuple(s.width for s in self.layers) if self.head_dims else ()
 
     def with_head_dims(self, head_dims: Sequence[int]) -> "Plan":
         """The same plan with its per-layer head widths filled in."""
-        if len(head_dims) != len(self.heads):
-            raise ValueError(f"{len(head_dims)} head widths for a plan of {len(self.heads)} layers")
-        return dataclasses.replace(self, head_dims=tuple(head_dims))
+        return self._with("head_dim", head_dims)
 
     def with_kv_heads(self, kv_heads: Sequence[int], notes: Sequence[str] = ()) -> "Plan":
         """The same plan with per-layer key/value heads (and what their plan noted)."""
-        if len(kv_heads) != len(self.heads):
-            raise ValueError(f"{len(kv_heads)} key/value head counts for a plan of {len(self.heads)} layers")
-        return dataclasses.replace(self, kv_heads=tuple(kv_heads), notes=self.notes + tuple(notes))
+        return dataclasses.replace(self._with("kv_heads", kv_heads), notes=self.notes + tuple(notes))
+
+    def _with(self, name: str, values: Sequence[int]) -> "Plan":
+        if len(values) != len(self.layers):
+            raise ValueError(f"{len(values)} values of {name} for a plan of {len(self.layers)} layers")
+        layers = tuple(dataclasses.replace(s, **{name: int(v)}) for s, v in zip(self.layers, values))
+        return dataclasses.replace(self, layers=layers)
+
+    def describe(self) -> str:
+        """``4 layers: heads 96,48,24,12`` (+ head widths where they are not d_model / heads, KV
+        heads where there are fewer than heads, MLP widths where they differ between layers)."""
+        text = f"{self.n_layers} layers: heads {','.join(map(str, self.heads))}"
+        shown = (("head_dim", self.head_dims, len(set(self.widths)) > 1 and len(set(self.head_dims)) > 1),
+                 ("kv_heads", self.kv_heads, bool(self.kv_heads) and self.kv_heads != self.heads),
+                 ("mlp", self.mlp_hidden, len(set(self.mlp_hidden)) > 1))
+        for name, values, differ in shown:
+            if differ:
+                text += f", {name} {','.join(map(str, values))}"
+        return text
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (:meth:`from_dict` reads it back); ``total`` is included for readers.
-        ``kv_heads`` and ``mlp_hidden`` appear only when the scheme set them."""
+        ``kv_heads`` and ``mlp_hidden`` appear only when the plan sets them."""
         extra = {name: list(getattr(self, name)) for name in ("kv_heads", "mlp_hidden") if getattr(self, name)}
         return {"scheme": self.scheme.value, "heads": list(self.heads), "head_dims": list(self.head_dims),
                 "total": self.total, "requested_total": self.requested_total, "ratio": self.ratio,
@@ -126,10 +177,9 @@ class Plan:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Plan":
         """Inverse of :meth:`to_dict` (the derived ``total`` is ignored)."""
-        return cls(scheme=Scheme(data["scheme"]), heads=tuple(data["heads"]),
-                   head_dims=tuple(data.get("head_dims") or ()), requested_total=data.get("requested_total"),
-                   ratio=data.get("ratio"), notes=tuple(data.get("notes") or ()),
-                   kv_heads=tuple(data.get("kv_heads") or ()), mlp_hidden=tuple(data.get("mlp_hidden") or ()))
+        return cls.of(data["scheme"], data["heads"], data.get("head_dims") or (), data.get("kv_heads") or (),
+                      data.get("mlp_hidden") or (), requested_total=data.get("requested_total"),
+                      ratio=data.get("ratio"), notes=tuple(data.get("notes") or ()))
 
 
 def valid_counts(d_model: int, tied: bool, limit: int) -> list[int]:
@@ -263,7 +313,7 @@ def plan_heads(
         if total_heads is not None:
             raise HeadwiseError("scheme 'layerwise' takes no budget of heads: its multipliers set the heads")
         shape = layerwise_scaling(n_layers, d_model, head_dim, **(layerwise or {}))
-        return Plan(scheme, shape.heads, widths(shape.heads), kv_heads=shape.kv_heads, mlp_hidden=shape.mlp_hidden)
+        return Plan.of(scheme, shape.heads, widths(shape.heads), shape.kv_heads, shape.mlp_hidden)
     if scheme is Scheme.EXPLICIT:
         if heads is None:
             raise HeadwiseError("scheme 'explicit' needs the list of heads per layer (e.g. --heads 96,48,24,12)")
@@ -276,7 +326,7 @@ def plan_heads(
             if tied and d_model % h:
                 valid = ", ".join(map(str, divisors(d_model)))
                 raise HeadwiseError(f"layer {i}: heads = {h} does not divide d_model {d_model}; valid counts: {valid}")
-        return Plan(scheme, tuple(heads), widths(heads), requested_total=total_heads)
+        return Plan.of(scheme, heads, widths(heads), requested_total=total_heads)
     if total_heads is None:
         raise HeadwiseError(f"scheme {scheme.value!r} needs total_heads, the budget of heads over all layers "
                             f"(at least {n_layers}, one head per layer)")
@@ -302,7 +352,7 @@ def plan_heads(
         why = f"divisors of d_model {d_model}" if tied else "positive integers"
         notes = (f"no {scheme.value} plan of valid counts ({why}) totals exactly {total_heads} heads; "
                  f"nearest is {sum(best)}",)
-    return Plan(scheme, best, widths(best), requested_total=total_heads, ratio=ratio, notes=notes)
+    return Plan.of(scheme, best, widths(best), requested_total=total_heads, ratio=ratio, notes=notes)
 
 
 def plan_kv_heads(heads: Sequence[int], *, group: int | None = None, scheme: Scheme | str | None = None,
