@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
@@ -46,8 +45,8 @@ class GatedAttention(AttentionKind):
         attn.gate = nn.Parameter(torch.zeros(shape.heads))
 
     @staticmethod
-    def forward(attn, qkv, cache, queries, key_mask):
-        y = softmax_attention(attn, qkv, cache, queries, key_mask)
+    def forward(attn, q, k, v, cache, queries, key_mask):
+        y = softmax_attention(attn, q, k, v, cache, queries, key_mask)
         return y * (2 * torch.sigmoid(attn.gate))[:, None, None]
 
 

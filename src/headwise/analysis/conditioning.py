@@ -78,18 +78,16 @@ def effective_rank(a: Tensor | np.ndarray) -> Tensor:
 
 def attention_probabilities(attn: nn.Module, qkv: Tensor, key_mask: Tensor | None = None) -> Tensor:
     """The attention probabilities ``[B, heads, T, T]`` of a headwise ``Attention`` layer from its
-    ``qkv`` projection output ``[B, T, 3 * width]``, under the layer's own scale and the keys its
-    kind lets each position of a fresh sequence see
+    ``qkv`` projection output ``[B, T, (heads + 2 kv_heads) head_dim]``: the layer's own q and k of
+    a fresh sequence (normed, rotated, each KV head serving its query heads), under the layer's own
+    scale and the keys its kind lets each position see
     (:meth:`~headwise.model.attention.AttentionKind.allowed_keys`: a causal mask, a local
     window); keys where ``key_mask`` [B, T] is False (padding) get none. For a Nyström layer these
     are the exact softmax probabilities its approximation stands for."""
-    b, t, _ = qkv.shape
+    t = qkv.shape[1]
     work = torch.promote_types(qkv.dtype, torch.float32)  # bf16 probabilities are too coarse
-    if getattr(attn, "fused", True):
-        q, k, _ = qkv.to(work).view(b, t, 3, attn.heads, attn.head_dim).permute(2, 0, 3, 1, 4)
-    else:  # the layer's own q and k of a fresh sequence: normed, rotated, each KV head per query head
-        q, k, _ = attn.split_heads(qkv.to(work), 0)
-        k = repeat_kv(k, attn.heads)
+    q, k, _ = attn.split_heads(qkv.to(work), 0)
+    k = repeat_kv(k, attn.heads)
     scores = (q @ k.transpose(-1, -2)) * attn.scale
     allowed = attn.kind.allowed_keys(attn, t, qkv.device)
     if allowed is not None:

@@ -1,4 +1,4 @@
-"""Attention kinds: what one attention layer computes from its q, k, v projection, as plug-ins.
+"""Attention kinds: what one attention layer computes from its q, k and v, as plug-ins.
 ``ModelSpec.attention`` names a kind per layer; a kind is one module that registers an
 :class:`AttentionKind` subclass with :func:`register_kind` and declares all there is to layers of
 its kind:
@@ -56,8 +56,9 @@ class AttentionKind:
     """One kind of attention layer. Kinds are stateless classes; the layer is
     :class:`headwise.model.transformer.Attention`, which holds for every kind the fused ``qkv``
     and the ``out`` projection, ``heads``, ``kv_heads``, ``head_dim``, ``width``, ``causal``,
-    ``scale`` and ``dropout``, and whatever :meth:`build` adds. The layer applies the block's
-    q/k norms, RoPE and grouped key/value heads before the kind sees q, k and v. The defaults are
+    ``scale`` and ``dropout``, and whatever :meth:`build` adds. The layer splits its projection into
+    q [B, heads, T, head_dim] and k, v [B, kv_heads, T, head_dim] and applies its q/k norms and
+    RoPE before the kind sees them. The defaults are
     softmax attention over every key a position may see: the ``global`` kind is this class
     unchanged."""
 
@@ -101,14 +102,12 @@ class AttentionKind:
         then state-dict keys under ``attn``: name them once). By default: nothing."""
 
     @staticmethod
-    def forward(attn: nn.Module, qkv: Tensor, cache: LayerCache | None, queries: int | None,
+    def forward(attn: nn.Module, q: Tensor, k: Tensor, v: Tensor, cache: LayerCache | None, queries: int | None,
                 key_mask: Tensor | None) -> Tensor:
-        """The attention outputs [B, heads, T', head_dim] of ``qkv`` [B, T, 3, heads, head_dim],
-        before the output projection, with ``attn.dropout`` on the weights in training. A layer
-        with fewer KV heads than query heads, RoPE or q/k norms hands over q [B, heads, T,
-        head_dim] and k, v [B, kv_heads, T, head_dim] instead, normed and rotated
-        (:data:`headwise.model.kernels.QKV`); :func:`headwise.model.kernels.split_qkv` reads
-        either, and each KV head serves ``heads / kv_heads`` consecutive query heads.
+        """The attention outputs [B, heads, T', head_dim] of q [B, heads, T, head_dim] and k, v
+        [B, kv_heads, T, head_dim] (q and k already normed and rotated by the layer; each KV head
+        serves ``heads / kv_heads`` consecutive query heads), before the output projection, with
+        ``attn.dropout`` on the weights in training.
 
         ``queries``: the outputs of the first this many positions only (T' = queries), each still
         attending to every key; ``key_mask`` [B, T]: keys where it is False (padding) get no
@@ -122,7 +121,7 @@ class AttentionKind:
         no cache gives. Bidirectional layers get no cache.
 
         By default, softmax attention (:func:`softmax_attention`)."""
-        return softmax_attention(attn, qkv, cache, queries, key_mask)
+        return softmax_attention(attn, q, k, v, cache, queries, key_mask)
 
     @staticmethod
     def allowed_keys(attn: nn.Module, t: int, device: device) -> Tensor | None:
@@ -144,15 +143,15 @@ class AttentionKind:
         return cls.name
 
 
-def softmax_attention(attn: nn.Module, qkv: Tensor, cache: LayerCache | None, queries: int | None,
-                      key_mask: Tensor | None, window: int | None = None) -> Tensor:
+def softmax_attention(attn: nn.Module, q: Tensor, k: Tensor, v: Tensor, cache: LayerCache | None,
+                      queries: int | None, key_mask: Tensor | None, window: int | None = None) -> Tensor:
     """Softmax attention of the layer ``attn`` through one fused SDPA call
     (:func:`headwise.model.kernels.attention`): causal if the layer is, ``window``: each position
     sees itself and the ``window - 1`` positions before it."""
     from headwise.model.kernels import attention
 
     dropout = attn.dropout if attn.training else 0.0
-    return attention(qkv, cache, attn.causal, window, attn.scale, dropout, queries, key_mask)
+    return attention(q, k, v, cache, attn.causal, window, attn.scale, dropout, queries, key_mask)
 
 
 #: every registered attention kind, by name. The built-in ones (this folder's ``attention_*``

@@ -39,9 +39,9 @@ class LocalAttention(AttentionKind):
         attn.window = spec.window
 
     @staticmethod
-    def forward(attn: nn.Module, qkv: Tensor, cache: LayerCache | None, queries: int | None,
+    def forward(attn: nn.Module, q: Tensor, k: Tensor, v: Tensor, cache: LayerCache | None, queries: int | None,
                 key_mask: Tensor | None) -> Tensor:
-        return softmax_attention(attn, qkv, cache, queries, key_mask, window=attn.window)
+        return softmax_attention(attn, q, k, v, cache, queries, key_mask, window=attn.window)
 
     @staticmethod
     def allowed_keys(attn: nn.Module, t: int, device: device) -> Tensor:

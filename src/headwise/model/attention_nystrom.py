@@ -64,12 +64,11 @@ class NystromAttention(AttentionKind):
         attn.conv = NystromConv(shape.heads, spec.nystrom_conv) if spec.nystrom_conv else None
 
     @staticmethod
-    def forward(attn: nn.Module, qkv: Tensor, cache: LayerCache | None, queries: int | None,
+    def forward(attn: nn.Module, q: Tensor, k: Tensor, v: Tensor, cache: LayerCache | None, queries: int | None,
                 key_mask: Tensor | None) -> Tensor:
-        from headwise.model.kernels import repeat_kv, split_qkv
+        from headwise.model.kernels import repeat_kv
         from headwise.model.nystrom import nystrom_attention
 
-        q, k, v = split_qkv(qkv)
         # grouped KV heads: the approximation (and the convolution, one kernel per head) reads
         # each query head's own copy of its group's keys and values
         k, v = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1])

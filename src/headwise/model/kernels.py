@@ -7,8 +7,8 @@ Each workaround computes exactly what the plain definition computes (tests in
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Union
+from contextlib import nullcontext
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -16,11 +16,6 @@ from torch import Tensor
 
 if TYPE_CHECKING:
     from headwise.model.cache import LayerCache
-
-#: What a layer hands its kind: the fused projection [B, T, 3, heads, head_dim], or q
-#: [B, heads, T, head_dim] and k, v [B, kv_heads, T, head_dim] where the layer has fewer KV heads,
-#: RoPE or q/k norms (:class:`headwise.model.transformer.Attention`)
-QKV = Union[Tensor, tuple[Tensor, Tensor, Tensor]]
 
 # PyTorch's CPU flash-attention kernel is much slower per score for float32 heads narrower than
 # 16 (measured with torch 2.13 on AVX-512: 96 heads of width 8 take 1.5x the time of the same
@@ -59,117 +54,88 @@ def attention_mask(past: int, t: int, window: int | None, device: torch.device) 
     return allowed
 
 
-def attention(qkv: QKV, cache: LayerCache | None, causal: bool, window: int | None, scale: float,
-              dropout_p: float, queries: int | None = None, key_mask: Tensor | None = None) -> Tensor:
-    """All heads' attention outputs [B, heads, T, head_dim] from a fused projection
-    ``qkv`` [B, T, 3, heads, head_dim], or from q, k, v (see :data:`QKV`): causal (``window``:
-    local) or bidirectional, scores times ``scale``. With fewer key/value heads than query heads,
-    each KV head serves ``heads / kv_heads`` consecutive query heads (grouped-query attention:
-    SDPA's ``enable_gqa``, which reads each KV head once instead of a repeated copy: measured with
-    torch 2.13 on 2 cores, one thread, 8 query and 2 KV heads of 64, B = 4: a decoding step over 512
-    cached keys 0.18 ms against 0.77 ms repeated, training at T = 256 16 ms against 19 ms). With a
-    ``cache`` the new keys and values (the KV heads alone) are appended to it and the queries attend
-    to the cached positions too. ``queries``: only the first this many positions' outputs
-    [B, heads, queries, head_dim], attending to every key; ``key_mask`` [B, T]: keys where it is
-    False get no weight (both for bidirectional layers without a cache only)."""
+def attention(q: Tensor, k: Tensor, v: Tensor, cache: LayerCache | None, causal: bool, window: int | None,
+              scale: float, dropout_p: float, queries: int | None = None, key_mask: Tensor | None = None) -> Tensor:
+    """All heads' attention outputs [B, heads, T, head_dim] of q [B, heads, T, head_dim] and k, v
+    [B, kv_heads, T, head_dim]: causal (``window``: local) or bidirectional, scores times
+    ``scale``. With fewer key/value heads than query heads, each KV head serves ``heads /
+    kv_heads`` consecutive query heads (grouped-query attention: SDPA's ``enable_gqa``, which reads
+    each KV head once instead of a repeated copy: measured with torch 2.13 on 2 cores, one thread,
+    8 query and 2 KV heads of 64, B = 4: a decoding step over 512 cached keys 0.18 ms against
+    0.77 ms repeated, training at T = 256 16 ms against 19 ms). With a ``cache`` the new keys and
+    values (the KV heads alone) are appended to it and the queries attend to the cached positions
+    too. ``queries``: only the first this many positions' outputs [B, heads, queries, head_dim],
+    attending to every key; ``key_mask`` [B, T]: keys where it is False get no weight (both for
+    bidirectional layers without a cache only)."""
     if (queries is not None or key_mask is not None) and (causal or cache is not None):
         raise ValueError("attention for the first positions only, or with a key mask, is for bidirectional layers "
                          "without a cache")
-    if cache is not None and cache.length == 0:
-        # A fresh sequence attends only to its own keys: cache them, then compute exactly what the
-        # model computes without a cache (so a prefill's logits equal a plain forward's to the bit;
-        # the cached path below skips the CPU workarounds and rounds differently)
-        cache.extend(*split_qkv(qkv)[1:])
-        return attention(qkv, None, causal, window, scale, dropout_p)
-    first = qkv if isinstance(qkv, Tensor) else qkv[0]
-    t = qkv.shape[1] if isinstance(qkv, Tensor) else first.shape[2]
-    head_dim, device, dtype = first.shape[-1], first.device.type, first.dtype
-    if cache is None and device == "cpu" and dtype == torch.bfloat16 and head_dim <= CPU_BF16_FP32_MAX_HEAD_DIM:
-        with torch.autocast("cpu", enabled=False):  # autocast would run SDPA in bf16 again
-            y = attention(_each(qkv, Tensor.float), None, causal, window, scale, dropout_p, queries, key_mask)
-        return y.to(torch.bfloat16)
-    pad = 0
-    if cache is None and head_dim < CPU_MIN_HEAD_DIM and device == "cpu" and dtype == torch.float32:
-        pad = CPU_MIN_HEAD_DIM - head_dim
-        qkv = _each(qkv, lambda x: F.pad(x, (0, pad)))
-    # q, k, v are strided views of the projection [B, heads, T, head_dim]: SDPA reads them in place
-    q, k, v = split_qkv(qkv)
-    gqa = k.shape[1] != q.shape[1]
+    past = 0 if cache is None else cache.length
+    if cache is not None:
+        cached_k, cached_v = cache.extend(k, v)
+        if past:
+            return _after_cached(q, cached_k, cached_v, past, causal, window, scale, dropout_p)
+        # a fresh sequence attends to its own keys as they came: exactly what no cache computes
+        # (so a prefill's logits equal a plain forward's to the bit)
     if queries is not None:
         q = q[:, :, :queries]
-    past = 0
-    if cache is not None:
-        past = cache.length
-        k, v = cache.extend(k, v)
-    if causal and past == 0 and q.device.type == "cpu" and CPU_SPLIT_QUERIES[0] < t <= CPU_SPLIT_QUERIES[1]:
-        y = causal_attention_in_halves(q, k, v, window, scale, dropout_p, gqa)
-    else:
-        mask, is_causal = (None if key_mask is None else key_mask[:, None, None, :]), False
-        if causal:
-            # Only a local layer whose window is shorter than the keys needs a band mask (a
-            # single new query just sees the last `window` keys); a single new query of a
-            # global layer sees every key; a fresh sequence uses SDPA's own causal path.
-            if window is not None and past + t > window:
-                if t == 1:
-                    k, v = k[:, :, -window:], v[:, :, -window:]
-                else:
-                    mask = attention_mask(past, t, window, q.device)
-            elif past == 0:
-                is_causal = t > 1
-            elif t > 1:
-                mask = attention_mask(past, t, None, q.device)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=dropout_p,
-                                           scale=scale, enable_gqa=gqa)
-    return y[..., :head_dim] if pad else y
+    mask = None if key_mask is None else key_mask[:, None, None, :]
+    return sdpa(q, k, v, scale, dropout_p, causal, window, mask)
 
 
-def _each(qkv: QKV, fn: Callable[[Tensor], Tensor]) -> QKV:
-    """``fn`` of the fused projection, or of each of q, k, v."""
-    return fn(qkv) if isinstance(qkv, Tensor) else tuple(fn(x) for x in qkv)
+def _after_cached(q: Tensor, k: Tensor, v: Tensor, past: int, causal: bool, window: int | None, scale: float,
+                  dropout_p: float) -> Tensor:
+    """The attention of new queries at positions ``past ..`` to every key so far, ``past`` of them
+    cached (one plain SDPA call: the CPU workarounds would copy the whole cache at every step)."""
+    t, mask = q.shape[2], None
+    # Only a local layer whose window is shorter than the keys needs a band mask (a single new
+    # query just sees the last `window` keys); a single new query of a global layer sees every key.
+    if causal and window is not None and past + t > window:
+        if t == 1:
+            k, v = k[:, :, -window:], v[:, :, -window:]
+        else:
+            mask = attention_mask(past, t, window, q.device)
+    elif causal and t > 1:
+        mask = attention_mask(past, t, None, q.device)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale,
+                                          enable_gqa=k.shape[1] != q.shape[1])
 
 
-class _SplitQKV(torch.autograd.Function):
-    """q, k, v [B, heads, T, head_dim] as views of a fused projection [B, T, 3, heads, head_dim],
-    whose gradient is written straight into one tensor of the projection's layout.
-
-    Autograd's own backward of ``qkv.permute(...).unbind(0)`` stacks the three gradients SDPA
-    returns into a new [3, B, heads, T, head_dim] tensor and then copies that into the
-    projection's [B, T, 3, heads, head_dim] layout for its matmul: two passes over the gradient
-    where one suffices (measured on the 6-layer, d 192 ViT of ``headwise bench --only vision``,
-    B = 32, one thread: the stack and its copy took 7.5 ms of a 640 ms step, 1.2%)."""
-
-    @staticmethod
-    def forward(ctx, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        ctx.shape = qkv.shape
-        return qkv.permute(2, 0, 3, 1, 4).unbind(0)
-
-    @staticmethod
-    def backward(ctx, gq: Tensor | None, gk: Tensor | None, gv: Tensor | None) -> Tensor:
-        ref = next(g for g in (gq, gk, gv) if g is not None)
-        grad = ref.new_empty(ctx.shape)
-        for i, g in enumerate((gq, gk, gv)):
-            if g is None:
-                grad[:, :, i].zero_()
-            else:
-                grad[:, :, i].copy_(g.transpose(1, 2))
-        return grad
-
-
-def split_qkv(qkv: QKV) -> tuple[Tensor, Tensor, Tensor]:
-    """q, k, v [B, heads, T, head_dim]: strided views of a fused projection [B, T, 3, heads,
-    head_dim] (see :class:`_SplitQKV` for their gradient); q, k, v given apart, as they are."""
-    if not isinstance(qkv, Tensor):
-        return qkv
-    if torch.compiler.is_compiling() or not (torch.is_grad_enabled() and qkv.requires_grad):
-        return qkv.permute(2, 0, 3, 1, 4).unbind(0)  # the compiler picks its own layouts
-    return _SplitQKV.apply(qkv)
+def sdpa(q: Tensor, k: Tensor, v: Tensor, scale: float, dropout_p: float, causal: bool = False,
+         window: int | None = None, mask: Tensor | None = None) -> Tensor:
+    """``F.scaled_dot_product_attention`` of a fresh sequence (no cached keys), q [B, heads, Tq,
+    head_dim] against k, v [B, kv_heads, T, head_dim] (grouped-query where kv_heads < heads):
+    ``causal``, query i sees keys i - window < j <= i (``window`` None: j <= i); otherwise every
+    key ``mask`` allows. On the CPU with the workarounds above, each computing exactly what the
+    plain call computes."""
+    head_dim, dtype, t = q.shape[-1], q.dtype, k.shape[2]
+    cpu = q.device.type == "cpu"
+    upcast = cpu and dtype == torch.bfloat16 and head_dim <= CPU_BF16_FP32_MAX_HEAD_DIM
+    pad = CPU_MIN_HEAD_DIM - head_dim if cpu and (upcast or dtype == torch.float32) else 0
+    gqa = k.shape[1] != q.shape[1]
+    with torch.autocast("cpu", enabled=False) if upcast else nullcontext():  # autocast would run SDPA in bf16 again
+        if upcast:
+            q, k, v = q.float(), k.float(), v.float()
+        if pad > 0:
+            # q, k, v are strided views of the projection: SDPA reads them in place unless padded
+            q, k, v = (F.pad(x, (0, pad)) for x in (q, k, v))
+        if causal and cpu and CPU_SPLIT_QUERIES[0] < t <= CPU_SPLIT_QUERIES[1]:
+            y = causal_attention_in_halves(q, k, v, window, scale, dropout_p, gqa)
+        else:
+            band = causal and window is not None and t > window  # a fresh sequence's local window
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask(0, t, window, q.device) if band
+                                               else mask, is_causal=causal and not band and t > 1,
+                                               dropout_p=dropout_p, scale=scale, enable_gqa=gqa)
+    if pad > 0:
+        y = y[..., :head_dim]
+    return y.to(dtype)
 
 
 def causal_attention_in_halves(q: Tensor, k: Tensor, v: Tensor, window: int | None, scale: float,
                                dropout_p: float, enable_gqa: bool = False) -> Tensor:
     """Causal (or local-window) attention of a fresh sequence [B, heads, T, head_dim], computed
-    for the first and second half of the queries separately; equal to one SDPA call
-    (``enable_gqa``: k and v have fewer heads, see :func:`attention`)."""
+    for the first and second half of the queries separately (see :data:`CPU_SPLIT_QUERIES`);
+    equal to one SDPA call (``enable_gqa``: k and v have fewer heads, see :func:`attention`)."""
     t = q.shape[2]
     halves = []
     for start, end in ((0, t // 2), (t // 2, t)):

@@ -74,16 +74,12 @@ def make_norm(spec: ModelSpec) -> nn.Module:
 
 class Attention(nn.Module):
     """All heads of a layer in one fused projection ``qkv`` (q of every query head, then k and v
-    of every key/value head), attending as the layer's kind does (:mod:`headwise.model.attention`:
-    softmax attention in one SDPA call, a local window, the Nyström approximation, ...), then one
-    output projection.
-
-    With as many KV heads as query heads and no RoPE or q/k norms (every model before the
-    Llama-style options) the projection is read as [B, T, 3, heads, head_dim] and handed to the
-    kind as it is, which the kernels read in place. Otherwise the layer splits it into q
-    [B, heads, T, head_dim] and k, v [B, kv_heads, T, head_dim], norms each head's q and k
-    (``qk_norm``) and rotates them (``positions = "rope"``) before the kind sees them, so every
-    kind gets grouped-query attention, q/k norms and RoPE, and a KV cache stores the KV heads alone."""
+    of every key/value head), split into q [B, heads, T, head_dim] and k, v [B, kv_heads, T,
+    head_dim], each head's q and k normed (``qk_norm``) and rotated (``positions = "rope"``), then
+    attending as the layer's kind does (:mod:`headwise.model.attention`: softmax attention in one
+    SDPA call, a local window, the Nyström approximation, ...), gated (``output_gate``), and one
+    output projection. So every kind gets grouped-query attention, q/k norms and RoPE, and a KV
+    cache stores the KV heads alone."""
 
     def __init__(self, spec: ModelSpec, shape: LayerShape) -> None:
         super().__init__()
@@ -101,8 +97,6 @@ class Attention(nn.Module):
         self.k_norm = nn.RMSNorm(self.head_dim, eps=spec.layer_norm_eps) if spec.qk_norm == "rmsnorm" else None
         rope = spec.positions == "rope"
         self.rotary = Rotary(int(self.head_dim * spec.partial_rotary_factor), spec.rope_theta) if rope else None
-        #: whether the kind gets the fused [B, T, 3, heads, head_dim] projection (see the class docstring)
-        self.fused = self.kv_heads == self.heads and self.q_norm is None and self.rotary is None
         #: whether the layer's output at a position is the same for any order of the others (a
         #: bidirectional layer of a reorderable kind: see :func:`selected_first`); rotary
         #: positions make attention depend on where the keys are, so a RoPE layer never is
@@ -121,24 +115,20 @@ class Attention(nn.Module):
                 key_mask: Tensor | None = None) -> Tensor:
         """The layer's output for ``x`` [B, T, d]; ``queries``: for the first this many positions
         only; ``key_mask`` [B, T]: False at padding, which no position attends to."""
-        b, t, _ = x.shape
-        projected = self.qkv(x)
-        if self.fused:
-            qkv = projected.view(b, t, 3, self.heads, self.head_dim)
-        else:
-            qkv = self.split_heads(projected, cache.length if cache is not None else 0)
-        y = self.kind.forward(self, qkv, cache, queries, key_mask)
+        q, k, v = self.split_heads(self.qkv(x), cache.length if cache is not None else 0)
+        y = self.kind.forward(self, q, k, v, cache, queries, key_mask)
         if self.output_gate is not None:
             # the gate of each position the outputs are for (the first `queries` ones, or all)
             y = self.output_gate.apply(self.gate(x[:, :y.shape[2]]), y.transpose(1, 2)).transpose(1, 2)
         # SDPA's output is laid out [B, T, heads, head_dim] in memory: unless the kernel padded the
         # heads, this reshape copies nothing
-        return self.out(y.transpose(1, 2).reshape(b, y.shape[2], self.width))
+        return self.out(y.transpose(1, 2).reshape(x.shape[0], y.shape[2], self.width))
 
     def split_heads(self, projected: Tensor, past: int) -> tuple[Tensor, Tensor, Tensor]:
         """q [B, heads, T, head_dim] and k, v [B, kv_heads, T, head_dim] of the projection
         ``projected`` [B, T, ...] at positions ``past ..``, q and k normed and rotated as the
-        layer's options say (views in SDPA's layout: [B, T, heads, head_dim] in memory)."""
+        layer's options say (views of the projection where nothing changes them, in SDPA's layout:
+        [B, T, heads, head_dim] in memory)."""
         b, t, _ = projected.shape
         kv_width = self.kv_heads * self.head_dim
         # one split (not three slices): its backward writes the three gradients side by side at once
