@@ -1,4 +1,5 @@
-"""``LayerShape``: the one record of what a layer is, for specs, plans, searches and run configs.
+"""``LayerShape``: the one record of what a layer is, for specs, plans, searches and run configs;
+and :func:`divisors`, the head counts a layer's width allows.
 
 Standard library only, so that the modelling code a model is exported with carries it too
 (:mod:`headwise.hf.export`), and the exported spec view shares the class rather than a copy.
@@ -34,3 +35,8 @@ class LayerShape:
     def kv_width(self) -> int:
         """The size k and v each project to (kv_heads x head_dim)."""
         return (self.kv_heads or self.heads) * self.head_dim
+
+
+def divisors(n: int) -> list[int]:
+    """All positive divisors of ``n``, ascending."""
+    return [k for k in range(1, n + 1) if n % k == 0]

@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from headwise.layer_shape import divisors
 from headwise.registry import Registry
 
 if TYPE_CHECKING:
@@ -144,9 +145,6 @@ OUTPUT_HEAD_PARTS: Registry[OutputHeadPart] = Registry("output head", discover=_
 
 def _image_positions(data: dict[str, Any], head: OutputHeadPart | None) -> dict[str, Any]:
     """An image spec's ``max_seq_len``: its patches plus the class token, checked where given."""
-    # imported here: the spec imports this module
-    from headwise.spec import divisors
-
     size, patch, channels = data.get("image_size"), data.get("patch_size"), data.get("channels")
     missing = [k for k, v in (("image_size", size), ("patch_size", patch), ("channels", channels)) if v is None]
     if missing:

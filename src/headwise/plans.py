@@ -29,8 +29,7 @@ from enum import Enum
 from typing import Any, Sequence
 
 from headwise.errors import HeadwiseError
-from headwise.layer_shape import LayerShape
-from headwise.spec import divisors
+from headwise.layer_shape import LayerShape, divisors
 
 
 class Scheme(str, Enum):

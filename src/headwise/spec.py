@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal, Sequence
 from pydantic import AfterValidator, Field, create_model, field_validator, model_validator
 
 from headwise.config import Config
-from headwise.layer_shape import LayerShape
+from headwise.layer_shape import LayerShape, divisors
 import headwise.model as model_package
 from headwise.model.attention import ATTENTION_KINDS, AttentionKind
 from headwise.parts import FRONT_END_PARTS, OUTPUT_HEAD_PARTS, FrontEndPart, OutputHeadPart
@@ -383,7 +383,3 @@ def _check_causal(field: str, name: str, needed: bool | None, causal: bool) -> N
         want = str(needed).lower()
         raise ValueError(f"{field} = {name!r} needs causal = {want}: set causal = {want}")
 
-
-def divisors(n: int) -> list[int]:
-    """All positive divisors of ``n``, ascending."""
-    return [k for k in range(1, n + 1) if n % k == 0]

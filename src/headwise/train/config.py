@@ -2,9 +2,10 @@
 
 Tables: ``[model]`` (an optional ``preset`` plus any :class:`~headwise.spec.ModelSpec` field,
 and an optional ``[model.plan]`` that sets ``heads``), ``[task]``, ``[optim]``, ``[schedule]``,
-``[train]``, ``[eval]``, ``[checkpoint]``, ``[analysis]``, ``[log]``. What depends on the task (the
-vocabulary, the number of steps, gradient accumulation) is settled by :func:`resolve_spec`
-and :func:`batch_layout`; :func:`resolved_config` gives the config that reproduces a run.
+``[train]``, ``[eval]``, ``[checkpoint]``, ``[analysis]``, ``[log]`` (the trackers' own
+:class:`~headwise.train.trackers.LogConfig`). What depends on the task (the vocabulary, the
+number of steps, gradient accumulation) is settled by :func:`resolve_spec` and
+:func:`batch_layout`; :func:`resolved_config` gives the config that reproduces a run.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from headwise.presets import preset_dict
 from headwise.spec import ModelSpec, front_ends
 from headwise.tasks.base import Task, TaskShape
 from headwise.tasks.union import TaskConfig
+from headwise.train.trackers import LogConfig
 
 
 class PlanConfig(Config):
@@ -171,41 +173,6 @@ class AnalysisConfig(Config):
     """``[analysis]``: call ``headwise.analysis.conditioning.training_metrics`` every N steps (0: off)."""
 
     every: int = Field(default=0, ge=0)
-
-
-class LogConfig(Config):
-    """``[log]``: the experiment trackers a run's metrics also go to (``metrics.jsonl`` and
-    ``summary.json`` are always written); see :mod:`headwise.train.trackers`.
-
-    ``trackers`` unset means TensorBoard when it is installed and nothing otherwise (so a run
-    without the extra still trains); a tracker named explicitly must be installed, else the run
-    is refused before it starts. ``[]`` turns them all off."""
-
-    trackers: list[str] | None = None
-    #: the W&B project and the MLflow experiment
-    project: str = "headwise"
-    #: the run's name in the trackers; None: its directory's name (a study sets ``variant/seedN``)
-    name: str | None = None
-    #: the W&B group of a study's runs (the study sets it)
-    group: str | None = None
-    #: "online", "offline" or "disabled"; None: W&B's own choice (WANDB_MODE, else online)
-    wandb_mode: Literal["online", "offline", "disabled"] | None = None
-    #: None: MLFLOW_TRACKING_URI, else a file store in the run's (or its study's) directory
-    mlflow_uri: str | None = None
-    #: the MLflow run a study's runs are nested under (the study sets it)
-    mlflow_parent: str | None = None
-
-    @field_validator("trackers")
-    @classmethod
-    def _known(cls, names: list[str] | None) -> list[str] | None:
-        from headwise.train.trackers import TRACKERS  # the registry imports this module
-
-        for name in names or ():
-            if name not in TRACKERS:
-                raise ValueError(f"unknown tracker {name!r}; known trackers: {', '.join(sorted(TRACKERS))}")
-        if names is not None and len(set(names)) != len(names):
-            raise ValueError("a tracker is named twice")
-        return names
 
 
 class RunConfig(Config):

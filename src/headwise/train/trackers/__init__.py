@@ -1,6 +1,6 @@
 """Experiment trackers: where a run's config, metrics, summary and figures go besides its own files.
 
-A run's ``[log] trackers`` names them (see :class:`headwise.train.config.LogConfig`); each is a
+A run's ``[log] trackers`` names them (:class:`LogConfig`); each is a
 :class:`Tracker` registered in :data:`TRACKERS` under its name by a module of this package (found
 by listing the package on the first lookup), so a new one is a module here, with nothing else
 branching on the name. Each backend is an optional extra: a tracker whose package is missing is
@@ -26,14 +26,13 @@ import math
 import pkgutil
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Literal
 
-from headwise.config import atomic_write_text
+from pydantic import field_validator
+
+from headwise.config import Config, atomic_write_text
 from headwise.errors import HeadwiseError, RunFailure
 from headwise.registry import Registry
-
-if TYPE_CHECKING:
-    from headwise.train.config import LogConfig
 
 #: the trackers' ids in a run's (or a study's) directory, so that a resume continues the same record
 IDS_FILE = "trackers.json"
@@ -138,6 +137,39 @@ TRACKERS: Registry[type[Tracker]] = Registry("tracker", discover=_import_tracker
 def register(cls: type[Tracker]) -> type[Tracker]:
     """Make a tracker available to ``[log] trackers`` under its ``name``."""
     return TRACKERS.register(cls.name, cls)
+
+
+class LogConfig(Config):
+    """``[log]``: the experiment trackers a run's metrics also go to (``metrics.jsonl`` and
+    ``summary.json`` are always written).
+
+    ``trackers`` unset means TensorBoard when it is installed and nothing otherwise (so a run
+    without the extra still trains); a tracker named explicitly must be installed, else the run
+    is refused before it starts. ``[]`` turns them all off."""
+
+    trackers: list[str] | None = None
+    #: the W&B project and the MLflow experiment
+    project: str = "headwise"
+    #: the run's name in the trackers; None: its directory's name (a study sets ``variant/seedN``)
+    name: str | None = None
+    #: the W&B group of a study's runs (the study sets it)
+    group: str | None = None
+    #: "online", "offline" or "disabled"; None: W&B's own choice (WANDB_MODE, else online)
+    wandb_mode: Literal["online", "offline", "disabled"] | None = None
+    #: None: MLFLOW_TRACKING_URI, else a file store in the run's (or its study's) directory
+    mlflow_uri: str | None = None
+    #: the MLflow run a study's runs are nested under (the study sets it)
+    mlflow_parent: str | None = None
+
+    @field_validator("trackers")
+    @classmethod
+    def _known(cls, names: list[str] | None) -> list[str] | None:
+        for name in names or ():
+            if name not in TRACKERS:
+                raise ValueError(f"unknown tracker {name!r}; known trackers: {', '.join(sorted(TRACKERS))}")
+        if names is not None and len(set(names)) != len(names):
+            raise ValueError("a tracker is named twice")
+        return names
 
 
 def open_trackers(log: LogConfig, run_dir: Path) -> list[Tracker]:
