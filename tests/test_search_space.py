@@ -13,8 +13,8 @@ import pytest
 
 from headwise.errors import HeadwiseError
 from headwise.params import count_params, flops_per_token, kv_cache_bytes_per_token
+from headwise.plans import Plan, Scheme
 from headwise.search.definition import resolve_search
-from headwise.search.space import SearchPlan
 from headwise.train.config import resolve_run_model
 from helpers import one_line_error, one_thread  # noqa: F401  (one torch thread)
 
@@ -46,13 +46,13 @@ CASES = {
 }
 
 
-def brute_force(s) -> set[SearchPlan]:
+def brute_force(s) -> set[Plan]:
     """Every plan of the space's options whose spec meets the budget, by building each spec."""
     out = set()
     for depth in s.space.depths:
         options = [[o.choice for o in s.space._options_at(depth, i)] for i in range(depth)]
         for layers in itertools.product(*options):
-            plan = SearchPlan(tuple(layers))
+            plan = Plan(Scheme.EXPLICIT, layers)
             if s.config.budget.allows(s.budget_of(plan)[s.config.budget.metric]):
                 out.add(plan)
     return out
@@ -90,8 +90,22 @@ def test_the_budget_is_the_specs_and_the_models():
     budget = s.budget_of(plan)
     assert budget == {"params": count_params(spec), "flops_per_token": flops_per_token(spec, 32),
                       "kv_bytes_per_token": kv_cache_bytes_per_token(spec), "total_heads": sum(plan.heads)}
-    assert spec.kv_heads == plan.kv_heads and spec.mlp_hidden == plan.mlp_hidden
+    assert spec.kv_heads == list(plan.kv_heads) and spec.mlp_hidden == list(plan.mlp_hidden)
     assert budget["params"] == sum(p.numel() for p in Transformer(spec).parameters())
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_trial_trains_the_model_its_budget_is_of(case):
+    """The budget (the base's spec with the plan's layers) is the budget of the model the trial's
+    run config builds (the plan's dotted keys, through the run config), whose layers are the plan's."""
+    s = search(*CASES[case])
+    plans = list(s.space.plans())
+    for plan in plans[::max(1, len(plans) // 20)]:
+        spec, _ = resolve_run_model(s.trial_config(plan))
+        assert spec.layers() == list(plan.layers)
+        assert s.budget_of(plan) == {"params": count_params(spec), "flops_per_token": flops_per_token(spec, 32),
+                                     "kv_bytes_per_token": kv_cache_bytes_per_token(spec),
+                                     "total_heads": spec.total_heads}
 
 
 def test_the_blog_question_every_plan_has_the_same_parameters():
@@ -135,8 +149,8 @@ def test_named_plans_default_to_the_schemes_and_say_why_one_is_not_a_trial():
     s = search(GPT, {"depth": 2, "heads": "divisors"}, {"metric": "total_heads", "target": 6})
     named = {n.name: n for n in s.named}
     assert set(named) == {"constant", "ascending", "descending"}
-    assert named["ascending"].in_space and named["ascending"].plan.heads == [2, 4]
-    assert named["descending"].plan.heads == [4, 2]
+    assert named["ascending"].in_space and named["ascending"].plan.heads == (2, 4)
+    assert named["descending"].plan.heads == (4, 2)
     assert not named["constant"].in_space and "outside the budget" in named["constant"].note  # 3 divides not 16
     for n in (named["ascending"], named["descending"]):
         assert s.space.decode(s.space.encode(n.plan).__getitem__) == n.plan

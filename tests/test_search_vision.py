@@ -7,6 +7,7 @@ hand-made IDX images ends with its confirmation in the vision layout."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 import re
@@ -23,11 +24,11 @@ from headwise.config import read_toml
 from headwise.errors import HeadwiseError
 from headwise.families import family_files
 from headwise.params import count_params
+from headwise.plans import Plan, Scheme
 from headwise.search import load_search
 from headwise.search.confirm import confirm_raw, confirm_study
 from headwise.search.definition import SEARCH_PREFIX, builtin_searches, resolve_search
 from headwise.search.report import write_search_report
-from headwise.search.space import LayerChoice, SearchPlan
 from headwise.search.trials import read_record
 from headwise.study.definition import builtin_studies
 from headwise.train.config import resolve_run_model
@@ -80,9 +81,9 @@ def test_each_preset_maximizes_accuracy_under_its_baseline_s_built_parameters(pr
     baseline = next(n for n in search.named if n.name == name)
     assert baseline.in_space and search.budget_of(baseline.plan)["params"] == cap
     assert search.space.count() > 0 and search.space.feasible_depths
-    over = SearchPlan(tuple(LayerChoice(8, HEAD_DIM, 8, 4 * D_MODEL, 4.0) for _ in range(layers)))
-    with pytest.raises(HeadwiseError):  # as many layers of twice the heads: over the cap, refused
-        search.space.encode(over)
+    twice = dataclasses.replace(baseline.plan.layers[0], heads=2 * heads, kv_heads=2 * heads)
+    with pytest.raises(HeadwiseError, match="the space and the budget leave"):  # twice the heads: over the cap
+        search.space.encode(Plan(Scheme.EXPLICIT, (twice,) * layers))
 
 
 @pytest.mark.parametrize("metric, why", [("top5_accuracy", "report only the loss, accuracy"),
@@ -137,9 +138,9 @@ def test_every_plan_the_tiny_search_draws_keeps_the_cap():
     search = load_search(NAME, preset="tiny")
     rng, cap = random.Random(0), search.config.budget.max
     plans = [search.space.decode(lambda name: rng.random()) for _ in range(300)]
-    assert {p.depth for p in plans} == set(range(2, 9))  # every depth is drawn
+    assert {p.n_layers for p in plans} == set(range(2, 9))  # every depth is drawn
     assert all(search.budget_of(p)["params"] <= cap for p in plans)
-    deepest = max(plans, key=lambda p: (p.depth, search.budget_of(p)["params"]))
+    deepest = max(plans, key=lambda p: (p.n_layers, search.budget_of(p)["params"]))
     assert built_params(search.trial_config(deepest)) == search.budget_of(deepest)["params"] <= cap
 
 

@@ -123,3 +123,10 @@ def kv_cache_budget(spec: ModelSpec) -> dict[str, int]:
     """:func:`kv_cache_bytes_per_token` for fp32 and bf16 (fp16's equals bf16's): what plans and
     run summaries report beside parameters and FLOPs."""
     return {dtype: kv_cache_bytes_per_token(spec, dtype) for dtype in ("fp32", "bf16")}
+
+
+def plan_budget(spec: ModelSpec, seq_len: int, dtype: str = "fp32") -> dict[str, int]:
+    """Every budget a search may put on a model, exactly, by name: ``params``, ``flops_per_token``
+    (over a task ``seq_len`` long), ``kv_bytes_per_token`` (a ``dtype`` cache) and ``total_heads``."""
+    return {"params": count_params(spec), "flops_per_token": flops_per_token(spec, seq_len),
+            "kv_bytes_per_token": kv_cache_bytes_per_token(spec, dtype), "total_heads": spec.total_heads}

@@ -29,12 +29,11 @@ from typing import Literal
 from pydantic import model_validator
 
 from headwise.config import Config
-from headwise.params import (KV_DTYPE_BYTES, attention_flops, block_params, count_params, flops_per_token,
-                             kv_cache_bytes_per_token)
+from headwise.params import KV_DTYPE_BYTES, attention_flops, block_params, count_params
 from headwise.parts import FRONT_END_PARTS, position_params
 from headwise.spec import ModelSpec
 
-#: the budgets a plan determines, in the order records list them
+#: the budgets a plan determines, in the order records list them (:func:`headwise.params.plan_budget`'s)
 METRICS = ("params", "flops_per_token", "kv_bytes_per_token", "total_heads")
 #: names a budget cannot take, with why (one line each)
 MEASURED = {
@@ -94,12 +93,6 @@ class BudgetConfig(Config):
         if self.min is not None and self.max is not None:
             return f"{self.min} <= {self.metric} <= {self.max}"
         return f"{self.metric} <= {self.max}" if self.max is not None else f"{self.metric} >= {self.min}"
-
-
-def plan_budget(spec: ModelSpec, seq_len: int, dtype: str = "fp32") -> dict[str, int]:
-    """Every budget metric of a model, exactly (:mod:`headwise.params`), by :data:`METRICS` name."""
-    return {"params": count_params(spec), "flops_per_token": flops_per_token(spec, seq_len),
-            "kv_bytes_per_token": kv_cache_bytes_per_token(spec, dtype), "total_heads": spec.total_heads}
 
 
 @dataclass(frozen=True)

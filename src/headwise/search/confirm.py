@@ -26,13 +26,13 @@ from typing import Any, Callable
 
 from headwise.errors import HeadwiseError, RunFailure
 from headwise.report.document import plural
+from headwise.plans import Plan
 from headwise.search.definition import Search
-from headwise.search.space import SearchPlan
 from headwise.study.definition import Study, resolve_study
 from headwise.study.nuisance import DEFAULT_SEEDS
 
 
-def top_plans(search: Search, record: dict[str, Any]) -> list[tuple[str, SearchPlan]]:
+def top_plans(search: Search, record: dict[str, Any]) -> list[tuple[str, Plan]]:
     """The top-k distinct plans of the complete trials, best first, each under its variant name:
     the named plan's name when it is one, else ``best-N``."""
     objective = next(o for o in search.config.objectives if not o.from_budget)
@@ -40,7 +40,7 @@ def top_plans(search: Search, record: dict[str, Any]) -> list[tuple[str, SearchP
     done = [t for t in record["trials"] if t["state"] in ("complete", "duplicate") and objective.metric in t["values"]]
     done.sort(key=lambda t: (sign * t["values"][objective.metric], t["number"]))
     named = {n.plan: n.name for n in search.named if n.plan is not None}
-    out: list[tuple[str, SearchPlan]] = []
+    out: list[tuple[str, Plan]] = []
     for t in done:
         plan = search.space.decode(lambda name, p=t["params"]: p[name])
         if plan in (p for _, p in out):
@@ -51,7 +51,7 @@ def top_plans(search: Search, record: dict[str, Any]) -> list[tuple[str, SearchP
     return out
 
 
-def confirm_raw(search: Search, top: list[tuple[str, SearchPlan]]) -> dict[str, Any]:
+def confirm_raw(search: Search, top: list[tuple[str, Plan]]) -> dict[str, Any]:
     """The confirmation study as a study file's tables."""
     confirm = search.config.confirm
     base = copy.deepcopy(search.confirm_base)  # without [fidelity] set: the trials' own data stays theirs
@@ -95,7 +95,7 @@ def _selected_on(search: Search) -> str:
     return f" (with {sets})" if sets else ""
 
 
-def confirm_study(search: Search, top: list[tuple[str, SearchPlan]]) -> Study:
+def confirm_study(search: Search, top: list[tuple[str, Plan]]) -> Study:
     """The confirmation study, resolved (every variant's run config checked)."""
     return resolve_study(confirm_raw(search, top), f"{search.source} [confirm]")
 

@@ -66,11 +66,12 @@ from pydantic import Field, field_validator, model_validator
 
 from headwise.config import Config, apply_overrides, flatten, quoting_hints, set_dotted
 from headwise.errors import HeadwiseError
-from headwise.plans import plan_heads
+from headwise.params import plan_budget
+from headwise.plans import Plan, Scheme, plan_heads
 from headwise.presets import preset_dict
-from headwise.search.budget import METRICS, BudgetConfig, plan_budget
+from headwise.search.budget import METRICS, BudgetConfig
 from headwise.search.scaled import ScaledSpace
-from headwise.search.space import LayerChoice, PlanSpace, SearchPlan, Space
+from headwise.search.space import PlanSpace, Space
 from headwise.study.claims import metric_problem
 from headwise.study.definition import RunnerDefaults, broadcast_heads
 from headwise.study.definition_file import SEARCH_PREFIX, Definition, FileKind, Objective, identity, merge_preset
@@ -225,7 +226,7 @@ class Named:
 
     name: str
     #: the plan (None: it makes no model of the base)
-    plan: SearchPlan | None
+    plan: Plan | None
     #: the run-config keys that make it (a scheme's through [model.plan], for the confirmation)
     sets: dict[str, Any]
     #: True when the space holds it within the budget: then it runs as a trial
@@ -262,14 +263,15 @@ class Search(Definition):
         """The step the pruner first judges a trial at: [fidelity] min_steps, else the eval interval."""
         return self.config.fidelity.min_steps or int(self.base.get("eval", {}).get("every", 1))
 
-    def trial_config(self, plan: SearchPlan) -> dict[str, Any]:
+    def trial_config(self, plan: Plan) -> dict[str, Any]:
         """The run config of a trial of ``plan``."""
         return self.run_config(self.space.run_sets(plan))
 
-    def budget_of(self, plan: SearchPlan) -> dict[str, int]:
-        """Every budget metric of ``plan``, exactly, from its spec (no model is built)."""
-        spec, _ = resolve_run_model(self.trial_config(plan), source=f"search {self.name}")
-        return plan_budget(spec, self.seq_len, self.config.budget.dtype if self.config.budget else "fp32")
+    def budget_of(self, plan: Plan) -> dict[str, int]:
+        """Every budget metric of ``plan``, exactly, from the base's spec with the plan's layers
+        (no model is built)."""
+        return plan_budget(self.space.base.with_layers(plan.layers), self.seq_len,
+                           self.config.budget.dtype if self.config.budget else "fp32")
 
     def identity(self) -> dict[str, Any]:
         """What a rerun must match: everything that decides the trials (base, space, budget,
@@ -445,11 +447,7 @@ def _resolve_named(search: Search, named: NamedPlan) -> Named:
         spec, _ = resolve_run_model(search.run_config({"model.n_layers": depth, **explicit}), source=where)
     except HeadwiseError as exc:
         raise HeadwiseError(str(exc)) from None
-    offered = space.config.mlp_ratio or []
-    layers = tuple(LayerChoice(s.heads, s.head_dim, s.kv_heads, s.mlp_hidden,
-                               min((r for r in offered if int(round(r * d_model)) == s.mlp_hidden), default=None))
-                   for s in spec.layers())
-    plan = SearchPlan(layers)
+    plan = Plan(Scheme.EXPLICIT, spec.layers())
     budget = search.config.budget
     value = search.budget_of(plan)[budget.metric] if budget is not None else None
     if budget is not None and not budget.allows(value):  # type: ignore[arg-type]

@@ -45,7 +45,7 @@ from headwise.search.budget import METRICS
 from headwise.search.definition import Search
 from headwise.search.execute import Launched, LocalLauncher, RayLauncher, TrialOutcome, TrialRun
 from headwise.locks import FileLock
-from headwise.search.space import SearchPlan
+from headwise.plans import Plan
 from headwise.search.trials import write_record
 from headwise.study.definition import RunSpec
 from headwise.errors import sigterm_interrupts
@@ -229,9 +229,9 @@ class Driver:
             raise AssertionError(f"trial {trial.number}: the space computed {search.space.predicted(plan)} for "
                                  f"{search.config.budget.metric}, the plan's spec {budget[search.config.budget.metric]}")
         paths = layout.trial_paths(self.dir, trial.number)
-        attrs = {"depth": plan.depth, "heads": plan.heads, "head_dims": plan.head_dims,
-                 "kv_heads": plan.kv_heads if search.space.sets_kv_heads or search.space.base.kv_heads else [],
-                 "mlp_hidden": plan.mlp_hidden if search.space.sets_mlp else [], "budget": budget,
+        attrs = {"depth": plan.n_layers, "heads": list(plan.heads), "head_dims": list(plan.head_dims),
+                 "kv_heads": list(plan.kv_heads) if search.space.sets_kv_heads or search.space.base.kv_heads else [],
+                 "mlp_hidden": list(plan.mlp_hidden) if search.space.sets_mlp else [], "budget": budget,
                  "run_dir": str(paths["run_dir"].relative_to(self.dir)), "config_key": config_key(config)}
         with self.lock:
             for key, value in attrs.items():
@@ -255,7 +255,7 @@ class Driver:
                 return t.number
         return None
 
-    def _execute(self, trial: Any, plan: SearchPlan, job: RunJob, budget: dict[str, int], original: int | None) -> None:
+    def _execute(self, trial: Any, plan: Plan, job: RunJob, budget: dict[str, int], original: int | None) -> None:
         try:
             outcome = self._duplicate(trial, original) if original is not None else None
             if outcome is None:
@@ -294,7 +294,7 @@ class Driver:
             time.sleep(WAIT_S)
         return TrialOutcome("stopped")
 
-    def _tell(self, trial: Any, plan: SearchPlan, outcome: TrialOutcome) -> None:
+    def _tell(self, trial: Any, plan: Plan, outcome: TrialOutcome) -> None:
         import optuna
 
         state = {"complete": optuna.trial.TrialState.COMPLETE, "pruned": optuna.trial.TrialState.PRUNED,

@@ -90,14 +90,14 @@ def heads_heatmap(plans: Sequence[Trial], metric: str) -> Drawn:
     written in each cell; a layer a plan does not have stays blank."""
     import numpy as np
 
-    depth = max(len(t.heads) for t in plans)
-    grid = np.ma.masked_invalid([[float(t.heads[k]) if k < len(t.heads) else math.nan for k in range(depth)]
+    depth = max(len(t.plan.heads) for t in plans)
+    grid = np.ma.masked_invalid([[float(t.plan.heads[k]) if k < len(t.plan.heads) else math.nan for k in range(depth)]
                                  for t in plans])
     fig, axes = new_figure(width=max(4.0, 1.6 + 0.55 * depth), height=max(2.2, 1.0 + 0.42 * len(plans)))
     ax = axes[0, 0]
     image = ax.imshow(grid, cmap="viridis", aspect="auto")
     for r, t in enumerate(plans):
-        for k, h in enumerate(t.heads):
+        for k, h in enumerate(t.plan.heads):
             ax.text(k, r, str(h), ha="center", va="center", fontsize=7,
                     color="white" if image.norm(h) < 0.6 else "black")  # legible on viridis' dark and light ends
     ax.set_xticks(range(depth))
@@ -108,7 +108,7 @@ def heads_heatmap(plans: Sequence[Trial], metric: str) -> Drawn:
     ax.set_xlabel("layer")
     fig.colorbar(image, ax=ax, label="heads")
     rows = [{"rank": r, "trial": t.number, "named": t.named or "", metric: t.value(metric),
-             **{f"layer{k}": (t.heads[k] if k < len(t.heads) else None) for k in range(depth)}}
+             **{f"layer{k}": (t.plan.heads[k] if k < len(t.plan.heads) else None) for k in range(depth)}}
             for r, t in enumerate(plans, 1)]
     return fig, rows, (f"Heads per layer of the {plural(len(plans), 'best distinct plan')} by {metric}, best on top "
                        "(blank: the plan has no such layer).")

@@ -13,6 +13,7 @@ from typing import Any
 
 from headwise.config import read_toml
 from headwise.errors import HeadwiseError
+from headwise.plans import Plan, Scheme
 from headwise.study.definition_file import Objective
 
 SEARCH_TOML, TRIALS_JSON, CONFIRM_DIR, OPTUNA_DB = "search.toml", "trials.json", "confirm", "optuna.db"
@@ -31,11 +32,9 @@ class Trial:
 
     number: int
     state: str
-    depth: int
-    heads: tuple[int, ...]
-    head_dims: tuple[int, ...] = ()
-    kv_heads: tuple[int, ...] = ()
-    mlp_hidden: tuple[int, ...] = ()
+    #: its plan's layers: heads, and head widths, KV heads and MLP widths where the trial records
+    #: them (two trials of one plan have equal plans)
+    plan: Plan
     #: what the plan costs: {"params", "flops_per_token", "kv_bytes_per_token", "total_heads"}
     budget: dict[str, float] = field(default_factory=dict)
     #: objective metric -> value (a pruned trial's last reported one)
@@ -46,10 +45,9 @@ class Trial:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Trial:
         """A trial of ``trials.json`` (the fields this report reads; Optuna's params are in its store)."""
-        heads = tuple(int(h) for h in d.get("heads") or ())
-        return cls(int(d["number"]), str(d["state"]), int(d.get("depth") or len(heads)), heads,
-                   *(tuple(int(v) for v in d.get(k) or ()) for k in ("head_dims", "kv_heads", "mlp_hidden")),
-                   dict(d.get("budget") or {}), dict(d.get("values") or {}), d.get("named"))
+        plan = Plan.of(Scheme.EXPLICIT, *(d.get(k) or () for k in ("heads", "head_dims", "kv_heads", "mlp_hidden")))
+        return cls(int(d["number"]), str(d["state"]), plan, dict(d.get("budget") or {}), dict(d.get("values") or {}),
+                   d.get("named"))
 
     def value(self, metric: str) -> float | None:
         """The trial's finite value of ``metric`` (None when it has none)."""
@@ -60,11 +58,6 @@ class Trial:
         """The trial's value of ``o`` turned so that lower is better (inf when it has none)."""
         v = self.value(o.metric)
         return math.inf if v is None else oriented(v, o.direction)
-
-    @property
-    def plan_key(self) -> tuple[tuple[int, ...], ...]:
-        """What makes two trials the same plan (depth is len(heads))."""
-        return self.heads, self.head_dims, self.kv_heads, self.mlp_hidden
 
 
 @dataclass(frozen=True)

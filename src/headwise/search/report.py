@@ -60,7 +60,7 @@ def best_plans(trials: Sequence[Trial], objective: Objective, k: int = TOP) -> l
                     key=lambda t: (t.score(objective), t.number))
     first = {}
     for t in scored:
-        first.setdefault(t.plan_key, t)  # dicts keep order: the best trial of each plan, best plan first
+        first.setdefault(t.plan, t)  # dicts keep order: the best trial of each plan, best plan first
     return list(first.values())[:k]
 
 
@@ -161,10 +161,11 @@ def confirmations(confirm_dir: Path) -> list[Confirmed]:
 
 def same_plan(plan: Plan | None, t: Trial) -> bool:
     """Whether a confirmation variant's plan is the trial's (a side left empty matches any)."""
-    if plan is None or tuple(plan.heads) != t.heads:
+    if plan is None or plan.heads != t.plan.heads:
         return False
-    return all(not a or not b or tuple(a) == b for a, b in
-               ((plan.head_dims, t.head_dims), (plan.kv_heads, t.kv_heads), (plan.mlp_hidden, t.mlp_hidden)))
+    return all(not a or not b or a == b for a, b in ((plan.head_dims, t.plan.head_dims),
+                                                      (plan.kv_heads, t.plan.kv_heads),
+                                                      (plan.mlp_hidden, t.plan.mlp_hidden)))
 
 
 def headline(found: list[Confirmed], best: Trial | None) -> Confirmed | None:
@@ -345,15 +346,15 @@ def _best_table(doc: Document, search: SearchRecord, best: list[Trial], found: l
     if not best:
         doc.add("No complete trial yet.")
         return
-    names = {t.plan_key: t.named for t in search.trials if t.named}
+    names = {t.plan: t.named for t in search.trials if t.named}
     metric = search.budget.get("metric")
     rows = []
     for rank, t in enumerate(best, 1):
         c = next((c for c in found if same_plan(c.plan, t)), None)
-        named = t.named or names.get(t.plan_key)
-        rows.append([rank, t.number, f"*{named}*" if named else "searched", t.depth, heads_str(list(t.heads)),
-                     sum(t.heads), heads_str(list(t.head_dims)), heads_str(list(t.kv_heads)),
-                     heads_str(list(t.mlp_hidden)), budget_use(t.budget.get(metric) if metric else None, search.budget),
+        named, plan = t.named or names.get(t.plan), t.plan
+        rows.append([rank, t.number, f"*{named}*" if named else "searched", plan.n_layers, heads_str(list(plan.heads)),
+                     plan.total, heads_str(list(plan.head_dims)), heads_str(list(plan.kv_heads)),
+                     heads_str(list(plan.mlp_hidden)), budget_use(t.budget.get(metric) if metric else None, search.budget),
                      *[value_cell(t, o.metric) for o in search.objectives],
                      f"{fmt(c.judged.gain.mean)} {c.interval()}" if c else "–"])
     doc.table(["rank", "trial", "plan", "depth", "heads per layer", "total heads", "head widths", "KV heads",
@@ -373,7 +374,7 @@ def _pareto_section(doc: Document, search: SearchRecord) -> None:
             f"{metrics[0]}.")
     rows = sorted((scored[i] for i in front), key=lambda t: t.score(search.objectives[0]))
     doc.table(["trial", "plan", "depth", "heads per layer", *metrics],
-              [[t.number, t.named or "searched", t.depth, heads_str(list(t.heads)),
+              [[t.number, t.named or "searched", t.plan.n_layers, heads_str(list(t.plan.heads)),
                 *[value_cell(t, m) for m in metrics]] for t in rows])
     if scored:
         doc.figure("pareto", *figures.pareto_figure(search.objectives, scored, front))

@@ -46,9 +46,9 @@ import itertools
 from typing import Any, Callable, Iterator, Sequence
 
 from headwise.errors import HeadwiseError
-from headwise.plans import Scheme, make_divisible, nearest_count, ramp, scheme_shape
+from headwise.plans import Plan, Scheme, make_divisible, nearest_count, ramp, scheme_shape
 from headwise.search.budget import BudgetConfig
-from headwise.search.space import LayerOption, PlanSpace, SearchPlan, centre, pick
+from headwise.search.space import LayerOption, PlanSpace, centre, pick
 from headwise.spec import ModelSpec
 
 #: the scalings a space may name
@@ -88,16 +88,6 @@ def snap(allowed: Sequence[Any], target: float | None) -> Any:
     return allowed[0] if len(allowed) == 1 else nearest_count(allowed, target)  # type: ignore[arg-type]
 
 
-def _tree(options: list[LayerOption]) -> Tree:
-    """Options by heads, KV heads and MLP ratio; each level's keys in order, as the options come
-    sorted by their choices."""
-    tree: Tree = {}
-    for o in options:
-        c = o.choice
-        tree.setdefault(c.heads, {}).setdefault(c.kv_heads, {})[c.mlp_ratio] = o
-    return tree
-
-
 class ScaledSpace(PlanSpace):
     """The plans of a base model that a ``[space]`` table with ``scaling`` makes and a budget
     keeps, each set by a few numbers (the module's docstring says how)."""
@@ -113,7 +103,7 @@ class ScaledSpace(PlanSpace):
         self.names = [n for lv in self.levels for n, _ in numbers[lv]]
         self.drawn = {n for lv in self.levels for n, varies in numbers[lv] if varies}
         #: per depth, every plan made (before the budget): its setting and its budget metric
-        self._made: dict[int, dict[SearchPlan, tuple[tuple[Any, ...], int]]] = {}
+        self._made: dict[int, dict[Plan, tuple[tuple[Any, ...], int]]] = {}
         #: per depth, the settings of the plans within the budget, as a tree of their numbers
         self._tries: dict[int, Tree] = {}
         self._make()
@@ -146,13 +136,13 @@ class ScaledSpace(PlanSpace):
             if not all(self._options_at(depth, i) for i in range(depth)):
                 continue
             plans, trie = self._made.setdefault(depth, {}), self._tries.setdefault(depth, {})
-            trees = [_tree(self._options_at(depth, i)) for i in range(depth)]
+            trees = [self._tree(self._options_at(depth, i)) for i in range(depth)]
             for setting, options in self._settings(depth, 0, (), trees):
                 made += 1
                 if made > MAX_SETTINGS:
                     raise HeadwiseError(f"the {self.scaling}-scaled space has more than {MAX_SETTINGS:,} settings to "
                                         "check: narrow its heads, kv_heads, mlp_ratio or depths")
-                plan = SearchPlan(tuple(o.choice for o in options))
+                plan = Plan(Scheme.EXPLICIT, tuple(o.choice for o in options))
                 if plan in plans:  # an earlier setting rounds to the same plan and names it
                     continue
                 value = self.cost.value(self.constant + sum(o.cost for o in options))
@@ -162,6 +152,15 @@ class ScaledSpace(PlanSpace):
                     for number in setting[:-1]:
                         node = node.setdefault(number, {})
                     node[setting[-1]] = plan
+
+    def _tree(self, options: list[LayerOption]) -> Tree:
+        """Options by heads, KV heads and MLP ratio (None where the space leaves the MLP to the
+        base); each level's keys in order, as the options come sorted by their choices."""
+        tree: Tree = {}
+        for o in options:
+            c = o.choice
+            tree.setdefault(c.heads, {}).setdefault(c.kv_heads, {})[self.mlp_ratios.get(c.mlp_hidden)] = o
+        return tree
 
     def _settings(self, depth: int, level: int, setting: tuple[Any, ...],
                   nodes: list[Any]) -> Iterator[tuple[tuple[Any, ...], list[LayerOption]]]:
@@ -198,7 +197,7 @@ class ScaledSpace(PlanSpace):
 
     # ---- numbers to plans and back ----------------------------------------------------------
 
-    def _walk(self, choose: Callable[[str, list[Any]], Any]) -> SearchPlan:
+    def _walk(self, choose: Callable[[str, list[Any]], Any]) -> Plan:
         """The plan made by ``choose(parameter name, sorted values still leading to a plan)``."""
         depth = choose("depth", self.feasible_depths) if len(self.depths) > 1 else self.feasible_depths[0]
         node: Any = self._tries[depth]
@@ -207,23 +206,23 @@ class ScaledSpace(PlanSpace):
             node = node[choose(name, values) if name in self.drawn else values[0]]
         return node
 
-    def decode(self, draw: Callable[[str], float]) -> SearchPlan:
+    def decode(self, draw: Callable[[str], float]) -> Plan:
         """The plan of the numbers ``draw(name)`` gives (each in [0, 1]): always within budget."""
         return self._walk(lambda name, values: pick(values, draw(name)))
 
-    def encode(self, plan: SearchPlan) -> dict[str, float]:
+    def encode(self, plan: Plan) -> dict[str, float]:
         """Numbers that :meth:`decode` maps to ``plan``; a HeadwiseError (saying why) when the
         scaling does not make the plan or it misses the budget."""
-        if plan.depth not in self.depths:
-            raise HeadwiseError(f"depth {plan.depth} is outside the space's {self.depths[0]}..{self.depths[-1]}")
-        made = self._made.get(plan.depth, {}).get(plan)
+        if plan.n_layers not in self.depths:
+            raise HeadwiseError(f"depth {plan.n_layers} is outside the space's {self.depths[0]}..{self.depths[-1]}")
+        made = self._made.get(plan.n_layers, {}).get(plan)
         if made is None:
             raise HeadwiseError(f"{plan.describe()} is not a plan the {self.scaling} scaling makes")
         setting, value = made
         if self.budget is not None and not self.budget.allows(value):
             raise HeadwiseError(f"{plan.describe()}: its {self.cost.metric} {value} misses the budget "
                                 f"{self.budget.describe()}")
-        wanted = dict(zip(["depth", *self.names], [plan.depth, *setting]))
+        wanted = dict(zip(["depth", *self.names], [plan.n_layers, *setting]))
         params: dict[str, float] = {}
 
         def choose(name: str, values: list[Any]) -> Any:
@@ -233,7 +232,7 @@ class ScaledSpace(PlanSpace):
         self._walk(choose)
         return params
 
-    def plans(self, limit: int | None = None) -> Iterator[SearchPlan]:
+    def plans(self, limit: int | None = None) -> Iterator[Plan]:
         """Every feasible plan, once each (by depth, in the order of their settings); at most ``limit``."""
         feasible = (p for d in self.feasible_depths for p, (_, v) in self._made[d].items()
                     if self.budget is None or self.budget.allows(v))

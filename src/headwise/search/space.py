@@ -9,9 +9,11 @@
 
 The optimiser draws one number ``u`` in [0, 1) for the depth (``depth``, when it varies) and for
 each varying choice of each layer (``layer{i}.heads``, ``layer{i}.head_dim``, ``layer{i}.kv_heads``,
-``layer{i}.mlp_ratio``), always from the same distribution. :meth:`Space.decode` maps them in
-order: each ``u`` picks the quantile of the sorted values *that still leave a completion within
-the budget*. That is decided exactly, because every budget is a constant plus per-layer costs
+``layer{i}.mlp_ratio``: among the MLP widths the ratios make), always from the same distribution.
+:meth:`Space.decode` maps them in order: each ``u`` picks the quantile of the sorted values *that
+still leave a completion within the budget*. A plan is a :class:`~headwise.plans.Plan` whose layers
+have every field resolved (what the space chose, and what each layer takes from the base), so the
+base's spec with its layers (:meth:`~headwise.spec.ModelSpec.with_layers`) is the trial's model. That is decided exactly, because every budget is a constant plus per-layer costs
 through a non-decreasing map (:mod:`headwise.search.budget`): the layer options' costs are
 computed once, and for the layers still to choose the search keeps the smallest and largest sum
 they can add (a budget with only a cap or only a floor) or every sum they can add (a target, or a
@@ -29,79 +31,29 @@ import bisect
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any, Callable, Iterator
 
 from headwise.errors import HeadwiseError
+from headwise.layer_shape import LayerShape, divisors
+from headwise.plans import Plan, Scheme
 from headwise.search.budget import BudgetConfig, CostModel
-from headwise.spec import ModelSpec, divisors
+from headwise.spec import DEFAULT_KIND, ModelSpec
 
-#: the choices of one layer, in the order they are drawn, as their parameters name them
-DIMS = ("heads", "head_dim", "kv_heads", "mlp_ratio")
+#: the choices of one layer, in the order they are drawn, as their parameters name them, each with
+#: the :class:`~headwise.layer_shape.LayerShape` field it sets (an MLP ratio sets the layer's width:
+#: ratios that round to one width are one choice, so widths keep the ratios' order)
+FIELDS = {"heads": "heads", "head_dim": "head_dim", "kv_heads": "kv_heads", "mlp_ratio": "mlp_hidden"}
+DIMS = tuple(FIELDS)
 #: reachable sums kept for the layers still to choose, over every depth, before a space is too
 #: large to check exactly
 MAX_SUMS = 2_000_000
 
 
 @dataclass(frozen=True)
-class LayerChoice:
-    """One layer of a plan."""
-
-    heads: int
-    head_dim: int
-    kv_heads: int
-    mlp_hidden: int
-    #: the MLP ratio the space offered for it (None: the base's width)
-    mlp_ratio: float | None = None
-
-    def value(self, dim: str) -> Any:
-        return getattr(self, dim)
-
-
-@dataclass(frozen=True)
-class SearchPlan:
-    """A plan of the search: its depth and each layer's choice."""
-
-    layers: tuple[LayerChoice, ...]
-
-    @property
-    def depth(self) -> int:
-        return len(self.layers)
-
-    @property
-    def heads(self) -> list[int]:
-        return [c.heads for c in self.layers]
-
-    @property
-    def head_dims(self) -> list[int]:
-        return [c.head_dim for c in self.layers]
-
-    @property
-    def kv_heads(self) -> list[int]:
-        return [c.kv_heads for c in self.layers]
-
-    @property
-    def mlp_hidden(self) -> list[int]:
-        return [c.mlp_hidden for c in self.layers]
-
-    def describe(self) -> str:
-        """``4 layers: heads 96,48,24,12`` (+ head widths where they are not d_model / heads, KV
-        heads where there are fewer than heads, MLP widths where they differ between layers)."""
-        text = f"{self.depth} layers: heads {','.join(map(str, self.heads))}"
-        widths = {h * d for h, d in zip(self.heads, self.head_dims)}
-        shown = (("head_dim", self.head_dims, len(widths) > 1 and len(set(self.head_dims)) > 1), ("kv_heads", self.kv_heads, self.kv_heads != self.heads),
-                 ("mlp", self.mlp_hidden, len(set(self.mlp_hidden)) > 1))
-        for name, values, differ in shown:
-            if differ:
-                text += f", {name} {','.join(map(str, values))}"
-        return text
-
-
-@dataclass(frozen=True)
 class LayerOption:
-    """One choice a layer may take, with its cost in the budget's raw units."""
+    """One choice a layer may take (every field resolved), with its cost in the budget's raw units."""
 
-    choice: LayerChoice
+    choice: LayerShape
     cost: int
 
 
@@ -130,16 +82,16 @@ class PlanSpace(ABC):
     # ---- what each space answers: the same questions, with the same meaning ---------------
 
     @abstractmethod
-    def decode(self, draw: Callable[[str], float]) -> SearchPlan:
+    def decode(self, draw: Callable[[str], float]) -> Plan:
         """The plan of the numbers ``draw(name)`` gives (each in [0, 1]): always within budget."""
 
     @abstractmethod
-    def encode(self, plan: SearchPlan) -> dict[str, float]:
+    def encode(self, plan: Plan) -> dict[str, float]:
         """Numbers that :meth:`decode` maps to ``plan``; a HeadwiseError (saying why) when the
         plan is not in the space or misses the budget."""
 
     @abstractmethod
-    def plans(self, limit: int | None = None) -> Iterator[SearchPlan]:
+    def plans(self, limit: int | None = None) -> Iterator[Plan]:
         """Every feasible plan, once each; at most ``limit``."""
 
     @abstractmethod
@@ -171,6 +123,8 @@ class PlanSpace(ABC):
         self.sets_head_dim = config.head_dim not in (None, "tied") or config.head_dim == "tied" and base.head_dim is not None
         self.sets_kv_heads = config.kv_heads is not None
         self.sets_mlp = config.mlp_ratio is not None
+        #: the MLP widths the space offers, widest first, each with the smallest ratio that rounds to it
+        self.mlp_ratios = {int(round(r * base.d_model)): r for r in sorted(set(config.mlp_ratio or []), reverse=True)}
         empty = [d for d in self.depths if not all(self._options_at(d, i) for i in range(d))]
         if len(empty) == len(self.depths):
             raise HeadwiseError(f"[space] allows no layer: {self._why_no_option()}")
@@ -204,14 +158,16 @@ class PlanSpace(ABC):
             elif isinstance(value, list):
                 value = value[0]
             out.append(value)
+        if out[0] is None:
+            out[0] = DEFAULT_KIND
         if out[3] is None:
             out[3] = int(round(self.base.mlp_ratio * self.base.d_model))
         return tuple(out)
 
-    def _candidates(self, fixed: tuple[Any, ...]) -> Iterator[tuple[LayerChoice, dict[str, Any]]]:
+    def _candidates(self, fixed: tuple[Any, ...]) -> Iterator[LayerShape]:
         kind, base_head_dim, base_kv, base_mlp = fixed
         d_model = self.base.d_model
-        head_dim, kv, mlp = self.config.head_dim, self.config.kv_heads, self.config.mlp_ratio
+        head_dim, kv = self.config.head_dim, self.config.kv_heads
         for h in self._heads():
             if head_dim is None and base_head_dim is None or head_dim == "tied":
                 if d_model % h:
@@ -225,18 +181,12 @@ class PlanSpace(ABC):
                 kvs = [base_kv if base_kv is not None else h]
             else:
                 kvs = divisors(h) if kv == "divisors" else sorted(set(kv))
-            # ratios that round to one width are one choice (the smallest ratio names it)
-            by_width = {int(round(r * d_model)): r for r in sorted(set(mlp or []), reverse=True)}
-            ratios = [None] if mlp is None else list(by_width.values())
             for w in widths:
                 for k in kvs:
                     if h % k:
                         continue
-                    for r in ratios:
-                        hidden = base_mlp if r is None else int(round(r * d_model))
-                        fields = {"heads": [h], "head_dim": w, "kv_heads": k, "mlp_hidden": hidden,
-                                  "attention": None if kind is None else [kind]}
-                        yield LayerChoice(h, w, k, hidden, r), fields
+                    for hidden in self.mlp_ratios or [base_mlp]:
+                        yield LayerShape(h, head_dim=w, mlp_hidden=hidden, attention=kind, kv_heads=k)
 
     def _options_at(self, depth: int, i: int) -> list[LayerOption]:
         """Layer ``i``'s options in a ``depth``-layer plan with their costs, each a layer the
@@ -245,22 +195,15 @@ class PlanSpace(ABC):
         fixed = self._fixed(depth, i)
         if fixed not in self._options:
             options = []
-            for choice, fields in self._candidates(fixed):
+            for choice in self._candidates(fixed):
                 try:
-                    one = ModelSpec.model_validate({**self._base_fields, "n_layers": 1, **fields})
+                    one = self.base.with_layers([choice])
                 except ValueError as exc:
                     self._last_refusal = f"{choice}: {str(exc).splitlines()[-1].strip()}"
                     continue
                 options.append(LayerOption(choice, self.cost.layer_cost(one, 0)))
-            self._options[fixed] = sorted(options, key=lambda o: [o.choice.value(d) or 0 for d in DIMS])
+            self._options[fixed] = sorted(options, key=lambda o: [getattr(o.choice, FIELDS[d]) for d in DIMS])
         return self._options[fixed]
-
-    @cached_property
-    def _base_fields(self) -> dict[str, Any]:
-        fields = self.base.model_dump()
-        for name in ("n_layers", "heads", "head_dim", "kv_heads", "mlp_hidden", "attention"):
-            fields.pop(name, None)
-        return fields
 
     def _why_no_option(self) -> str:
         last = getattr(self, "_last_refusal", None)
@@ -273,22 +216,22 @@ class PlanSpace(ABC):
                     "heads that divide it, or a head_dim")
         return f"no heads in {heads} is a multiple of the KV heads the space or the base allow"
 
-    def run_sets(self, plan: SearchPlan) -> dict[str, Any]:
+    def run_sets(self, plan: Plan) -> dict[str, Any]:
         """The run-config keys that make the base model this plan."""
-        sets: dict[str, Any] = {"model.n_layers": plan.depth, "model.heads": plan.heads}
+        sets: dict[str, Any] = {"model.n_layers": plan.n_layers, "model.heads": list(plan.heads)}
         if self.sets_head_dim:
-            sets["model.head_dim"] = plan.head_dims
+            sets["model.head_dim"] = list(plan.head_dims)
         if self.sets_kv_heads:
-            sets["model.kv_heads"] = plan.kv_heads
+            sets["model.kv_heads"] = list(plan.kv_heads)
         if self.sets_mlp:
-            sets["model.mlp_hidden"] = plan.mlp_hidden
+            sets["model.mlp_hidden"] = list(plan.mlp_hidden)
         return sets
 
-    def predicted(self, plan: SearchPlan) -> int:
+    def predicted(self, plan: Plan) -> int:
         """The budget metric of ``plan`` as the space computes it (the search checks it against
-        :func:`~headwise.search.budget.plan_budget` of the plan's spec)."""
-        # looked up layer by layer: one choice costs differently under two attention kinds of the base
-        costs = [{o.choice: o.cost for o in self._options_at(plan.depth, i)} for i in range(plan.depth)]
+        :func:`~headwise.params.plan_budget` of the plan's spec)."""
+        # looked up layer by layer: each layer's options are those of what it takes from the base
+        costs = [{o.choice: o.cost for o in self._options_at(plan.n_layers, i)} for i in range(plan.n_layers)]
         return self.cost.value(self.constant + sum(c[choice] for c, choice in zip(costs, plan.layers)))
 
 
@@ -367,7 +310,7 @@ class Space(PlanSpace):
 
     # ---- numbers to plans and back ----------------------------------------------------------
 
-    def _walk(self, choose: Callable[[str, list[Any]], Any]) -> SearchPlan:
+    def _walk(self, choose: Callable[[str, list[Any]], Any]) -> Plan:
         """The plan made by ``choose(parameter name, sorted feasible values)`` at each choice."""
         depth = choose("depth", self.feasible_depths) if len(self.depths) > 1 else self.feasible_depths[0]
         raw, layers = self.constant, []
@@ -375,48 +318,48 @@ class Space(PlanSpace):
             options = [o for o in self._options_at(depth, i) if self._admits(raw + o.cost, depth, i + 1)]
             for dim in DIMS:
                 if self.varies[dim]:
-                    values = sorted({o.choice.value(dim) for o in options})
+                    values = sorted({getattr(o.choice, FIELDS[dim]) for o in options})
                     chosen = choose(f"layer{i}.{dim}", values)
-                    options = [o for o in options if o.choice.value(dim) == chosen]
+                    options = [o for o in options if getattr(o.choice, FIELDS[dim]) == chosen]
             if len(options) != 1:  # the fixed choices leave one option; anything else is a bug
                 raise AssertionError(f"layer {i}: {len(options)} options left after every choice")
             raw += options[0].cost
             layers.append(options[0].choice)
-        return SearchPlan(tuple(layers))
+        return Plan(Scheme.EXPLICIT, layers)
 
-    def decode(self, draw: Callable[[str], float]) -> SearchPlan:
+    def decode(self, draw: Callable[[str], float]) -> Plan:
         """The plan of the numbers ``draw(name)`` gives (each in [0, 1]): always within budget."""
         return self._walk(lambda name, values: pick(values, draw(name)))
 
-    def encode(self, plan: SearchPlan) -> dict[str, float]:
+    def encode(self, plan: Plan) -> dict[str, float]:
         """Numbers that :meth:`decode` maps to ``plan``; a HeadwiseError (saying why) when the
         plan is not in the space or misses the budget."""
         params: dict[str, float] = {}
 
         def choose(name: str, values: list[Any]) -> Any:
-            want = plan.depth if name == "depth" else plan.layers[int(name[5:].split(".")[0])].value(name.split(".")[1])
+            layer, _, dim = name[5:].partition(".")
+            want = plan.n_layers if name == "depth" else getattr(plan.layers[int(layer)], FIELDS[dim])
             if want not in values:
-                where = "depth" if name == "depth" else f"layer {name[5:].split('.')[0]} {name.split('.')[1]}"
+                where = "depth" if name == "depth" else f"layer {layer} {FIELDS[dim]}"
                 raise HeadwiseError(f"{where} {want} is not one the space and the budget leave ({values})")
             params[name] = centre(values.index(want), len(values))
             return want
 
-        if plan.depth not in self.depths:
-            raise HeadwiseError(f"depth {plan.depth} is outside the space's {self.depths[0]}..{self.depths[-1]}")
-        got = self._walk(choose)
-        if got != plan:
+        if plan.n_layers not in self.depths:
+            raise HeadwiseError(f"depth {plan.n_layers} is outside the space's {self.depths[0]}..{self.depths[-1]}")
+        if self._walk(choose).layers != plan.layers:
             raise HeadwiseError(f"{plan.describe()} is not a plan of the space (its layers' other choices differ)")
         return params
 
-    def plans(self, limit: int | None = None) -> Iterator[SearchPlan]:
+    def plans(self, limit: int | None = None) -> Iterator[Plan]:
         """Every feasible plan (depth-first, in sorted order); at most ``limit``."""
         count = 0
         for depth in self.feasible_depths:
-            stack: list[tuple[int, int, tuple[LayerChoice, ...]]] = [(0, self.constant, ())]
+            stack: list[tuple[int, int, tuple[LayerShape, ...]]] = [(0, self.constant, ())]
             while stack:
                 i, raw, layers = stack.pop()
                 if i == depth:
-                    yield SearchPlan(layers)
+                    yield Plan(Scheme.EXPLICIT, layers)
                     count += 1
                     if limit is not None and count >= limit:
                         return

@@ -72,7 +72,7 @@ def build_record(search: Search, trials: list[Any]) -> dict[str, Any]:
         "budget": None if budget is None else {"metric": budget.metric, "max": budget.max, "min": budget.min,
                                                "target": budget.target},
         "n_trials": search.n_trials,
-        "named": [{"name": n.name, "heads": n.plan.heads if n.plan else [], "in_space": n.in_space, "note": n.note}
+        "named": [{"name": n.name, "heads": list(n.plan.heads) if n.plan else [], "in_space": n.in_space, "note": n.note}
                   for n in search.named],
         "trials": [r for r in (trial_record(t, search) for t in sorted(trials, key=lambda t: t.number)) if r],
     }
