@@ -14,7 +14,7 @@ from headwise.errors import HeadwiseError
 from headwise.tasks.base import TaskShape
 from headwise.families.lm.task import LMTaskConfig
 from headwise.tasks.union import build_task
-from headwise.families.lm.task import LMTask
+from headwise.families.lm.lm_task import LMTask
 from test_data_sources import data_env  # noqa: F401
 
 TOKENS = np.arange(1001, dtype=np.uint32)  # token value = its position: blocks are easy to read

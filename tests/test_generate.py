@@ -8,7 +8,7 @@ import torch
 from headwise.errors import HeadwiseError
 from headwise.model import Transformer
 from headwise.spec import ModelSpec
-from headwise.families.nearest.task import NearestNeighbourTask
+from headwise.families.nearest.nearest_task import NearestNeighbourTask
 from headwise.train.generate import filter_logits, generate, held_out_predictions, next_token
 
 INF = float("-inf")

@@ -21,7 +21,7 @@ from headwise.run import read_metrics
 from headwise.tasks.union import parse_task_config
 from headwise.data.shuffled import evenly_spaced
 from headwise.tasks.classify import topk_accuracy
-from headwise.families.vision.task import ImageTask
+from headwise.families.vision.image_task import ImageTask
 from headwise.train import RunConfig, run_training
 from headwise.train.config import resolve_spec
 

@@ -30,11 +30,12 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("headwise.errors", "headwise.registry", "headwise.paths", "headwise.config", "headwise.locks",
               "headwise.families")),
     # what a spec is, what checking and counting one needs: the parts' declarations (their counts
-    # too), the attention kinds and output gates (their model code imported inside their functions),
-    # plans, presets, exact counts; no torch at import. The model package's __init__ loads its names
-    # on first use, so importing a kind loads no model.
-    ("spec", ("headwise.parts", "headwise.spec", "headwise.plans", "headwise.presets", "headwise.params",
-              "headwise.model.attention*", "headwise.model.output_gate", "headwise.model")),
+    # too), the attention kinds, output gates and block features (their model code imported inside
+    # their functions), plans, presets, exact counts; no torch at import. The model package's
+    # __init__ loads its names on first use, so importing a kind loads no model.
+    ("spec", ("headwise.layer_shape", "headwise.parts", "headwise.spec", "headwise.plans", "headwise.presets",
+              "headwise.params", "headwise.model.attention*", "headwise.model.output_gate", "headwise.model.features",
+              "headwise.model")),
     ("model", ("headwise.model.*",)),
     # a run's folder, data and text below the tasks that read them
     ("data", ("headwise.run", "headwise.run.*", "headwise.data", "headwise.data.*", "headwise.text",
@@ -178,8 +179,7 @@ def test_counts_budgets_and_the_search_space_load_no_torch():
     assert _loaded_after("import headwise.params, headwise.search.budget, headwise.search.space, "
                          "headwise.search.scaled") == []
     # the counts are the declarations': a spec of built-in parts is counted without its model code
-    assert _loaded_after("from headwise.params import count_params\n"
-                         "from headwise.search.budget import plan_budget\n"
+    assert _loaded_after("from headwise.params import count_params, plan_budget\n"
                          "from headwise.spec import ModelSpec\n"
                          "spec = ModelSpec(d_model=8, n_layers=2, heads=[2, 4], vocab_size=10)\n"
                          "plan_budget(spec, 16)\n"
@@ -196,6 +196,20 @@ def test_the_plan_command_loads_no_torch():
     assert loaded == [], loaded
 
 
-def test_a_dry_run_loads_nothing_of_the_report():
-    loaded = _loaded_after("from headwise.cli import main\nmain(['study', 'vit', '--preset', 'quick', '--dry-run'])")
-    assert not [m for m in loaded if m.startswith("headwise.report") or m.startswith("matplotlib")], loaded
+def test_the_definitions_and_the_task_tables_load_no_torch():
+    """A study's and a search's definition read their runs' configs (every family's ``[task]`` table
+    among them) from declarations: no task, trainer or model code, so no torch."""
+    loaded = _loaded_after("import headwise.search.space, headwise.search.definition, headwise.study.definition, "
+                           "headwise.tasks.union")
+    assert not [m for m in loaded if m.split(".")[0] == "torch"], loaded
+
+
+@pytest.mark.parametrize("what", ["study", "search"])
+def test_a_dry_run_loads_no_torch(what):
+    """A study's dry run loads nothing of the report either; a search's definition reads some of
+    it (its confirmation is a study with a report), but no figures."""
+    loaded = _loaded_after(f"from headwise.cli import main\nassert main([{what!r}, 'progression', '--preset', "
+                           "'quick', '--dry-run']) == 0")
+    assert not [m for m in loaded if m.split(".")[0] in ("torch", "matplotlib")], loaded
+    if what == "study":
+        assert not [m for m in loaded if m.startswith("headwise.report")], loaded

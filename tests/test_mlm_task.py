@@ -227,7 +227,7 @@ def test_select_is_for_heads_that_decode_positions():
 
 def test_family_shape():
     family = family_of("mlm")
-    assert family.generates_text is False and family.task.outputs == "mlm" and family.task.inputs == "tokens"
+    assert family.generates_text is False and family.outputs == "mlm" and family.inputs == "tokens"
     shape = MLMTaskConfig(kind="mlm", tokenizer="bpe:1024", block_size=64).shape()
     assert (shape.outputs, shape.vocab_size, shape.seq_len, shape.spec_fields) == ("mlm", 1027, 64, {"causal": False})
 

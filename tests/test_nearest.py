@@ -12,7 +12,8 @@ from headwise.errors import HeadwiseError
 from headwise.families.nearest.task import NearestTaskConfig
 from headwise.tasks.union import build_task, parse_task_config
 from headwise.tasks.base import Batch
-from headwise.families.nearest.task import NearestNeighbourTask, baseline_loss, expected_max_inner, pick
+from headwise.families.nearest.nearest_task import NearestNeighbourTask, pick
+from headwise.families.nearest.task import baseline_loss, expected_max_inner
 
 
 def brute_farthest(points):

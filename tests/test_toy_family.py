@@ -94,6 +94,8 @@ class MeanTask(Task):
 
 
 class MeanTaskConfig(TaskConfigBase):
+    """``[task]`` of the mean of a sequence of numbers, by regression."""
+
     kind: Literal["mean"] = "mean"
     length: int = 8
 
@@ -104,7 +106,8 @@ class MeanTaskConfig(TaskConfigBase):
         return MeanTask(self.length)
 
 
-register_family(TaskFamily(kind="mean", config=MeanTaskConfig, task=MeanTask, report_layout="means"))
+register_family(TaskFamily(kind="mean", config=MeanTaskConfig, inputs="scalars", outputs="mean",
+                           report_layout="means"))
 '''
 
 MODEL = '''
@@ -188,8 +191,8 @@ class HeadGainAttention(AttentionKind):
         attn.head_gain = nn.Parameter(torch.ones(shape.heads))
 
     @staticmethod
-    def forward(attn, qkv, cache, queries, key_mask):
-        y = softmax_attention(attn, qkv, cache, queries, key_mask)
+    def forward(attn, q, k, v, cache, queries, key_mask):
+        y = softmax_attention(attn, q, k, v, cache, queries, key_mask)
         return y * attn.head_gain[:, None, None]
 '''
 
@@ -467,7 +470,8 @@ def test_the_toy_study_section_preset_and_parts_are_listed(toy):
     assert result["sections"] == ["toy-means"] and result["toy_means"]["forwards_per_s"] > 0
     tables = toy.run("parts")
     for row in (
-        "| `mean` | toyfam | `scalars` -> `mean` | `means` | The mean of a sequence of numbers, by regression. |",
+        "| `mean` | toyfam | `scalars` -> `mean` | `means` | `[task]` of the mean of a sequence of numbers, by "
+        "regression. |",
         "| `scalars` | toyfam.model | `mean` | its head's class | Numbers [B, T], each embedded by one linear map, "
         "plus learned positions. |",
         "| `mean` | toyfam.model | regressor of sequence means | `HeadwiseModel` | One number per sequence, read from "

@@ -159,8 +159,8 @@ def family_table() -> tuple[list[str], list[list[str]]]:
     """Task families: kind, family folder, the model parts its task names, layout, what it is."""
     from headwise.tasks.family import families
 
-    rows = [[code(kind), family_of_module(f.config.__module__), f"`{f.task.inputs}` -> `{f.task.outputs}`",
-             code(f.report_layout), summary(f.task.__doc__)] for kind, f in sorted(families().items())]
+    rows = [[code(kind), family_of_module(f.config.__module__), f"`{f.inputs}` -> `{f.outputs}`",
+             code(f.report_layout), summary(f.config.__doc__)] for kind, f in sorted(families().items())]
     return ["kind", "family", "inputs -> outputs", "report layout", "what it is"], rows
 
 

@@ -10,7 +10,7 @@ checked by the report (:func:`headwise.report.study_report`) and the study check
 share (see :mod:`headwise.study.preflight`): its data is prepared (tokenized into the token cache),
 CUDA runs need a CUDA device, ``--out`` must be usable. A study that fails a check is refused
 with one line (exit 2) and leaves nothing behind. ``--dry-run`` checks only the variants' specs,
-and loads nothing of the report.
+and loads nothing of the report, the runner or torch.
 """
 
 from __future__ import annotations
@@ -48,10 +48,36 @@ def _list() -> int:
     return 0
 
 
+def describe(study) -> str:  # noqa: ANN001 - a headwise.study.definition.Study
+    """What ``--dry-run`` prints: each variant's heads per layer (as its plan resolves them, with
+    any note on the budget) and the keys it sets, then the stages and the tuning."""
+    lines = [f"study {study.name}" + (f" (preset {study.preset})" if study.preset else "")
+             + f": {len(study.variants)} variants x {study.seeds} seeds"]
+    width = max(len(v.name) for v in study.variants)
+    for v in study.variants:
+        sets = ", ".join(f"{k}={v2}" for k, v2 in v.sets.items())
+        heads = ""
+        if v.plan is not None:
+            heads = f"heads {','.join(map(str, v.plan.heads))} (total {v.plan.total}, {v.plan.scheme})"
+        lines.append(f"  {v.name:<{width}}  {heads:<40} {sets}")
+        lines += [f"  {'':<{width}}  note: {note}" for note in (v.plan.notes if v.plan else ())]
+    for stage in study.config.stages:
+        task = stage.config.get("task", {})
+        what = f"{task.get('kind', '?')} {task.get('task', '')}".strip()
+        lines.append(f"then stage {stage.name} from each run ({what}; {', '.join(stage.source_keys)} = the run's folder)")
+    nuisance = study.config.nuisance
+    if nuisance is not None:
+        grid = "; ".join(f"{k} in {', '.join(f'{x:g}' for x in vals)}" for k, vals in nuisance.values.items())
+        chosen = ", ".join(f"{k}={x}" for k, x in nuisance.selection.items())
+        seeds = ", ".join(map(str, nuisance.seeds))
+        lines.append(f"tuned per variant on seeds {seeds} (their mean) before its seeds run: {grid} (selected on {chosen}, "
+                     f"{nuisance.metric}, {nuisance.better} is better; up to {nuisance.extend} extensions at an edge)")
+    return "\n".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
     from headwise.errors import HeadwiseError
     from headwise.study import load_study
-    from headwise.study.runner import describe_plan, run_study
 
     if args.list:
         return _list()
@@ -59,11 +85,12 @@ def run(args: argparse.Namespace) -> int:
         raise HeadwiseError("name a study (e.g. `headwise study progression --preset quick`) or pass --list")
     study = load_study(args.study, preset=args.preset, seeds=args.seeds, overrides=args.overrides)
     if args.dry_run:
-        print(describe_plan(study))  # the variants alone: nothing of the report loads
+        print(describe(study))  # the variants alone: nothing of the report or the runner (torch) loads
         return 0
     # imported past the dry run, which lists variants only; the report refuses a bad [report]
     # table before any run starts
     from headwise.report import study_report, write_report
+    from headwise.study.runner import run_study
 
     study_report(study.config.report, study.source)
     run_study(study, args.out, jobs=args.jobs, threads=args.threads, backend=args.backend, address=args.address,

@@ -300,30 +300,3 @@ class _Backend:
                 # Ctrl-C reached local runs too (same process group); SIGTERM only reached us
                 self.launcher.stop_all(list(running))
                 raise
-
-
-def describe_plan(study: Study) -> str:
-    """A table of the study's variants for ``--dry-run``: each one's heads per layer (as its plan
-    resolves them, with any note on the budget) and the keys it sets."""
-    lines = [f"study {study.name}" + (f" (preset {study.preset})" if study.preset else "")
-             + f": {len(study.variants)} variants x {study.seeds} seeds"]
-    width = max(len(v.name) for v in study.variants)
-    for v in study.variants:
-        sets = ", ".join(f"{k}={v2}" for k, v2 in v.sets.items())
-        heads = ""
-        if v.plan is not None:
-            heads = f"heads {','.join(map(str, v.plan.heads))} (total {v.plan.total}, {v.plan.scheme})"
-        lines.append(f"  {v.name:<{width}}  {heads:<40} {sets}")
-        lines += [f"  {'':<{width}}  note: {note}" for note in (v.plan.notes if v.plan else ())]
-    for stage in study.config.stages:
-        task = stage.config.get("task", {})
-        what = f"{task.get('kind', '?')} {task.get('task', '')}".strip()
-        lines.append(f"then stage {stage.name} from each run ({what}; {', '.join(stage.source_keys)} = the run's folder)")
-    nuisance = study.config.nuisance
-    if nuisance is not None:
-        grid = "; ".join(f"{k} in {', '.join(f'{x:g}' for x in vals)}" for k, vals in nuisance.values.items())
-        chosen = ", ".join(f"{k}={x}" for k, x in nuisance.selection.items())
-        seeds = ", ".join(map(str, nuisance.seeds))
-        lines.append(f"tuned per variant on seeds {seeds} (their mean) before its seeds run: {grid} (selected on {chosen}, "
-                     f"{nuisance.metric}, {nuisance.better} is better; up to {nuisance.extend} extensions at an edge)")
-    return "\n".join(lines)

@@ -1,12 +1,15 @@
 """What the classification tasks (images, Long Range Arena sequences) share: cross-entropy over
-class logits, top-1 accuracy and, above 10 classes, top-5 accuracy."""
+class logits, top-1 accuracy and, above 10 classes, top-5 accuracy. The metric names are
+declarations their configs read without torch, which this module loads only to score."""
 
 from __future__ import annotations
 
-import torch.nn.functional as F
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from headwise.tasks.base import Batch, Task
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 #: top-5 accuracy is reported only above this many classes (with 10 or fewer it says little).
 TOP5_ABOVE = 10
@@ -32,6 +35,8 @@ class ClassificationTask(Task):
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         """Mean cross-entropy of class logits ``[B, classes]`` against class ids ``[B]`` (in fp32)."""
+        import torch.nn.functional as F
+
         return F.cross_entropy(outputs.float(), targets)
 
     def metrics(self, outputs: Tensor, batch: Batch) -> dict[str, Tensor]:

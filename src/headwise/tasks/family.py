@@ -6,10 +6,9 @@ Everything the rest of headwise needs to know about a family is in its :class:`T
 
 - ``config``: its ``[task]`` table (a :class:`TaskConfigBase` subclass whose ``kind`` field is the
   family's name), which knows the task's shape without preparing data, prepares the data once
-  for a study, and builds the task;
-- ``task``: the :class:`~headwise.tasks.base.Task` class (batches, loss, metrics), which names the
-  model front end its inputs need and the output head its loss scores (``inputs``/``outputs``,
-  names of the model's parts, :mod:`headwise.parts`);
+  for a study, and builds the task (a :class:`~headwise.tasks.base.Task`: batches, loss, metrics);
+- ``inputs``/``outputs``: the model front end its task's inputs need and the output head its loss
+  scores (names of the model's parts, :mod:`headwise.parts`), as the task declares them too;
 - ``report_layout``: the report layout its studies use unless the study file names one (a name
   in the registry of :mod:`headwise.report`);
 - ``generates_text``: its models continue text (``headwise generate`` writes text, ``headwise
@@ -24,8 +23,12 @@ a tokenizer (:meth:`TaskConfigBase.run_tokenizer`), held-out text
 (:meth:`TaskConfigBase.data_options`), a cache of its own (:meth:`TaskConfigBase.cache`), the
 metrics it records (:meth:`TaskConfigBase.reported_metrics`), the runs whose vocabulary it
 reads (:attr:`TaskConfigBase.vocabulary_kinds`) or whether a ``[task]`` table without ``kind`` is
-its own (:attr:`TaskConfigBase.kind_optional`). The tasks on text share their config and task
-bases (:mod:`headwise.tasks.text`).
+its own (:attr:`TaskConfigBase.kind_optional`). The tasks on text share their config base
+(:mod:`headwise.tasks.text`) and task base (:mod:`headwise.tasks.token_task`).
+
+A family's record and config are declarations, read without torch (a study's dry run, the
+``[task]`` union); its task, which batches and scores with torch, is imported by the config's
+``build`` alone.
 
 A new family is a folder of :mod:`headwise.families` (or a package named by a
 ``headwise.families`` entry point) whose task module ends with ``register_family(TaskFamily(...))``;
@@ -42,9 +45,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterator, NamedTuple
 
 from headwise.config import Config
 from headwise.registry import Registry
-from headwise.tasks.base import Task, TaskShape
+from headwise.tasks.base import TaskShape
 
 if TYPE_CHECKING:
+    from headwise.tasks.base import Task
     from headwise.text.tokenizer import Tokenizer
 
 
@@ -79,9 +83,9 @@ class TaskConfigBase(Config):
 
     def shape(self) -> TaskShape:
         """The task's shape, from the config alone."""
-        task = self.family.task
+        family = self.family
         vocab_size, seq_len, input_dim = self.dims()
-        return TaskShape(task.inputs, task.outputs, vocab_size, seq_len, input_dim, self.spec_fields())
+        return TaskShape(family.inputs, family.outputs, vocab_size, seq_len, input_dim, self.spec_fields())
 
     @abstractmethod
     def dims(self) -> Dims:
@@ -125,12 +129,9 @@ class TaskConfigBase(Config):
     def reported_metrics(self) -> tuple[str, ...] | None:
         """The eval metrics besides the loss that runs of this table record, known from the config
         alone (a study's claims and tuning metric are checked against them); None when only the
-        built task knows them. By default the ``metric_names`` its family's task class declares,
-        and None for a task class that makes its metrics from the whole evaluation set (its own
-        ``finish_metrics``) without saying which: a family whose names depend on the table says so
-        here."""
-        task = self.family.task
-        return None if task.finish_metrics is not Task.finish_metrics else tuple(task.metric_names)
+        built task knows them. By default none: a family whose task has ``metric_names`` names
+        them here."""
+        return ()
 
     def vocabulary_run(self) -> str | None:
         """The pretraining run whose vocabulary this table's inputs are encoded in (a fine-tuning
@@ -156,12 +157,13 @@ class TaskConfigBase(Config):
 
 @dataclass(frozen=True)
 class TaskFamily:
-    """A family's record: its ``[task]`` config, its task (which names the model front end and
-    output head), its studies' report layout, and what it can do (see the module docstring)."""
+    """A family's record: its ``[task]`` config, the model front end and output head its task
+    needs, its studies' report layout, and what it can do (see the module docstring)."""
 
     kind: str
     config: type[TaskConfigBase]
-    task: type[Task]
+    inputs: str
+    outputs: str
     report_layout: str
     #: its models continue text
     generates_text: bool = False

@@ -4,7 +4,8 @@ The new run's model is built from its own config; its encoder (every module but 
 head) must have exactly the shape of the source run's saved spec, and takes the source's
 weights; the output head (e.g. a classifier instead of the masked-LM decoder) starts fresh.
 Everything is checked before the run writes anything; a resumed run restores its own
-checkpoint and never reads the source again.
+checkpoint and never reads the source again. The model code (torch) is imported by the functions
+that read the source, so that a study reads :data:`HEAD_FIELDS` without it.
 """
 
 from __future__ import annotations
@@ -14,13 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, TypeVar
 
 from headwise.errors import HeadwiseError, RunFailure
-from headwise.model.pretrained import DamagedFile, load_pretrained, read_spec, verify_model_dir
-from headwise.model.transformer import Transformer
 from headwise.parts import OUTPUT_HEAD_PARTS
 from headwise.run.layout import RunDir
 from headwise.spec import ModelSpec
 
 if TYPE_CHECKING:
+    from headwise.model.transformer import Transformer
     from headwise.text.tokenizer import Tokenizer
 
 T = TypeVar("T")
@@ -47,6 +47,8 @@ def check_init_source(init_from: str, checkpoint: str | None, spec: ModelSpec,
     not the same vocabulary), and which is the run whose vocabulary the task reads (``vocabulary_run``,
     when the task names one). Raises HeadwiseError in one line naming the first difference otherwise,
     and RunFailure naming a damaged file of the source's model (its files are verified here)."""
+    from headwise.model.pretrained import read_spec, verify_model_dir
+
     run = RunDir(Path(init_from))
     if not run.has_run():
         raise HeadwiseError(f"train.init_from = {init_from!r} is not a headwise run (no {run.config}): give the "
@@ -79,6 +81,8 @@ def check_init_source(init_from: str, checkpoint: str | None, spec: ModelSpec,
 
 def _checked(read: Callable[[], T], init_from: str, checkpoint: str | None) -> T:
     """``read()`` of the source's model folder, a damaged file in it a RunFailure naming it."""
+    from headwise.model.pretrained import DamagedFile
+
     try:
         return read()
     except DamagedFile as exc:
@@ -107,6 +111,8 @@ def _check_same_tokenizer(source: Path, tokenizer: "Tokenizer", vocabulary_run: 
 def load_encoder(model: Transformer, source: InitSource) -> None:
     """Copy the source model's weights into ``model``, all but the output heads' modules: every
     encoder tensor must be there with its shape, the new head keeps its fresh initialisation."""
+    from headwise.model.pretrained import load_pretrained
+
     pretrained = load_pretrained(source.model_dir, verify=False)  # check_init_source verified the files
     theirs = {name for name, _ in pretrained.named_children()}
     mine = {name for name, _ in model.named_children()}

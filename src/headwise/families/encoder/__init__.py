@@ -1,11 +1,12 @@
 """Encoders (Crammed BERT): masked-LM pretraining and GLUE fine-tuning.
 
-- :mod:`~headwise.families.encoder.task`: ``MLMTask`` and ``[task] kind = "mlm"`` (registers the
-  family), on the text tasks' config and task bases (:mod:`headwise.tasks.text`) and the shared
-  token cache and masked vocabulary (:mod:`headwise.text`);
+- :mod:`~headwise.families.encoder.task`: ``[task] kind = "mlm"`` (registers the family), no torch;
+  :mod:`~headwise.families.encoder.mlm_task`: ``MLMTask``; on the text tasks' config and task bases
+  (:mod:`headwise.tasks.text`, :mod:`headwise.tasks.token_task`) and the shared token cache and
+  masked vocabulary (:mod:`headwise.text`);
 - :mod:`~headwise.families.encoder.masking`: packed ``[CLS] ... [SEP]`` rows, cramming's 80/10/10
   masking and the resumable stream;
-- :mod:`~headwise.families.encoder.finetune`: ``[task] kind = "glue"`` (registers the family);
+- :mod:`~headwise.families.encoder.finetune`: ``[task] kind = "glue"`` (registers the family), no torch;
   :mod:`~headwise.families.encoder.glue_task`, the fine-tuning tasks (classification, STS-B's
   regression) scored over whole splits; :mod:`~headwise.families.encoder.glue`, the GLUE tasks
   and their reader; :mod:`~headwise.families.encoder.metrics`, their metrics and Table 1's

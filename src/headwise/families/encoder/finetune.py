@@ -2,7 +2,8 @@
 masked-LM run's vocabulary, with cramming's first-token pooler as its output head.
 
 The tasks themselves (inputs, targets, metrics over whole splits) are in
-:mod:`headwise.families.encoder.glue_task`; this module holds the ``[task]`` table. The tasks'
+:mod:`headwise.families.encoder.glue_task`, imported when the table builds one; this module holds
+the ``[task]`` table and the labelled examples it reads. The tasks'
 output head is ``outputs = "cls_pooler"``, cramming's GLUE pooler
 (:class:`headwise.families.encoder.model.ClsPoolerHead`; one output for STS-B's regression).
 
@@ -12,25 +13,40 @@ Each task is scored on its validation split; MNLI on ``validation_matched`` (``a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+import numpy as np
 from pydantic import Field
 
 from headwise.config import read_toml
 from headwise.errors import HeadwiseError
 from headwise.families.encoder.glue import TASKS, read_glue
-from headwise.families.encoder.glue_task import Examples, GlueFinetuneTask, GlueRegressionTask
 from headwise.families.encoder.standin import STANDIN_METRICS, order_splits, standin_splits
 from headwise.run.layout import RunDir
 from headwise.tasks.family import Dims, TaskConfigBase, TaskFamily, register_family
 from headwise.text.masked_vocab import PAD_ID, MaskedVocab
 from headwise.text.tokenizer import Tokenizer
 
+if TYPE_CHECKING:
+    from headwise.families.encoder.glue_task import GlueFinetuneTask
+
 #: the offline stand-ins (headwise.families.encoder.standin) by task name
 STANDINS = {"standin": standin_splits, "standin_order": order_splits}
 #: the splits each GLUE task is scored on, by metric suffix (the first is named plainly)
 EVAL_SPLITS = {"mnli": {"": "validation_matched", "mismatched": "validation_mismatched"}}
+
+
+@dataclass(frozen=True)
+class Examples:
+    """Labelled examples: one list of texts per text column (one, or a pair), and their labels."""
+
+    texts: tuple[list[str], ...]
+    labels: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.labels)
 
 
 def pretraining_task(run: str | Path):
@@ -124,6 +140,8 @@ class GlueTaskConfig(TaskConfigBase):
               tokenizer: Tokenizer | None = None) -> GlueFinetuneTask:
         """Read the splits and encode them in the pretraining run's vocabulary: the tokenizer it
         saved, or ``tokenizer`` (a fine-tuning run's own saved one) when given."""
+        from headwise.families.encoder.glue_task import GlueFinetuneTask, GlueRegressionTask
+
         vocab = MaskedVocab(tokenizer if tokenizer is not None else pretraining_tokenizer(self.tokenizer_from))
         train, evaluation, origin = self.splits()
         if self.task in STANDINS:
@@ -135,5 +153,5 @@ class GlueTaskConfig(TaskConfigBase):
                     self.eval_batch_size, origin=origin)
 
 
-GLUE_FAMILY = register_family(TaskFamily(kind="glue", config=GlueTaskConfig, task=GlueFinetuneTask,
-                                         report_layout="heads"))
+GLUE_FAMILY = register_family(TaskFamily(kind="glue", config=GlueTaskConfig, inputs="tokens",
+                                         outputs="cls_pooler", report_layout="heads"))

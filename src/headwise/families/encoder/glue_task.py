@@ -28,7 +28,6 @@ weighted by batch size (:meth:`~headwise.tasks.base.Task.finish_metrics`):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -37,21 +36,11 @@ from torch import Tensor, nn
 
 from headwise.data.batch import Batch, BatchStream
 from headwise.data.shuffled import ShuffledStream
+from headwise.families.encoder.finetune import Examples
 from headwise.families.encoder.metrics import METRICS
 from headwise.tasks.base import Task
 from headwise.text.masked_vocab import CLS_ID, PAD_ID, SEP_ID, MaskedVocab
 from headwise.text.tokenizer import Tokenizer
-
-
-@dataclass(frozen=True)
-class Examples:
-    """Labelled examples: one list of texts per text column (one, or a pair), and their labels."""
-
-    texts: tuple[list[str], ...]
-    labels: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.labels)
 
 
 def encode_pair(vocab: MaskedVocab, a: str, b: str | None, max_length: int) -> list[int]:

@@ -1,127 +1,28 @@
-"""Masked-LM pretraining (``[task] kind = "mlm"``): text tokenized into the shared token cache
-(:mod:`headwise.tasks.text`, the same cache as language modelling's on the same data), packed into
-``[CLS] ... [SEP]`` rows, masked 80/10/10 (:mod:`~headwise.families.encoder.masking`), scored by
-the masked positions' cross-entropy."""
+"""Masked-LM pretraining's ``[task]`` table (``kind = "mlm"``, registers the family): text
+tokenized into the shared token cache (:mod:`headwise.tasks.text`, the same cache as language
+modelling's on the same data), in ``[CLS] ... [SEP]`` rows of ``block_size``, a share of each
+masked. Its task, :class:`~headwise.families.encoder.mlm_task.MLMTask`, is imported when the table
+builds it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
 from pydantic import Field, field_validator, model_validator
-from torch import Tensor
 
-from headwise.errors import HeadwiseError
-from headwise.families.encoder.masking import MaskedStream, batch_generator, mask_tokens, rows_of
-from headwise.model.loss import IGNORE_INDEX, cross_entropy, masked_lm_loss
-from headwise.tasks.base import Batch, BatchStream
 from headwise.tasks.family import Dims, TaskFamily, register_family
-from headwise.tasks.text import TextTaskConfig, TokenCacheTask
-from headwise.text.masked_vocab import NUM_SPECIAL, MaskedVocab
+from headwise.tasks.text import TextTaskConfig
+from headwise.text.masked_vocab import NUM_SPECIAL
 from headwise.text.token_cache import TokenCache
 
-#: the seed of the held-out masking, the same for every run so that eval losses compare
-EVAL_MASK_SEED = 0
-
-
-class MLMTask(TokenCacheTask):
-    """Masked language modelling: inputs are masked rows ``[B, block_size]``, targets the
-    labels (original ids at the masked positions, -100 elsewhere); the model (``outputs =
-    "mlm"``) returns logits ``[B, block_size, vocab]``, or, in training and evaluation, the logits
-    of the masked positions alone.
-
-    Evaluation as :class:`~headwise.tasks.text.TokenCacheTask` says, the rows masked once with a
-    fixed generator."""
-
-    kind = "mlm"
-    outputs = "mlm"
-    metric_names = ("masked_accuracy",)
-    #: [CLS] and [SEP]
-    specials = 2
-    row_words = "row of block_size - 1"
-
-    def __init__(self, cache: TokenCache, block_size: int = 128, mask_rate: float = 0.25,
-                 eval_batches: int = 8, eval_batch_size: int = 8) -> None:
-        if block_size < 3 or eval_batch_size < 1 or eval_batches < 0:
-            raise HeadwiseError(
-                f"block_size ({block_size}) must be at least 3 ([CLS], a token, [SEP]) and eval_batch_size "
-                f"({eval_batch_size}) at least 1, eval_batches ({eval_batches}) at least 0"
-            )
-        # what the evaluation batches, made by the base's __init__, read
-        self.mask_rate, self.vocab = mask_rate, MaskedVocab(cache.tokenizer)
-        super().__init__(cache, block_size, eval_batches, eval_batch_size)
-
-    @property
-    def vocab_size(self) -> int:
-        return self.vocab.vocab_size
-
-    def spec_fields(self) -> dict[str, Any]:
-        """A masked LM sees both sides: its model is not causal."""
-        return {"causal": False}
-
-    def train_stream(self, micro_batch: int, seed: int, rank: int = 0, world_size: int = 1) -> BatchStream:
-        return MaskedStream(self.cache.tokens("train"), self.vocab, self.block_size, self.mask_rate, micro_batch,
-                            seed, rank, world_size)
-
-    def _eval_batch(self, tokens: np.ndarray, blocks: np.ndarray, first: int) -> Batch:
-        rows = rows_of(tokens, blocks, self.block_size, self.vocab)
-        inputs, labels = mask_tokens(rows, self.mask_rate, self.vocab_size, batch_generator(EVAL_MASK_SEED, first, 0))
-        return Batch(inputs=inputs, targets=labels)
-
-    def train_loss(self, model: Callable[..., Tensor], batch: Batch) -> Tensor:
-        """:func:`headwise.model.loss.masked_lm_loss`: the model decodes only the masked positions
-        (a quarter of the rows at 25% masking), the value :meth:`loss` gives from full logits."""
-        return masked_lm_loss(model, batch.inputs, batch.targets)
-
-    def evaluate(self, model: Callable[..., Tensor], batch: Batch) -> tuple[Tensor, dict[str, Tensor]]:
-        """The loss and ``masked_accuracy`` from the masked positions' logits alone, as in training
-        (the values :meth:`loss` and :meth:`metrics` give from full logits)."""
-        rows = batch.targets != IGNORE_INDEX
-        logits, labels = model(batch.inputs, pad_vocab=True, select=rows), batch.targets[rows]
-        return cross_entropy(logits, labels), {"masked_accuracy": _accuracy(logits, labels)}
-
-    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
-        """Mean cross-entropy of full logits ``[B, T, V]`` at the masked positions (labels other
-        than -100), by :func:`headwise.model.loss.cross_entropy` (for ``headwise generate``;
-        training and evaluation decode only the masked positions: :meth:`train_loss`)."""
-        logits, labels = outputs.reshape(-1, outputs.shape[-1]), targets.reshape(-1)
-        rows = labels != IGNORE_INDEX
-        return cross_entropy(logits[rows], labels[rows], IGNORE_INDEX)
-
-    def metrics(self, outputs: Tensor, batch: Batch) -> dict[str, Tensor]:
-        """``masked_accuracy`` of full logits: the share of masked positions whose largest logit
-        is the original id."""
-        rows = batch.targets != IGNORE_INDEX
-        return {"masked_accuracy": _accuracy(outputs[rows], batch.targets[rows])}
-
-    def predictions(self, outputs: Tensor, batch: Batch) -> tuple[str, list, list]:
-        """The model's guesses at the first masked positions of a held-out batch and the right ids."""
-        rows = batch.targets != IGNORE_INDEX
-        guesses, truth = outputs[rows][:16].argmax(-1), batch.targets[rows][:16]
-        return ("the first 16 masked tokens", [self.vocab.decode([int(g)]) for g in guesses],
-                [self.vocab.decode([int(t)]) for t in truth])
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            **super().describe(),
-            "mask_rate": self.mask_rate,
-            "train_tokens": self.cache.num_tokens("train"),
-            "tokens_per_epoch": self.tokens_per_epoch(),
-            "eval_masked_tokens": int(sum((b.targets != IGNORE_INDEX).sum() for b in self._eval)),
-            "baseline_loss": float(np.log(self.vocab_size)),
-        }
-
-
-def _accuracy(logits: Tensor, labels: Tensor) -> Tensor:
-    """The share of rows of ``logits`` [N, V] whose largest entry is the row's label."""
-    return (logits.argmax(-1) == labels).float().mean()
+if TYPE_CHECKING:
+    from headwise.families.encoder.mlm_task import MLMTask
 
 
 class MLMTaskConfig(TextTaskConfig):
-    """``[task]`` of masked-LM pretraining on text (the data fields and token cache are those of
-    every task on text: :class:`~headwise.tasks.text.TextTaskConfig`)."""
+    """``[task]`` of masked-LM pretraining on text (see :class:`~headwise.tasks.text.TextTaskConfig`
+    for the data fields and token cache, those of every task on text)."""
 
     kind: Literal["mlm"] = "mlm"
     #: tokens per row, [CLS] and [SEP] included (cramming: 128)
@@ -154,14 +55,21 @@ class MLMTaskConfig(TextTaskConfig):
     def spec_fields(self) -> dict[str, Any]:
         return {"causal": False}
 
+    def reported_metrics(self) -> tuple[str, ...]:
+        """``masked_accuracy``: the share of masked positions whose largest logit is the original id."""
+        return ("masked_accuracy",)
+
     def setup_line(self, facts: dict[str, Any]) -> str:
         return (f"masked-LM pretraining on {Path(str(self.source)).name}, tokenizer {self.tokenizer} + 4 specials, "
                 f"rows of {self.block_size}, {self.mask_rate:.0%} masked (80/10/10), "
                 f"{facts.get('tokens_per_epoch', '?')} training tokens")
 
     def task_on(self, cache: TokenCache) -> MLMTask:
+        from headwise.families.encoder.mlm_task import MLMTask
+
         return MLMTask(cache, block_size=self.block_size, mask_rate=self.mask_rate,
                        eval_batches=self.eval_batches, eval_batch_size=self.eval_batch_size)
 
 
-MLM_FAMILY = register_family(TaskFamily(kind="mlm", config=MLMTaskConfig, task=MLMTask, report_layout="heads"))
+MLM_FAMILY = register_family(TaskFamily(kind="mlm", config=MLMTaskConfig, inputs="tokens", outputs="mlm",
+                                        report_layout="heads"))

@@ -1,10 +1,10 @@
 """Language modelling: TinyStories (or any text) tokenized into a verified token cache, packed
 into blocks, next-token cross-entropy. The tokenizers, caches and packing are the shared text
 layer's (:mod:`headwise.text`), the ``[task]`` and task bases those of every task on text
-(:mod:`headwise.tasks.text`).
+(:mod:`headwise.tasks.text`, :mod:`headwise.tasks.token_task`).
 
-- :mod:`~headwise.families.lm.task`: ``LMTask`` and ``[task] kind = "lm"`` (registers the family;
-  a ``[task]`` table without ``kind`` is this one);
+- :mod:`~headwise.families.lm.task`: ``[task] kind = "lm"`` (registers the family; a ``[task]``
+  table without ``kind`` is this one), no torch; :mod:`~headwise.families.lm.lm_task`: ``LMTask``;
 - :mod:`~headwise.families.lm.presets`: the GPT-Neo model presets (the blog's, TinyStories-33M,
   Leaner Transformers' GPT-2 pair, a tiny CPU model);
 - :mod:`~headwise.families.lm.report_heads`, :mod:`~headwise.families.lm.report_depth`: the

@@ -1,6 +1,7 @@
 """Long Range Arena sequence classification (Nystromformers, as Leaner Transformers runs them).
 
-- :mod:`~headwise.families.lra.task`: ``SequenceTask`` and ``[task] kind = "lra"`` (registers the family);
+- :mod:`~headwise.families.lra.task`: ``[task] kind = "lra"`` (registers the family), no torch;
+  :mod:`~headwise.families.lra.sequence_task`: ``SequenceTask``;
 - :mod:`~headwise.families.lra.table`: the task table, one row of facts per LRA task;
 - :mod:`~headwise.families.lra.sequences`: what every reader produces (splits, packing, checks);
 - :mod:`~headwise.families.lra.readers`: each LRA task's files read into token sequences;

@@ -1,6 +1,7 @@
 """Image classification with ViTs: images decoded once into a verified uint8 cache, class logits out.
 
-- :mod:`~headwise.families.vision.task`: ``ImageTask`` and ``[task] kind = "images"`` (registers the family);
+- :mod:`~headwise.families.vision.task`: ``[task] kind = "images"`` and its augmentation tables
+  (registers the family), no torch; :mod:`~headwise.families.vision.image_task`: ``ImageTask``;
 - :mod:`~headwise.families.vision.formats`: IDX and CIFAR pickles, and which reader a source needs;
 - :mod:`~headwise.families.vision.streams`: HF parquet, class folders and hub datasets, decoded in chunks;
 - :mod:`~headwise.families.vision.cache`: the verified uint8 image cache;

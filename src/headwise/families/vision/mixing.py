@@ -24,28 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from pydantic import Field, model_validator
 
-from headwise.config import Config
-
-
-class MixConfig(Config):
-    """``[task.augment.mix]``: mixup and CutMix on training batches (timm's ``Mixup``, batch mode)."""
-
-    #: mixup's Beta(alpha, alpha); 0: no mixup (DeiT: 0.8)
-    mixup: float = Field(default=0.0, ge=0)
-    #: CutMix's Beta(alpha, alpha); 0: no CutMix (DeiT: 1.0)
-    cutmix: float = Field(default=0.0, ge=0)
-    #: the probability that a batch is mixed at all
-    prob: float = Field(default=1.0, ge=0, le=1)
-    #: with both on, the probability that a mixed batch uses CutMix rather than mixup
-    switch_prob: float = Field(default=0.5, ge=0, le=1)
-
-    @model_validator(mode="after")
-    def _something_mixes(self) -> "MixConfig":
-        if self.mixup == 0 and self.cutmix == 0:
-            raise ValueError("mix needs mixup > 0 or cutmix > 0 (each is a Beta alpha): set one, or remove the table")
-        return self
+from headwise.families.vision.task import MixConfig
 
 
 @dataclass(frozen=True)

@@ -19,35 +19,15 @@ run makes the same ones, and the global generator (dropout, drop path) is left a
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from pydantic import Field
 
-from headwise.config import Config
 from headwise.errors import HeadwiseError
-
-#: timm's ``_LEVEL_DENOM``: the magnitude at which an operation reaches its full range
-LEVEL_DENOM = 10.0
-
-
-class RandAugmentConfig(Config):
-    """``[task.augment.randaugment]``: timm's RandAugment (``rand-m9-mstd0.5`` is
-    ``{ ops = 2, magnitude = 9, magnitude_std = 0.5 }``)."""
-
-    #: operations drawn per image (timm's ``n``)
-    ops: int = Field(default=2, ge=1)
-    #: the magnitude on timm's scale, 0 to 10 (timm's ``m``)
-    magnitude: float = Field(ge=0, le=LEVEL_DENOM, allow_inf_nan=False)
-    #: the standard deviation of each operation's magnitude (timm's ``mstd``); 0: fixed
-    magnitude_std: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    #: the probability that a drawn operation is applied (timm's ``p``)
-    prob: float = Field(default=0.5, ge=0, le=1)
-
+from headwise.families.vision.task import LEVEL_DENOM, RandAugmentConfig
 
 # Each operation's kornia argument at magnitude fraction f = magnitude / 10, as a function of f
 # [k] and the image's height and width. timm's argument is given beside each one.
@@ -148,14 +128,6 @@ class Plan:
     applied: torch.Tensor
     level: torch.Tensor
     seed: int
-
-
-def require_kornia() -> None:
-    """Refuse, in one line, a RandAugment where kornia is not installed: checked before any data
-    is prepared, so a run (or a whole study) does not decode its images first and fail after."""
-    if importlib.util.find_spec("kornia") is None:
-        raise HeadwiseError("task.augment.randaugment needs kornia, which is not installed: "
-                            "pip install 'headwise[vision]' (or remove randaugment)")
 
 
 class RandAugment:
