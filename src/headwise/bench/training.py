@@ -62,7 +62,7 @@ StepMaker = Callable[[Callable[[torch.Tensor], torch.Tensor], torch.optim.Optimi
 
 
 def headwise_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """The LM task's loss (:meth:`headwise.families.lm.task.LMTask.loss`), which ``headwise train`` uses."""
+    """The LM task's loss (:meth:`headwise.families.lm.lm_task.LMTask.loss`), which ``headwise train`` uses."""
     return cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 

@@ -1,7 +1,7 @@
 """Text that several task families share (language modelling, masked-LM pretraining, GLUE
 fine-tuning): tokenizers, data requests, token caches, packed blocks and the masked LM's
 vocabulary. It sits below the families and imports none of them; the ``[task]`` and task bases
-of the tasks on text are :mod:`headwise.tasks.text`.
+of the tasks on text are :mod:`headwise.tasks.text` and :mod:`headwise.tasks.token_task`.
 
 - :mod:`~headwise.text.tokenizer`: GPT-Neo's BPE and trained byte-level BPEs;
 - :mod:`~headwise.text.data_plan`: what a text data request resolves to (sources, subset, hold-out);
