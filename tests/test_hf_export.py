@@ -166,9 +166,8 @@ def _assert_only_allowed_imports(sources: dict[str, str]) -> None:
 
 def test_the_spec_view_names_what_headwise_spec_names():
     from headwise.hf.models import spec_view
-    from headwise.spec import GATED_ACTIVATIONS, PRE_NORMS, LayerShape
+    from headwise.spec import LayerShape
 
-    assert spec_view.GATED_ACTIVATIONS == GATED_ACTIVATIONS and spec_view.PRE_NORMS == PRE_NORMS
     assert spec_view.LayerShape is LayerShape  # one class, carried into the exported folder
 
 

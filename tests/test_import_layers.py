@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # their functions), plans, presets, exact counts; no torch at import. The model package's
     # __init__ loads its names on first use, so importing a kind loads no model.
     ("spec", ("headwise.layer_shape", "headwise.parts", "headwise.spec", "headwise.plans", "headwise.presets",
-              "headwise.params", "headwise.model.attention*", "headwise.model.output_gate", "headwise.model.features",
+              "headwise.params", "headwise.model.attention*", "headwise.model.features",
               "headwise.model")),
     ("model", ("headwise.model.*",)),
     # a run's folder, data and text below the tasks that read them

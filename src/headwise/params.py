@@ -9,18 +9,14 @@ torch.
 from __future__ import annotations
 
 from headwise.model.attention import ATTENTION_KINDS
-from headwise.model.output_gate import gate_params
+from headwise.model.features import ACTIVATIONS, EMBEDDING_NORMS, NORMS, OUTPUT_GATES, QK_NORMS
 from headwise.parts import FRONT_END_PARTS, OUTPUT_HEAD_PARTS, position_params
-from headwise.spec import GATED_ACTIVATIONS, PRE_NORMS, LayerShape, ModelSpec
-
-#: parameters of one norm layer of width d: LayerNorm has weight and bias, RMSNorm a weight,
-#: unit-norm one scalar
-_NORM_PARAMS = {"layernorm_pre": lambda d: 2 * d, "rmsnorm_pre": lambda d: d, "unitnorm_post": lambda d: 1}
+from headwise.spec import LayerShape, ModelSpec
 
 
 def norm_params(spec: ModelSpec) -> int:
-    """Parameters of one normalisation layer of a block (see :data:`_NORM_PARAMS`)."""
-    return _NORM_PARAMS[spec.norm](spec.d_model)
+    """Parameters of one normalisation layer of a block (its ``norm`` record's)."""
+    return NORMS[spec.norm].params(spec.d_model)
 
 
 def attention_params(spec: ModelSpec, shape: LayerShape) -> int:
@@ -32,8 +28,8 @@ def attention_params(spec: ModelSpec, shape: LayerShape) -> int:
     projected = w + 2 * shape.kv_width
     qkv = d * projected + (projected if spec.qkv_bias else 0)
     out = w * d + (d if spec.out_bias else 0)
-    qk_norm = 2 * shape.head_dim if spec.qk_norm == "rmsnorm" else 0
-    gate = gate_params(spec.output_gate, d, shape.heads, shape.head_dim)
+    qk_norm = 2 * QK_NORMS[spec.qk_norm].params(shape.head_dim) if spec.qk_norm is not None else 0
+    gate = OUTPUT_GATES[spec.output_gate].params(spec, shape) if spec.output_gate is not None else 0
     return qkv + out + qk_norm + gate + ATTENTION_KINDS[shape.attention].params(spec, shape)
 
 
@@ -41,7 +37,7 @@ def mlp_params(spec: ModelSpec, shape: LayerShape) -> int:
     """Two linear maps d_model -> hidden -> d_model; after a gated activation the second reads
     hidden / 2 (the products of the value and gate halves)."""
     d, h = spec.d_model, shape.mlp_hidden
-    inner = h // 2 if spec.activation in GATED_ACTIVATIONS else h
+    inner = h // 2 if ACTIVATIONS[spec.activation].gated else h
     bias = h + d if spec.mlp_bias else 0
     return d * h + inner * d + bias
 
@@ -56,12 +52,12 @@ def param_breakdown(spec: ModelSpec) -> dict[str, int]:
     """Parameter count per component (the front end's, each block, the final norm, the output
     head's); the values sum to :func:`count_params`."""
     parts = dict(FRONT_END_PARTS[spec.inputs].param_counts(spec))
-    if spec.embedding_norm:
-        parts["embedding_norm"] = 2 * spec.d_model
+    if spec.embedding_norm is not None:
+        parts["embedding_norm"] = EMBEDDING_NORMS[spec.embedding_norm].params(spec.d_model)
     for i in range(spec.n_layers):
         parts[f"block_{i}"] = block_params(spec, i)
     # Pre-norm models end with a final norm; post-norm blocks already end normalised.
-    parts["final_norm"] = norm_params(spec) if spec.norm in PRE_NORMS else 0
+    parts["final_norm"] = norm_params(spec) if NORMS[spec.norm].pre else 0
     parts.update(OUTPUT_HEAD_PARTS[spec.output_head].param_counts(spec))
     return parts
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from headwise.layer_shape import divisors
+from headwise.model.features import POSITIONS
 from headwise.registry import Registry
 
 if TYPE_CHECKING:
@@ -176,15 +177,9 @@ def class_token_params(spec: ModelSpec) -> int:
     return spec.d_model if has_class_token(spec) else 0
 
 
-#: ``ModelSpec.positions`` -> parameters of the absolute positions it adds (``rope`` turns q and
-#: k in each layer and adds none; ``scaled_sinusoid`` learns one scale)
-_POSITION_PARAMS = {"learned": lambda spec: spec.max_seq_len * spec.d_model, "none": lambda spec: 0,
-                    "scaled_sinusoid": lambda spec: 1, "rope": lambda spec: 0}
-
-
 def position_params(spec: ModelSpec) -> int:
-    """Parameters of a spec's absolute positions (see :data:`_POSITION_PARAMS`)."""
-    return _POSITION_PARAMS[spec.positions](spec)
+    """Parameters of a spec's absolute positions (its :data:`~headwise.model.features.POSITIONS` record's)."""
+    return POSITIONS[spec.positions].params(spec)
 
 
 def token_params(spec: ModelSpec) -> dict[str, int]:

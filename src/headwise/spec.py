@@ -19,20 +19,14 @@ from headwise.config import Config
 from headwise.layer_shape import LayerShape, divisors
 import headwise.model as model_package
 from headwise.model.attention import ATTENTION_KINDS, AttentionKind
+from headwise.model.features import ACTIVATIONS, EMBEDDING_NORMS, NORMS, OUTPUT_GATES, POSITIONS, QK_NORMS
 from headwise.parts import FRONT_END_PARTS, OUTPUT_HEAD_PARTS, FrontEndPart, OutputHeadPart
 from headwise.registry import Registry
 
-Activation = Literal["gelu_new", "gelu", "relu", "geglu", "swiglu"]
-#: Gated activations: the MLP's first map makes ``mlp_hidden`` channels, a value half and a gate
-#: half, and the second map reads the ``mlp_hidden / 2`` products (the exported model code's
-#: ``spec_view`` keeps the same tuple; a test checks it). ``geglu``: GELU of the gate (cramming);
-#: ``swiglu``: SiLU of the gate (Llama's MLP: the value is its ``up_proj``, the gate its ``gate_proj``).
-GATED_ACTIVATIONS = ("geglu", "swiglu")
-#: Norms before each sub-block (and a final norm after the blocks); the others follow each residual.
-PRE_NORMS = ("layernorm_pre", "rmsnorm_pre")
-#: Options the model reads only under one setting of another field: option -> (that field, the
-#: setting). Set away from its default under any other setting, an option is refused, not ignored.
-READ_ONLY_WITH = {"rope_theta": ("positions", "rope"), "partial_rotary_factor": ("positions", "rope")}
+#: Options the model reads only under one setting of another field (a block feature's, see
+#: :mod:`headwise.model.features`): option -> (that field, the setting). Set away from its default
+#: under any other setting, an option is refused, not ignored.
+READ_ONLY_WITH = {key: ("positions", name) for name, setting in POSITIONS.items() for key in setting.options}
 
 
 def _built_in_kinds() -> dict[str, type[AttentionKind]]:
@@ -125,35 +119,21 @@ class ModelSpec(Config):
     #: MLP hidden width, one for all layers or per layer; None: mlp_ratio * d_model.
     mlp_hidden: int | list[int] | None = None
     mlp_ratio: float = Field(default=4.0, gt=0)
-    activation: Activation = "gelu_new"
+    #: the settings of the block features are their records' names (:mod:`headwise.model.features`)
+    activation: Literal[tuple(ACTIVATIONS)] = "gelu_new"
     #: Per-layer attention kinds (one kind given alone: every layer); None: every layer the default
-    #: kind (``global``). Each kind's options are fields too, after these (:func:`_kind_fields`).
+    #: kind (``global``). Each kind's options are fields too, after these (:func:`_option_fields`).
     attention: list[AttentionKindName] | AttentionKindName | None = None
     causal: bool = True
     score_scale: Literal["none", "inv_sqrt"] = "none"
-    #: ``rmsnorm_pre``: RMSNorm (a weight, no bias) before each sub-block and after the blocks (Llama)
-    norm: Literal["layernorm_pre", "unitnorm_post", "rmsnorm_pre"] = "layernorm_pre"
+    norm: Literal[tuple(NORMS)] = "layernorm_pre"
     #: the epsilon of every LayerNorm or RMSNorm (``rms_norm_eps`` in Llama's config)
     layer_norm_eps: float = Field(default=1e-5, gt=0)
-    #: ``scaled_sinusoid``: fixed interleaved sin/cos (base 10000) times one learned scalar
-    #: (cramming); ``rope``: rotary positions on each layer's q and k (Llama's layout: the two
-    #: halves of the rotated channels pair up, ``rotate_half``), nothing added to the embeddings
-    positions: Literal["learned", "none", "scaled_sinusoid", "rope"] = "learned"
-    #: ``positions = "rope"``: the base of the rotary frequencies
-    rope_theta: float = Field(default=10000.0, gt=0)
-    #: ``positions = "rope"``: the share of each head's channels rotated, in (0, 1]: the first
-    #: ``int(head_dim * factor)`` channels (GPT-NeoX's and Laguna's partial rotary); the rest pass
-    partial_rotary_factor: float = 1.0
-    #: ``rmsnorm``: an RMSNorm of each head's q and of each head's k over head_dim, one weight per
-    #: layer shared by its heads, before RoPE (Qwen3, OpenELM); None: none
-    qk_norm: Literal["rmsnorm"] | None = None
-    #: a learned gate on each layer's attention outputs before the output projection, from the same
-    #: normed input as q, k and v (:mod:`headwise.model.output_gate`): ``softplus_head``, one
-    #: softplus gate per head (Laguna's ``gating``); ``softplus_element``, one per channel; None: none
-    output_gate: Literal["softplus_head", "softplus_element"] | None = None
-    #: ``layernorm``: a LayerNorm on the sum of the front end's embeddings and positions, before
-    #: the blocks (BERT, cramming); None: none
-    embedding_norm: Literal["layernorm"] | None = None
+    #: the setting's options (``rope``'s ``rope_theta``, ...) are fields too (:func:`_option_fields`)
+    positions: Literal[tuple(POSITIONS)] = "learned"
+    qk_norm: Literal[tuple(QK_NORMS)] | None = None
+    output_gate: Literal[tuple(OUTPUT_GATES)] | None = None
+    embedding_norm: Literal[tuple(EMBEDDING_NORMS)] | None = None
     tie_embeddings: bool = True
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     #: stochastic depth (timm's ``drop_path_rate``): in training each block's residual branches are
@@ -246,17 +226,10 @@ class ModelSpec(Config):
             raise ValueError(f"outputs = {self.output_head!r} needs token inputs with a vocab_size; a vector model "
                              "has no vocabulary")
         _check_causal("outputs", self.output_head, head.causal, self.causal)
-        if self.activation in GATED_ACTIVATIONS:
-            odd = [(i, s.mlp_hidden) for i, s in enumerate(self.layers()) if s.mlp_hidden % 2]
-            if odd:
-                i, h = odd[0]
-                raise ValueError(f"layer {i}: mlp_hidden = {h} is odd; activation = {self.activation!r} splits it "
-                                 "into value and gate halves: give an even width")
-        if self.positions == "scaled_sinusoid" and self.d_model % 2:
-            raise ValueError(f"positions = 'scaled_sinusoid' pairs a sine and a cosine per frequency: d_model "
-                             f"{self.d_model} must be even")
+        ACTIVATIONS[self.activation].check(self)
         _check_read(self)
-        _check_attention_heads(self)
+        _check_kv_heads(self)
+        POSITIONS[self.positions].check(self)
         if head.pooled and self.num_classes is None:
             raise ValueError(f"outputs = {self.output_head!r} needs num_classes (set it, or let the task's data set it)")
         _check_causal("inputs", self.inputs, FRONT_END_PARTS[self.inputs].causal, self.causal)
@@ -322,22 +295,23 @@ class ModelSpec(Config):
         return len(set(self.heads)) == 1 and len(set(self.head_dims)) == 1
 
 
-def _kind_fields() -> dict[str, Any]:
-    """The options of the built-in attention kinds as ModelSpec fields, name -> (type, Field),
-    each declared once in its kind's module."""
+def _option_fields() -> dict[str, Any]:
+    """The options of the positions settings and of the built-in attention kinds as ModelSpec
+    fields, name -> (type, Field), each declared once in its setting's record or kind's module."""
     fields: dict[str, Any] = {}
-    for name, kind in _BUILT_IN_KINDS.items():
-        for key, option in kind.options.items():
+    declared = [(f"positions {name!r}", p.options) for name, p in POSITIONS.items()]
+    for owner, options in declared + [(f"attention kind {n!r}", k.options) for n, k in _BUILT_IN_KINDS.items()]:
+        for key, option in options.items():
             if key in fields or key in ModelSpec.model_fields:
-                raise TypeError(f"attention kind {name!r} declares option {key!r}, which is already a ModelSpec field")
+                raise TypeError(f"{owner} declares option {key!r}, which is already a ModelSpec field")
             fields[key] = (option.type, Field(default=option.default, gt=option.gt, description=option.doc))
     return fields
 
 
-# The kinds' options (``window``, ``landmarks``, ...) follow the fields above: flat keys of
-# ``[model]``, as saved configs hold them, while no kind is named here.
+# The options (``rope_theta``, ``window``, ``landmarks``, ...) follow the fields above: flat keys of
+# ``[model]``, as saved configs hold them, while no setting or kind is named here.
 ModelSpec = create_model("ModelSpec", __base__=ModelSpec, __module__=__name__, __doc__=ModelSpec.__doc__,
-                         **_kind_fields())
+                         **_option_fields())
 
 
 def _check_read(spec: ModelSpec) -> None:
@@ -350,25 +324,13 @@ def _check_read(spec: ModelSpec) -> None:
                              f"{setting!r}, or remove {name}")
 
 
-def _check_attention_heads(spec: ModelSpec) -> None:
-    """What grouped-query attention and RoPE need of each layer's heads, naming the first layer
-    that fails a rule."""
+def _check_kv_heads(spec: ModelSpec) -> None:
+    """What grouped-query attention needs of each layer's heads, naming the first layer that fails."""
     for i, s in enumerate(spec.layers()):
         if s.heads % s.kv_heads:
             valid = ", ".join(str(v) for v in divisors(s.heads))
             raise ValueError(f"layer {i}: heads = {s.heads} is not a multiple of kv_heads = {s.kv_heads}; each "
                              f"key/value head serves an equal group of query heads: valid kv_heads {valid}")
-    factor = spec.partial_rotary_factor
-    if not 0 < factor <= 1:
-        raise ValueError(f"partial_rotary_factor = {factor}: it is the share of each head's channels RoPE "
-                         "rotates, in (0, 1]")
-    if spec.positions == "rope":
-        for i, s in enumerate(spec.layers()):
-            rotated = int(s.head_dim * factor)
-            if rotated < 2 or rotated % 2:
-                raise ValueError(f"layer {i}: head_dim {s.head_dim} x partial_rotary_factor {factor} rotates "
-                                 f"{rotated} channels; RoPE rotates pairs of channels: give an even count of at "
-                                 "least 2")
 
 
 def _declared(name: object, parts: Registry[Any]) -> Any:

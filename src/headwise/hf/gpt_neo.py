@@ -12,7 +12,8 @@ from headwise.hf.convert import (
     kinds_to_arch, options_from_arch, options_to_arch, to_architecture,
 )
 from headwise.model.transformer import Transformer
-from headwise.spec import GATED_ACTIVATIONS, ModelSpec
+from headwise.model.features import ACTIVATIONS
+from headwise.spec import ModelSpec
 
 # What GPT-Neo's block fixes, as (spec field, required value, why)
 _GPT_NEO_FIXED = [
@@ -44,7 +45,7 @@ def gpt_neo_incompatibility(spec: ModelSpec) -> str | None:
     hidden = {s.mlp_hidden for s in spec.layers()}
     if len(hidden) != 1:
         return f"its layers have different MLP widths {sorted(hidden)}"
-    if spec.activation in GATED_ACTIVATIONS:
+    if ACTIVATIONS[spec.activation].gated:
         return f"activation = {spec.activation!r} is gated; GPT-Neo's MLP is not"
     return fixed_field_problem(spec, _GPT_NEO_FIXED) or kind_problem(spec, "gpt_neo", "GPT-Neo")
 
@@ -63,7 +64,7 @@ def to_gpt_neo_config(spec: ModelSpec) -> Any:
         intermediate_size=spec.layer(0).mlp_hidden,
         attention_types=[[[k], 1] for k in kinds_to_arch(spec, "gpt_neo")],
         **options_to_arch(spec, "gpt_neo"),
-        activation_function=spec.activation,
+        activation_function=ACTIVATIONS[spec.activation].hidden_act,
         embed_dropout=spec.dropout,
         attention_dropout=spec.dropout,
         resid_dropout=spec.dropout,

@@ -9,7 +9,7 @@ key/value heads, 1/sqrt(head_dim) scores, SwiGLU) with three differences, each a
 - **a softplus output gate** (``g_proj``, no bias, from the block's normed input) on the attention
   outputs before ``o_proj``, one per head (``gating = true`` / ``"per-head"``) or per channel
   (``"per-element"``): headwise's ``output_gate = "softplus_head"`` / ``"softplus_element"``
-  (:mod:`headwise.model.output_gate`). Laguna always has it;
+  (:data:`headwise.model.features.OUTPUT_GATES`). Laguna always has it;
 - **RoPE per layer type** (``rope_parameters`` keyed by ``full_attention`` / ``sliding_attention``,
   each with its theta and partial rotary factor): headwise has one ``rope_theta`` and
   ``partial_rotary_factor`` for every layer, so a Laguna config whose two layer types differ is

@@ -6,8 +6,8 @@ has ``num_key_value_heads`` key/value heads (grouped-query attention), RoPE on q
 after an RMSNorm of each head's q and k), 1/sqrt(head_dim) scores, and a SwiGLU MLP; a final
 RMSNorm and the LM head. The layouts differ only in where weights live: headwise fuses q, k and v
 into one projection (q of every head, then k, then v) and the MLP's value and gate maps into one
-(``up_proj`` first, then ``gate_proj``: :func:`headwise.model.transformer.swiglu`); Hugging Face
-keeps them apart. Qwen3's sliding-window layers are headwise's ``local`` layers (the same keys).
+(``up_proj`` first, then ``gate_proj``: ``swiglu`` in :data:`headwise.model.features.ACTIVATIONS`);
+Hugging Face keeps them apart. Qwen3's sliding-window layers are headwise's ``local`` layers (the same keys).
 
 ``transformers`` is imported lazily: it is needed to export or compare, never to train.
 """

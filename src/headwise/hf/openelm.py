@@ -10,7 +10,7 @@ norm; the output layer is the token embedding (``share_input_output_layers``) or
 The weights map one to one. OpenELM's ``qkv_proj`` is laid out as headwise's fused ``qkv``: the
 query heads, then the key heads, then the value heads, each head's rows together. Its ``proj_1``
 holds the FFN's gate first and its value second (``act(y_1) * y_2``), headwise's ``mlp.fc`` the
-value first (:func:`headwise.model.transformer.swiglu`): the two halves swap.
+value first (``swiglu`` in :data:`headwise.model.features.ACTIVATIONS`): the two halves swap.
 
 No ``transformers`` class is involved: OpenELM is remote code, so this module reads and writes
 state dicts under the hub's names (``transformer.layers.{i}.attn.qkv_proj.weight``, ...; corenet's

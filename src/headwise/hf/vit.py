@@ -22,6 +22,7 @@ from headwise.errors import HeadwiseError
 from headwise.hf.convert import (
     Layout, block_pairs, check_expressible, fixed_field_problem, from_architecture, kind_problem, to_architecture,
 )
+from headwise.model.features import ACTIVATIONS
 from headwise.model.transformer import Transformer
 from headwise.spec import ModelSpec
 
@@ -39,8 +40,8 @@ _VIT_FIXED = [
     ("qk_norm", None, "ViT does not normalise q and k"),
     ("output_gate", None, "ViT has no gate on the attention outputs"),
 ]
-#: headwise activations and the ``hidden_act`` names (transformers' ACT2FN) that compute them
-_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_new", "relu": "relu"}
+#: the ``hidden_act`` names (transformers' ACT2FN) of headwise's activations that have one
+_ACTIVATIONS = {a.hidden_act: name for name, a in ACTIVATIONS.items() if a.hidden_act is not None}
 
 
 def vit_incompatibility(spec: ModelSpec) -> str | None:
@@ -64,7 +65,7 @@ def vit_incompatibility(spec: ModelSpec) -> str | None:
     fixed = fixed_field_problem(spec, _VIT_FIXED)
     if fixed:
         return fixed
-    if spec.activation not in _ACTIVATIONS:
+    if ACTIVATIONS[spec.activation].hidden_act is None:
         return f"activation = {spec.activation!r} has no transformers hidden_act"
     return None
 
@@ -83,7 +84,7 @@ def to_vit_config(spec: ModelSpec) -> Any:
         num_hidden_layers=spec.n_layers,
         num_attention_heads=shape.heads,
         intermediate_size=shape.mlp_hidden,
-        hidden_act=_ACTIVATIONS[spec.activation],
+        hidden_act=ACTIVATIONS[spec.activation].hidden_act,
         hidden_dropout_prob=spec.dropout,
         attention_probs_dropout_prob=spec.dropout,
         initializer_range=spec.init_std,
@@ -110,8 +111,9 @@ def _square(config: Any, name: str) -> int:
 def spec_from_vit_config(config: Any) -> ModelSpec:
     """The ModelSpec of a ``ViTConfig`` (of a ``ViTForImageClassification``)."""
     act = config.hidden_act
-    if act not in _ACTIVATIONS.values():
-        raise HeadwiseError(f"cannot convert from ViT: hidden_act = {act!r}; headwise has {', '.join(_ACTIVATIONS)}")
+    if act not in _ACTIVATIONS:
+        raise HeadwiseError(f"cannot convert from ViT: hidden_act = {act!r}; headwise has "
+                            f"{', '.join(sorted(_ACTIVATIONS.values()))}")
     if config.hidden_dropout_prob != config.attention_probs_dropout_prob:
         raise HeadwiseError(
             f"cannot convert from ViT: hidden_dropout_prob {config.hidden_dropout_prob} differs from "
@@ -131,7 +133,7 @@ def spec_from_vit_config(config: Any) -> ModelSpec:
         heads=[heads] * config.num_hidden_layers,
         head_dim=head_dim,
         **mlp,
-        activation=next(k for k, v in _ACTIVATIONS.items() if v == act),
+        activation=_ACTIVATIONS[act],
         causal=False,
         score_scale="inv_sqrt",
         norm="layernorm_pre",

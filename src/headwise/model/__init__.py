@@ -9,6 +9,8 @@
   output heads, chosen by ``ModelSpec.inputs`` and ``ModelSpec.outputs`` through the registries
   :data:`FRONT_ENDS` and :data:`OUTPUT_HEADS`;
 - :mod:`~headwise.model.kernels`: how attention and logits are computed, with the CPU workarounds;
+- :mod:`~headwise.model.features`: the block features' settings (``norm``, ``positions``,
+  ``activation``, ``qk_norm``, ``output_gate``, ``embedding_norm``) as records, one per setting;
 - :mod:`~headwise.model.rotary`: rotary positions (RoPE) on each layer's q and k;
 - :mod:`~headwise.model.loss`: the training losses (next-token cross-entropy without the full-size
   temporaries, the masked LM's over its masked positions);
@@ -49,8 +51,8 @@ import importlib
 from typing import Any
 
 # Every name below, loaded from its module on first use (PEP 562): importing a module of this
-# package that needs no torch (the attention kinds, whose options headwise.spec reads) then does
-# not load torch and the whole model.
+# package that needs no torch (the attention kinds and the block features, whose options
+# headwise.spec reads) then does not load torch and the whole model.
 _EXPORTS = {
     "KVCache": "cache", "LayerCache": "cache", "FRONT_ENDS": "inputs", "SequenceTooLong": "inputs",
     "OUTPUT_HEADS": "outputs", "CPU_MIN_HEAD_DIM": "kernels", "CPU_SPLIT_QUERIES": "kernels",

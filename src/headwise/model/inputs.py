@@ -8,12 +8,12 @@ here (tokens, vectors, images); a family's are in its folder (LRA's token pairs:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Protocol
 
 import torch
 from torch import Tensor, nn
 
+from headwise.model.features import POSITIONS
 from headwise.model.outputs import OUTPUT_HEADS
 from headwise.registry import Registry
 from headwise.spec import ModelSpec
@@ -97,19 +97,10 @@ class ScaledSinusoid(nn.Module):
         return self.scale * self.table[positions]
 
 
-#: ``ModelSpec.positions`` -> the module ``pos_emb`` it builds, or None
-POSITIONS: dict[str, Callable[[ModelSpec], nn.Module | None]] = {
-    "learned": lambda spec: nn.Embedding(spec.max_seq_len, spec.d_model),
-    "none": lambda spec: None,
-    "scaled_sinusoid": lambda spec: ScaledSinusoid(spec.max_seq_len, spec.d_model),
-    # rotary positions turn each layer's q and k (headwise.model.rotary): nothing is added here
-    "rope": lambda spec: None,
-}
-
-
 def position_embedding(spec: ModelSpec) -> nn.Module | None:
-    """The absolute positions ``pos_emb`` of a spec (see :data:`POSITIONS`), or None."""
-    return POSITIONS[spec.positions](spec)
+    """The absolute positions ``pos_emb`` of a spec (its :data:`~headwise.model.features.POSITIONS`
+    record's ``embedding``), or None."""
+    return POSITIONS[spec.positions].embedding(spec)
 
 
 def add_positions(model: nn.Module, x: Tensor, past: int) -> Tensor:

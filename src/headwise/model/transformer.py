@@ -19,35 +19,10 @@ from torch import Tensor, nn
 
 from headwise.model.attention import ATTENTION_KINDS
 from headwise.model.cache import KVCache, LayerCache
+from headwise.model.features import ACTIVATIONS, EMBEDDING_NORMS, NORMS, OUTPUT_GATES, POSITIONS, QK_NORMS
 from headwise.model.inputs import FRONT_ENDS
-from headwise.model.output_gate import OUTPUT_GATES
 from headwise.model.outputs import OUTPUT_HEADS
-from headwise.model.rotary import Rotary
-from headwise.spec import GATED_ACTIVATIONS, PRE_NORMS, LayerShape, ModelSpec
-
-
-def geglu(x: Tensor) -> Tensor:
-    """Gated GELU of ``x`` [..., 2n] -> [..., n]: ``gelu(gate) * value`` with the value in the
-    first half of the channels and the gate in the second (cramming's ``GLU``, exact-erf GELU:
-    ``cramming/architectures/components.py``)."""
-    value, gate = x.chunk(2, dim=-1)
-    return F.gelu(gate) * value
-
-
-def swiglu(x: Tensor) -> Tensor:
-    """Gated SiLU of ``x`` [..., 2n] -> [..., n]: ``silu(gate) * value``, the value in the first
-    half (Llama's ``up_proj``) and the gate in the second (its ``gate_proj``), as :func:`geglu`."""
-    value, gate = x.chunk(2, dim=-1)
-    return F.silu(gate) * value
-
-
-ACTIVATIONS = {
-    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu": F.gelu,
-    "relu": F.relu,
-    "geglu": geglu,
-    "swiglu": swiglu,
-}
+from headwise.spec import LayerShape, ModelSpec
 
 
 class UnitNorm(nn.Module):
@@ -59,17 +34,6 @@ class UnitNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.scale * F.normalize(x, dim=-1)
-
-
-def make_norm(spec: ModelSpec) -> nn.Module:
-    """The normalisation layer of a block: LayerNorm, unit-norm for ``norm = "unitnorm_post"``, or
-    RMSNorm for ``"rmsnorm_pre"`` (torch's, which in float32 computes Llama's ``LlamaRMSNorm`` to
-    the bit: ``weight * x * rsqrt(mean(x^2) + eps)``)."""
-    if spec.norm == "unitnorm_post":
-        return UnitNorm()
-    if spec.norm == "rmsnorm_pre":
-        return nn.RMSNorm(spec.d_model, eps=spec.layer_norm_eps)
-    return nn.LayerNorm(spec.d_model, eps=spec.layer_norm_eps)
 
 
 class Attention(nn.Module):
@@ -92,11 +56,11 @@ class Attention(nn.Module):
         self.scale = 1.0 if spec.score_scale == "none" else self.head_dim**-0.5
         self.dropout = spec.dropout
         self.kind = ATTENTION_KINDS[shape.attention]
-        # Qwen3's q/k norms: one RMSNorm over head_dim for all of the layer's query heads, one for its key heads
-        self.q_norm = nn.RMSNorm(self.head_dim, eps=spec.layer_norm_eps) if spec.qk_norm == "rmsnorm" else None
-        self.k_norm = nn.RMSNorm(self.head_dim, eps=spec.layer_norm_eps) if spec.qk_norm == "rmsnorm" else None
-        rope = spec.positions == "rope"
-        self.rotary = Rotary(int(self.head_dim * spec.partial_rotary_factor), spec.rope_theta) if rope else None
+        # Qwen3's q/k norms: one over head_dim for all of the layer's query heads, one for its key heads
+        qk_norm = QK_NORMS.get(spec.qk_norm)
+        self.q_norm = qk_norm.build(spec, self.head_dim) if qk_norm is not None else None
+        self.k_norm = qk_norm.build(spec, self.head_dim) if qk_norm is not None else None
+        self.rotary = POSITIONS[spec.positions].rotary(spec, shape)
         #: whether the layer's output at a position is the same for any order of the others (a
         #: bidirectional layer of a reorderable kind: see :func:`selected_first`); rotary
         #: positions make attention depend on where the keys are, so a RoPE layer never is
@@ -106,8 +70,7 @@ class Attention(nn.Module):
         self.kind.build(self, spec, shape)
         # the output gate (Laguna's g_proj): its projection of the layer's input, last (a config.json
         # written before output gates has no such field: no gate)
-        gate = getattr(spec, "output_gate", None)
-        self.output_gate = OUTPUT_GATES[gate] if gate is not None else None
+        self.output_gate = OUTPUT_GATES.get(getattr(spec, "output_gate", None))
         if self.output_gate is not None:
             self.gate = nn.Linear(spec.d_model, self.output_gate.width(self.heads, self.head_dim), bias=False)
 
@@ -166,14 +129,14 @@ def selected_first(x: Tensor, key_mask: Tensor | None, select: Tensor) -> tuple[
 
 class MLP(nn.Module):
     """Two linear maps d_model -> mlp_hidden -> d_model with the spec's activation between; a
-    gated activation (:data:`~headwise.spec.GATED_ACTIVATIONS`) halves the width the second reads."""
+    gated activation (:class:`~headwise.model.features.Activation`) halves the width the second reads."""
 
     def __init__(self, spec: ModelSpec, shape: LayerShape) -> None:
         super().__init__()
-        inner = shape.mlp_hidden // 2 if spec.activation in GATED_ACTIVATIONS else shape.mlp_hidden
+        self.act = ACTIVATIONS[spec.activation]
+        inner = shape.mlp_hidden // 2 if self.act.gated else shape.mlp_hidden
         self.fc = nn.Linear(spec.d_model, shape.mlp_hidden, bias=spec.mlp_bias)
         self.proj = nn.Linear(inner, spec.d_model, bias=spec.mlp_bias)
-        self.act = ACTIVATIONS[spec.activation]
 
     def forward(self, x: Tensor) -> Tensor:
         return self.proj(self.act(self.fc(x)))
@@ -214,10 +177,11 @@ class Block(nn.Module):
 
     def __init__(self, spec: ModelSpec, shape: LayerShape, drop_path: float = 0.0) -> None:
         super().__init__()
-        self.pre_norm = spec.norm in PRE_NORMS
-        self.norm1 = make_norm(spec)
+        norm = NORMS[spec.norm]
+        self.pre_norm = norm.pre
+        self.norm1 = norm.build(spec, spec.d_model)
         self.attn = Attention(spec, shape)
-        self.norm2 = make_norm(spec)
+        self.norm2 = norm.build(spec, spec.d_model)
         self.mlp = MLP(spec, shape)
         self.drop = nn.Dropout(spec.dropout)
         self.drop_path = DropPath(drop_path)
@@ -248,12 +212,14 @@ class Transformer(nn.Module):
         for name, module in self.front_end.build(spec).items():
             setattr(self, name, module)
         # BERT's LayerNorm of the summed embeddings (``embedding_norm``); no parameters without it
-        self.emb_norm = nn.LayerNorm(spec.d_model, eps=spec.layer_norm_eps) if spec.embedding_norm else nn.Identity()
+        emb_norm = EMBEDDING_NORMS.get(spec.embedding_norm)
+        self.emb_norm = emb_norm.build(spec, spec.d_model) if emb_norm is not None else nn.Identity()
         self.drop = nn.Dropout(spec.dropout)
         rates = drop_path_rates(spec)
         self.blocks = nn.ModuleList(Block(spec, shape, rate) for shape, rate in zip(spec.layers(), rates))
         # Pre-norm models end with a final norm (LayerNorm, RMSNorm); post-norm blocks already end normalised.
-        self.norm_f = make_norm(spec) if spec.norm in PRE_NORMS else nn.Identity()
+        norm = NORMS[spec.norm]
+        self.norm_f = norm.build(spec, spec.d_model) if norm.pre else nn.Identity()
         for name, module in self.output_head.build(spec, self).items():
             setattr(self, name, module)
         self.apply(self._init_weights)

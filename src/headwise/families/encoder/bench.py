@@ -36,11 +36,12 @@ from headwise.bench.settings import BenchConfig
 from headwise.bench.training import make_optimizer, optimizer_step
 from headwise.families.encoder.masking import mask_tokens
 from headwise.model import Transformer
+from headwise.model.features import ACTIVATIONS
 from headwise.model.loss import masked_lm_loss
 from headwise.params import count_params
 from headwise.plans import Plan, Scheme, plan_heads
 from headwise.presets import spec_from_preset
-from headwise.spec import GATED_ACTIVATIONS, ModelSpec
+from headwise.spec import ModelSpec
 from headwise.text.masked_vocab import CLS_ID, NUM_SPECIAL, SEP_ID
 
 #: transformers' attention implementation the HF side runs (its fastest on CPU)
@@ -72,7 +73,7 @@ def hf_intermediate(spec: ModelSpec) -> int:
     """BERT's intermediate size with the matmul FLOPs and weights of ``spec``'s MLP: a gated MLP
     d -> m -> m/2 -> d has 3m/2 x d weights, a plain one d -> i -> d has 2 i x d."""
     m = spec.layer(0).mlp_hidden
-    return 3 * m // 4 if spec.activation in GATED_ACTIVATIONS else m
+    return 3 * m // 4 if ACTIVATIONS[spec.activation].gated else m
 
 
 def hf_model(cfg: BenchConfig, spec: ModelSpec, heads: int) -> nn.Module:

@@ -2,8 +2,8 @@
 
 ``headwise export --hf`` copies the model modules into the exported folder, where ``headwise``
 is not installed. There, their ``from headwise.spec import ...`` reads from this module instead,
-so it provides the names they import (``ModelSpec``, ``GATED_ACTIVATIONS``, ``PRE_NORMS``, and
-``LayerShape`` from its own standard-library module) with only the standard library. The fields come resolved from ``config.json`` (written by
+so it provides the names they import (``ModelSpec``, and ``LayerShape`` from its own
+standard-library module) with only the standard library. The fields come resolved from ``config.json`` (written by
 :func:`headwise.hf.models.config_for`): nothing is derived here,
 so the exported model cannot drift from the spec headwise validated.
 """
@@ -13,11 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 from headwise.layer_shape import LayerShape
-
-#: Gated activations (the same tuple as ``headwise.spec.GATED_ACTIVATIONS``)
-GATED_ACTIVATIONS = ("geglu", "swiglu")
-#: Norms before each sub-block (the same tuple as ``headwise.spec.PRE_NORMS``)
-PRE_NORMS = ("layernorm_pre", "rmsnorm_pre")
 
 
 class ModelSpec:
