@@ -204,12 +204,16 @@ def test_the_definitions_and_the_task_tables_load_no_torch():
     assert not [m for m in loaded if m.split(".")[0] == "torch"], loaded
 
 
-@pytest.mark.parametrize("what", ["study", "search"])
-def test_a_dry_run_loads_no_torch(what):
+@pytest.mark.parametrize("what, name", [("study", "progression"), ("search", "progression"),
+                                        # a family's own model parts (mlm, cls_pooler; token_pairs):
+                                        # their declarations, not their model code
+                                        ("study", "encoder"), ("study", "lra")])
+def test_a_dry_run_loads_no_torch(what, name):
     """A study's dry run loads nothing of the report either; a search's definition reads some of
     it (its confirmation is a study with a report), but no figures."""
-    loaded = _loaded_after(f"from headwise.cli import main\nassert main([{what!r}, 'progression', '--preset', "
-                           "'quick', '--dry-run']) == 0")
+    preset = "quick" if name == "progression" else "paper"
+    loaded = _loaded_after(f"from headwise.cli import main\nassert main([{what!r}, {name!r}, '--preset', "
+                           f"{preset!r}, '--dry-run']) == 0")
     assert not [m for m in loaded if m.split(".")[0] in ("torch", "matplotlib")], loaded
     if what == "study":
         assert not [m for m in loaded if m.startswith("headwise.report")], loaded

@@ -13,11 +13,12 @@ loading the model.
 The built-in parts (their model code in :mod:`headwise.model`) are declared here. A family
 declares its own in its folder's ``model`` or ``model_*`` modules (the encoder's ``mlm`` and
 ``cls_pooler`` in ``families/encoder/model_parts.py``, LRA's ``token_pairs`` and ``pair_classes``
-in ``families/lra/model_parts.py``), all of which are imported on the first lookup of a name not
-declared here or the first listing (:func:`headwise.families.import_family_modules`), so that a
-spec which names a family's part has loaded its model code too. The declarations go in a module
-of their own: an exported model carries the module of its parts' model code, which may import
-only the model's modules::
+in ``families/lra/model_parts.py``), which are imported on the first lookup of a name not
+declared here or the first listing (:func:`headwise.families.import_family_modules`): checking a
+spec that names a family's part loads no torch. The model code's registries import the families'
+``model`` and ``model_*`` modules on their first miss, through the discovery this module supplies.
+The declarations go in a module of their own: an exported model carries the module of its parts'
+model code, which may import only the model's modules::
 
     # families/toy/model.py: the model code          # families/toy/model_parts.py
     @FRONT_ENDS.register("scalars")                  FRONT_END_PARTS.register("scalars", FrontEndPart(
@@ -35,13 +36,16 @@ from typing import TYPE_CHECKING, Any
 
 from headwise.layer_shape import divisors
 from headwise.model.features import POSITIONS
-from headwise.registry import Registry
+from headwise.registry import MODEL_CODE, Registry, supply_discovery
 
 if TYPE_CHECKING:
     from headwise.spec import ModelSpec
 
-#: the stem of a family's modules that declare and implement its model parts
+#: the stem of a family's modules that declare and implement its model parts (``model``,
+#: ``model_parts``, ...), which the model code's registries import (:data:`headwise.registry.MODEL_CODE`)
 FAMILY_MODULES = "model"
+#: the stem of a family's modules that declare its parts (no torch), all this module's registries need
+DECLARATIONS = "model_parts"
 
 
 def _nothing(spec: ModelSpec) -> str:
@@ -132,10 +136,21 @@ class OutputHeadPart:
 
 
 def _discover() -> None:
-    # imported here, not at the top: the families (and torch) load on the first miss or listing only
+    # imported here, not at the top: the families load on the first miss or listing only
+    from headwise.families import import_family_modules
+
+    import_family_modules(DECLARATIONS)
+
+
+def _discover_model_code() -> None:
     from headwise.families import import_family_modules
 
     import_family_modules(FAMILY_MODULES)
+
+
+# The model code's registries find a family's parts through this: in headwise the spec, and so
+# this module, is loaded before any model is built; an exported folder imports its parts itself.
+supply_discovery(MODEL_CODE, _discover_model_code)
 
 
 #: every declared front end, by the name ``ModelSpec.inputs`` gives it

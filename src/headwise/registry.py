@@ -7,7 +7,10 @@ A registry may be given a ``discover`` callable that imports the modules which r
 :func:`headwise.families.import_family_modules`), so a part is found where it is written and no
 shared file lists it. It runs once, before the first listing or the first lookup of a name not
 registered yet: a name registered where the registry is made (a built-in part) is found without
-importing every family, so checking a spec that uses only built-in parts stays light.
+importing every family, so checking a spec that uses only built-in parts stays light. A registry
+of the model code names a ``discover_key`` instead, whose callable another module supplies
+(:func:`supply_discovery`): the model code is carried into exported folders, which have no
+families to discover, so it cannot name them itself.
 
 This module imports only the standard library and :mod:`headwise.errors`: the exported model code
 carries it beside the model modules that use it.
@@ -23,16 +26,27 @@ from headwise.errors import HeadwiseError
 
 T = TypeVar("T")
 
+#: discovery callables supplied from outside the registries that use them, by key (see the module docstring)
+_SUPPLIED: dict[str, Callable[[], object]] = {}
+#: the key of the model code's registries (front ends, output heads): :mod:`headwise.parts` supplies it
+MODEL_CODE = "model code"
+
+
+def supply_discovery(key: str, discover: Callable[[], object]) -> None:
+    """Make ``discover`` the discovery of every registry made with ``discover_key=key``."""
+    _SUPPLIED[key] = discover
+
 
 class Registry(Generic[T]):
     """Named parts of one kind. ``what`` names the kind in messages ("attention kind")."""
 
-    def __init__(self, what: str, discover: Callable[[], object] | None = None) -> None:
+    def __init__(self, what: str, discover: Callable[[], object] | None = None, discover_key: str | None = None) -> None:
         self.what = what
         self._items: dict[str, T] = {}
         self._discover = discover
+        self._key = discover_key
         self._discovering = False
-        self._discovered = discover is None
+        self._discovered = discover is None and discover_key is None
 
     @overload
     def register(self, name: str) -> Callable[[T], T]: ...
@@ -55,12 +69,12 @@ class Registry(Generic[T]):
     def discover(self) -> None:
         """Run the registry's discovery, once (a listing, or a lookup of a name not registered
         yet, does this first)."""
-        if self._discovered or self._discovering:
+        found = self._discover or _SUPPLIED.get(self._key or "")
+        if self._discovered or self._discovering or found is None:  # none supplied (yet): nothing to do
             return
         self._discovering = True
         try:
-            assert self._discover is not None
-            self._discover()
+            found()
             self._discovered = True
         finally:
             self._discovering = False

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from headwise.model.features import POSITIONS
 from headwise.model.outputs import OUTPUT_HEADS
-from headwise.registry import Registry
+from headwise.registry import MODEL_CODE, Registry
 from headwise.spec import ModelSpec
 
 
@@ -25,7 +25,7 @@ class SequenceTooLong(ValueError):
 
 #: ``ModelSpec.inputs`` -> its front end's model code, registered where it is written (a family's
 #: in a ``model`` module of its folder, which checking a spec that names it imports)
-FRONT_ENDS: Registry[type["FrontEnd"]] = Registry("front end")
+FRONT_ENDS: Registry[type["FrontEnd"]] = Registry("front end", discover_key=MODEL_CODE)
 
 
 class FrontEnd(Protocol):

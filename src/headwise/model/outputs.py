@@ -13,12 +13,12 @@ from typing import Protocol
 from torch import Tensor, nn
 
 from headwise.model.kernels import padded_logits
-from headwise.registry import Registry
+from headwise.registry import MODEL_CODE, Registry
 from headwise.spec import ModelSpec
 
 #: ``ModelSpec.output_head`` -> its head's model code, registered where it is written (a family's
 #: in a ``model`` module of its folder, which checking a spec that names it imports)
-OUTPUT_HEADS: Registry[type["OutputHead"]] = Registry("output head")
+OUTPUT_HEADS: Registry[type["OutputHead"]] = Registry("output head", discover_key=MODEL_CODE)
 
 
 class OutputHead(Protocol):
