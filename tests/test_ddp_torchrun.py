@@ -17,6 +17,7 @@ from headwise.run import read_metrics, read_summary
 from test_image_task import idx_folder  # noqa: F401  (a fixture)
 from test_train_synthetic import SyntheticLM, tiny_config
 
+pytestmark = pytest.mark.slow  # torchrun
 TESTS = Path(__file__).resolve().parent
 RUN = dict(steps=6, ckpt_every=3, eval_every=3)
 

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from headwise.locks import FileLock, held
 
 from helpers import wait_for
@@ -61,6 +63,7 @@ def test_a_blocking_acquire_waits_for_the_release(tmp_path):
     assert _answer(waiter) == "True"
 
 
+@pytest.mark.slow
 def test_a_lock_dies_with_its_process(tmp_path):
     path = tmp_path / "x.lock"
     holder = _taker(path)

@@ -81,12 +81,14 @@ def test_a_bad_nuisance_table_is_one_line(table, message):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.slow
 def test_a_study_tunes_each_variant_then_runs_its_seeds_at_the_choice(tmp_path):
     from headwise.study.runner import run_study
 
     study_file = tmp_path / "tuned.toml"
+    # one study seed: every seed's run takes the variant's choice alike (each run costs ~5 s of startup)
     study_file.write_text(tomli_w.dumps({
-        "name": "tuned", "seeds": 2, "base": tiny_nearest_config(6, 3, 3),
+        "name": "tuned", "seeds": 1, "base": tiny_nearest_config(6, 3, 3),
         "variants": [{"name": "one", "set": {"model.heads": [1]}}, {"name": "two", "set": {"model.heads": [2],
                                                                                           "model.head_dim": 4}}],
         "nuisance": {"values": {LR: [0.001, 0.01, 0.1]}, "selection": {"task.eval_seed": 99}, "extend": 1},
@@ -104,9 +106,8 @@ def test_a_study_tunes_each_variant_then_runs_its_seeds_at_the_choice(tmp_path):
         for label_, (p, mean) in c["tried"].items():                     # the mean over both tuning seeds
             per_seed = [read_summary(out / "tuning" / name / f"{label_}-seed{s}").final_eval_loss for s in (1000, 1001)]
             assert mean == pytest.approx(sum(per_seed) / 2, rel=1e-12) and per_seed[0] != per_seed[1]
-        for seed in (0, 1):
-            final = (out / "runs" / name / f"seed{seed}" / "config.toml").read_text()
-            assert f"lr = {c['best'][LR]}" in final and "eval_seed = 1234" in final   # reported split
+        final = (out / "runs" / name / "seed0" / "config.toml").read_text()
+        assert f"lr = {c['best'][LR]}" in final and "eval_seed = 1234" in final   # reported split
         tuning_cfgs = sorted((out / "tuning" / "configs").glob(f"{name}-lr*.toml"))
         assert all("eval_seed = 99" in f.read_text() for f in tuning_cfgs)  # the selection split
         # no tuning run shares a seed with the runs the report compares

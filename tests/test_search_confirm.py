@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+
 from headwise.cli import main
 from headwise.config import read_toml
 from headwise.search.confirm import confirm_study, top_plans
@@ -22,7 +24,7 @@ RAW = {"name": "mini", "seed": 2, "trials": 6, "base": BASE, "space": {"depth": 
 
 
 def _trial(number: int, heads: list[int], loss: float, search, state: str = "complete") -> dict:
-    plan = next(p for p in search.space.plans() if p.heads == heads)
+    plan = next(p for p in search.space.plans() if p.heads == tuple(heads))
     return {"number": number, "state": state, "params": search.space.encode(plan), "values": {"loss": loss}}
 
 
@@ -32,7 +34,7 @@ def test_the_confirmation_is_a_study_of_the_best_and_the_named_plans_on_fresh_se
                          _trial(3, [4], 0.5, search, "duplicate"), _trial(4, [2, 2], 0.4, search, "pruned"),
                          _trial(5, [1, 1], 0.7, search)]}
     top = top_plans(search, record)
-    assert [(name, plan.heads) for name, plan in top] == [("best-1", [4]), ("best-2", [1, 1])]  # distinct, complete
+    assert [(name, plan.heads) for name, plan in top] == [("best-1", (4,)), ("best-2", (1, 1))]  # distinct, complete
     study = confirm_study(search, top)
     assert [v.name for v in study.variants] == ["best-1", "best-2", "one-two", "two-one"]
     assert study.variants[0].config["model"]["heads"] == [4] and study.variants[0].config["model"]["n_layers"] == 1
@@ -54,6 +56,7 @@ def test_the_confirmation_is_a_study_of_the_best_and_the_named_plans_on_fresh_se
     assert confirm_study(search, named_best).config.claims[0].pairs == [("best-1", "two-one")]
 
 
+@pytest.mark.slow
 def test_a_search_ends_with_its_confirmation_and_its_verdict(tmp_path):
     raw = copy.deepcopy(RAW)
     # the two named plans alone: the better one is the best, compared with the other on 2 seeds

@@ -21,6 +21,7 @@ from headwise.search.trials import read_record
 from test_search_driver import write_search
 
 pytest.importorskip("psycopg", reason="PostgreSQL's driver is the postgres extra (pip install -e '.[postgres]')")
+pytestmark = pytest.mark.slow  # a database server and a search end to end
 
 
 def _server_programs() -> Path | None:

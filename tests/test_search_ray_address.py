@@ -75,6 +75,7 @@ def test_a_study_at_an_address_where_nothing_listens_is_one_line_in_seconds(tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["study.toml"]
 
 
+@pytest.mark.slow
 def test_a_port_that_listens_but_is_no_cluster_is_refused_after_the_deadline(tmp_path):
     src = write_search(tmp_path / "s.toml")
     with socket.socket() as server:
@@ -87,6 +88,7 @@ def test_a_port_that_listens_but_is_no_cluster_is_refused_after_the_deadline(tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]
 
 
+@pytest.mark.slow
 def test_sigterm_stops_a_search_while_ray_tries_to_join(tmp_path):
     """Ray retries a silent cluster in C++, where Python runs no signal handler: the command must
     still stop on SIGTERM, as an interrupt."""

@@ -148,7 +148,6 @@ def test_cli_bad_input_is_one_line_before_any_run(tmp_path, capsys):
     assert "constant-h45" in capsys.readouterr().out
 
 
-@pytest.mark.slow
 def test_only_a_committed_checkpoint_makes_a_run_resume(tmp_path):
     run = tmp_path / "run"
     assert plan_action(run) == "start"
@@ -167,6 +166,7 @@ def _summary(status: RunStatus) -> RunSummary:
     return RunSummary(status=status, params=1, plan=Plan.explicit((1,), (8,)))
 
 
+@pytest.mark.slow
 def test_killed_study_finishes_on_rerun_without_redoing_finished_runs(tmp_path):
     slow = {**BASE, "model": {**BASE["model"], "d_model": 16, "head_dim": 16, "mlp_hidden": 128},
             "task": {**BASE["task"], "dim": 16, "n_points": 8},

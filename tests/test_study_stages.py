@@ -122,6 +122,7 @@ def ran(tmp_path_factory):
     mp.undo()
 
 
+@pytest.mark.slow
 def test_every_stage_run_starts_from_its_own_pretraining_run(ran):
     _, out = ran
     for variant in ("l2-h2", "l1-h4"):
@@ -141,6 +142,7 @@ def test_every_stage_run_starts_from_its_own_pretraining_run(ran):
     assert all(r["eval_accuracy"] for r in rows)
 
 
+@pytest.mark.slow
 def test_the_report_lays_out_table_1_and_judges_the_stage(ran):
     _, out = ran
     report = (out / "report" / "report.md").read_text()
@@ -153,6 +155,7 @@ def test_the_report_lays_out_table_1_and_judges_the_stage(ran):
     assert "`l1-h4` vs `l2-h2`" in report and "| 2 |" in report  # two paired seeds from the stage's runs
 
 
+@pytest.mark.slow
 def test_a_rerun_finds_every_run_and_stage_run_finished(ran, capsys):
     path, out = ran
     capsys.readouterr()

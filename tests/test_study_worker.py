@@ -30,6 +30,7 @@ def test_bad_usage_exits_2(capsys):
     assert "usage:" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_run_holds_the_lock_after_the_worker_waited_for_it(tmp_path):
     if not Path("/proc/self/cmdline").exists():
         pytest.skip("needs /proc to see what the process runs")
@@ -42,7 +43,7 @@ def test_the_run_holds_the_lock_after_the_worker_waited_for_it(tmp_path):
                              "train", str(config), "--out", str(run)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        time.sleep(2.0)
+        time.sleep(1.0)  # a worker that did not wait would have exec'd the run within a fraction of it
         assert proc.poll() is None and "headwise.study.worker" in _cmdline(proc.pid)  # still waiting
         assert not run.exists()
         holder.release()
