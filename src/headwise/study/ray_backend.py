@@ -72,9 +72,11 @@ def probe_address(address: str | None) -> None:
 
 
 @contextlib.contextmanager
-def _quiet_stderr() -> Iterator[None]:
+def _quiet_stderr(still_joining: Callable[[], bool]) -> Iterator[None]:
     """Send this process's file descriptor 2 to /dev/null: Ray's C++ core logs its retries there
-    while it joins, past Python's logging."""
+    while it joins, past Python's logging. A join still going at the end goes on logging there
+    until the process exits, so descriptor 2 stays quiet and Python's own stderr (the refusal's
+    one line) writes to the real one."""
     sys.stderr.flush()
     saved = os.dup(2)
     try:
@@ -82,8 +84,11 @@ def _quiet_stderr() -> Iterator[None]:
             os.dup2(null.fileno(), 2)
         yield
     finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+        if still_joining():
+            sys.stderr = os.fdopen(saved, "w", buffering=1)
+        else:
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 def _join(ray: Any, target: str, **kwargs: Any) -> None:
@@ -99,7 +104,7 @@ def _join(ray: Any, target: str, **kwargs: Any) -> None:
             failed.append(exc)
 
     thread = threading.Thread(target=body, name="ray-join", daemon=True)  # a stuck join does not hold the exit
-    with sigterm_interrupts(), _quiet_stderr():
+    with sigterm_interrupts(), _quiet_stderr(thread.is_alive):
         thread.start()
         thread.join(JOIN_S)
     if thread.is_alive():
