@@ -17,7 +17,8 @@ from headwise.cli import main
 from headwise.errors import HeadwiseError
 from headwise.hf.evaluation.harness import INSTALL, require_lm_eval
 from headwise.hf.evaluation.local_tasks import (LOCAL_TASKS, STORY_CONTINUATION, STORY_ENDINGS, LocalTaskSizes,
-                                             build_local_tasks, file_texts, held_out_texts, read_examples)
+                                             file_texts, held_out_texts, local_task_examples, read_examples,
+                                             write_local_tasks)
 from helpers import one_line_error, one_thread  # noqa: F401  (one_thread applies to this module)
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -113,9 +114,9 @@ def test_eval_writes_scores_and_matches_own_log_likelihoods(run, data_env, capsy
 def test_local_tasks_are_built_from_held_out_text_deterministically(tmp_path):
     texts = list(file_texts(DATA / "tinystories-valid-sample.txt"))
     sizes = LocalTaskSizes(examples=30)
-    a = build_local_tasks(texts, tmp_path / "a", sizes, seed=1)
-    b = build_local_tasks(texts, tmp_path / "b", sizes, seed=1)
-    c = build_local_tasks(texts, tmp_path / "c", sizes, seed=2)
+    a = write_local_tasks(local_task_examples(texts, sizes, seed=1), tmp_path / "a")
+    b = write_local_tasks(local_task_examples(texts, sizes, seed=1), tmp_path / "b")
+    c = write_local_tasks(local_task_examples(texts, sizes, seed=2), tmp_path / "c")
     stream = " ".join(" ".join(t.split()) for t in texts)
     for name in LOCAL_TASKS:
         assert read_examples(a, name) == read_examples(b, name) != read_examples(c, name)
@@ -133,8 +134,6 @@ def test_local_tasks_are_built_from_held_out_text_deterministically(tmp_path):
 
 
 def test_endings_that_do_not_fit_are_left_out_and_the_rest_is_unchanged():
-    from headwise.hf.evaluation.local_tasks import local_task_examples
-
     texts = list(file_texts(DATA / "tinystories-valid-sample.txt"))
     sizes = LocalTaskSizes(examples=30)
     plain = local_task_examples(texts, sizes, seed=1)

@@ -14,7 +14,7 @@ from PIL import Image
 from headwise.families.lra import listops as lo
 from headwise.data.cache_files import CacheInvalid
 from headwise.families.lra.pixels import grayscale, tf_grayscale
-from headwise.families.lra.readers import load_lra, read_lra
+from headwise.families.lra.readers import load_lra
 from headwise.families.lra.table import TASKS
 from headwise.families.lra.cache import SequenceCache, prepare_sequences, sequence_request
 from helpers import one_line_error
@@ -126,12 +126,12 @@ def write_fashion(folder, n_train=20, n_test=4):
 
 def test_listops_files_to_exact_ids(tmp_path):
     folder = write_listops(tmp_path / "lra_release" / "listops-1000")
-    train = read_lra("listops", tmp_path / "lra_release", split="train")  # the parent of listops-1000 works
+    train = load_lra("listops", tmp_path / "lra_release").splits["train"]  # the parent of listops-1000 works
     assert len(train) == 3
     assert train.sequence(0).tolist() == [12, 3, 10, 15]  # [MAX 2 9 ]
     assert train.sequence(2).tolist() == [13, 4, 9, 1, 10, 15]
     assert train.labels.tolist() == [9, 7, 5]
-    test = read_lra("listops", folder, split="test")
+    test = load_lra("listops", folder).splits["test"]
     assert test.sequence(1).tolist() == [7] and test.labels.tolist() == [8, 6]
 
 
@@ -432,7 +432,6 @@ def test_fashion_mnist_stand_in(tmp_path, monkeypatch):
 def test_bad_input_one_line(tmp_path):
     assert "fashion-mnist" in TASKS
     one_line_error(load_lra, "music", match="unknown LRA task")
-    one_line_error(read_lra, "listops", split="dev", match="unknown split")
     one_line_error(load_lra, "listops", tmp_path / "missing", match="not found")
     folder = write_listops(tmp_path / "lo")
     (folder / "basic_val.tsv").unlink()

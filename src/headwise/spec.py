@@ -289,11 +289,6 @@ class ModelSpec(Config):
         """The resolved key/value heads of every layer (its query heads where ``kv_heads`` is None)."""
         return [s.kv_heads for s in self.layers()]
 
-    @property
-    def is_uniform(self) -> bool:
-        """True when every layer has the same head count and head width."""
-        return len(set(self.heads)) == 1 and len(set(self.head_dims)) == 1
-
 
 def _option_fields() -> dict[str, Any]:
     """The options of the positions settings and of the built-in attention kinds as ModelSpec

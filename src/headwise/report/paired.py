@@ -92,10 +92,6 @@ class PairedGain:
     def n(self) -> int:
         return len(self.gains)
 
-    @property
-    def half_width(self) -> float:
-        return (self.high - self.low) / 2
-
 
 def pair_by_seed(variant: Mapping[int, float], baseline: Mapping[int, float]) -> tuple[tuple[int, ...], np.ndarray, np.ndarray]:
     """The seeds both sides have, in increasing order, with each side's values at those seeds."""

@@ -63,10 +63,6 @@ class RunDir:
     def model(self) -> Path:
         return self.path / MODEL_DIR
 
-    @property
-    def tensorboard(self) -> Path:
-        return self.path / TENSORBOARD_DIR
-
     def has_run(self) -> bool:
         """True when the directory holds a headwise run (its resolved config)."""
         return self.config.is_file()

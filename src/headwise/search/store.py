@@ -96,9 +96,6 @@ class PerTrialSeed(optuna.samplers.BaseSampler):
     def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
         self._inner.after_trial(study, trial, state, values)
 
-    def reseed_rng(self) -> None:  # the seed is the trial's; nothing to reseed
-        pass
-
 
 def make_sampler(search: Search) -> Any:
     """TPE (multivariate, grouped: the layers present depend on the depth) for one objective,

@@ -29,7 +29,7 @@ import torch
 from headwise.config import atomic_write_text
 from headwise.errors import HeadwiseError
 from headwise.model import SPEC_FILE, WEIGHTS_FILE, Transformer, save_pretrained
-from headwise.model.pretrained import DamagedFile, first_line, load_pretrained, read_spec, verify_model_dir, write_manifest
+from headwise.model.pretrained import DamagedFile, first_line, load_pretrained, verify_model_dir, write_manifest
 from headwise.run.layout import CHECKPOINTS_DIR
 from headwise.spec import ModelSpec
 
@@ -189,11 +189,6 @@ def load_checkpoint(path: Path) -> tuple[Transformer, dict[str, Any]]:
     if m and state["step"] != int(m.group(1)):
         raise DamagedFile(path / STATE_FILE, f"it holds the state of step {state['step']}, not of {path.name}")
     return model, state
-
-
-def checkpoint_spec(path: Path) -> ModelSpec:
-    """The model spec saved with a checkpoint."""
-    return read_spec(Path(path) / SPEC_FILE)
 
 
 def move_damaged(path: Path) -> Path:

@@ -1,4 +1,4 @@
-"""GLUE metrics over a whole evaluation set, and the GLUE score of Leaner Transformers' Table 1.
+"""GLUE metrics over a whole evaluation set, and the columns (task and metric) of Leaner Transformers' Table 1.
 
 Every metric is computed once over all predictions of a split (never averaged over batches, which
 would change F1, Matthews correlation and the correlations), by scikit-learn (accuracy, F1,
@@ -9,8 +9,7 @@ same names).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import numpy as np
 
@@ -94,29 +93,3 @@ def task_metrics(task: str, predictions, labels) -> dict[str, float]:
         if len(outside):
             raise HeadwiseError(f"{task} prediction {int(outside[0])} is not a class id 0..{spec.num_labels - 1}")
     return {name: METRICS[name](predictions, labels) for name in spec.metrics}
-
-
-def glue_score(per_task: Mapping[str, Mapping[str, float]]) -> float:
-    """The GLUE score as Leaner Transformers' Table 1 prints it: the plain mean of its 8 columns
-    (:data:`TABLE1_COLUMNS`), one number per task: MNLI accuracy (matched), SST-2 accuracy, STS-B
-    Pearson, RTE accuracy, QNLI accuracy, QQP F1, MRPC F1, CoLA Matthews correlation.
-
-    ``per_task`` maps each of the 8 task names to its :func:`task_metrics` dict (MNLI's from
-    ``validation_matched``); the score is in the unit of the inputs (fractions in, a fraction out).
-    This is the mean that reproduces Table 1: its original row's columns average to exactly 78.6
-    (628.8 / 8) and the leaner row's to 78.625. It is NOT cramming's ``GLUE_amean``, which also
-    averages in MNLI-mismatched (9 numbers; 79.2 for the same rows if mismatched = matched).
-    A NaN metric (e.g. the Pearson of constant predictions) makes the score NaN."""
-    missing = [t for _, t, _ in TABLE1_COLUMNS if t not in per_task]
-    unknown = [t for t in per_task if t not in {t for _, t, _ in TABLE1_COLUMNS}]
-    if missing or unknown:
-        problem = f"lack {', '.join(missing)}" if missing else f"have tasks outside the score: {', '.join(unknown)}"
-        raise HeadwiseError(f"the GLUE score needs the metrics of exactly the 8 tasks "
-                            f"{', '.join(t for _, t, _ in TABLE1_COLUMNS)}; the results {problem}")
-    values = []
-    for column, task, metric in TABLE1_COLUMNS:
-        if metric not in per_task[task]:
-            raise HeadwiseError(f"the GLUE score's {column} column is {task} {metric}, which its metrics "
-                                f"({', '.join(per_task[task]) or 'none'}) lack: pass task_metrics({task!r}, ...)")
-        values.append(float(per_task[task][metric]))
-    return math.fsum(values) / len(values)

@@ -1,6 +1,6 @@
 """Long Range Arena data: each task's files read into integer token sequences and labels.
 
-This module holds the ``read_lra`` / ``load_lra`` dispatch and the ListOps, Text and Retrieval
+This module holds the ``load_lra`` dispatch and the ListOps, Text and Retrieval
 readers; the pixel-sequence tasks live in :mod:`headwise.families.lra.pixels`, the task table in
 :mod:`headwise.families.lra.table` and the types both build on in
 :mod:`headwise.families.lra.sequences`.
@@ -49,22 +49,12 @@ from headwise.families.lra.sequences import (
     GRAYSCALES, SPLIT_RULES, LRAData, ReadOptions, SequenceSplit, check_fits, check_labels, local_source, lra_data, pack,
     split_val, token_dtype,
 )
-from headwise.families.lra.table import SPLITS, TASKS, VAL_FRACTION, check_task
+from headwise.families.lra.table import TASKS, VAL_FRACTION, check_task
 
 LISTOPS_FILES = {"train": "basic_train.tsv", "val": "basic_val.tsv", "test": "basic_test.tsv"}
 AAN_FILES = {"train": "new_aan_pairs.train.tsv", "val": "new_aan_pairs.eval.tsv", "test": "new_aan_pairs.test.tsv"}
 
 _SPLIT_FILE = re.compile(r"^(train|test|validation|valid|val|unsupervised)(?:[-_.]|$)", re.IGNORECASE)
-
-
-def read_lra(task: str, source: str | Path | None = None, max_length: int | None = None, split: str = "train",
-             listops: dict[str, Any] | None = None, val_fraction: float = VAL_FRACTION, seed: int = 0, *,
-             splits: str = "carved", grayscale: str = "pillow") -> SequenceSplit:
-    """One split (``train``, ``val`` or ``test``) of a task's data (see :func:`load_lra`)."""
-    if split not in SPLITS:
-        raise HeadwiseError(f"unknown split {split!r}: use one of {', '.join(SPLITS)}")
-    return load_lra(task, source, max_length, listops, val_fraction, seed, splits=splits,
-                    grayscale=grayscale).splits[split]
 
 
 def load_lra(task: str, source: str | Path | None = None, max_length: int | None = None,

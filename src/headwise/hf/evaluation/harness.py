@@ -70,7 +70,7 @@ def run_harness(model: Any, tokenizer: Any, tasks: Sequence[str], include_path: 
                 manager: Any | None = None) -> dict[str, Any]:
     """Evaluate ``model`` (a ``transformers`` causal LM, e.g. ``HeadwiseForCausalLM``) with its
     ``tokenizer`` on lm-eval ``tasks``: those in ``include_path`` (see
-    :func:`~headwise.hf.evaluation.local_tasks.build_local_tasks`) and, when ``standard``, lm-eval's
+    :func:`~headwise.hf.evaluation.local_tasks.write_local_tasks`) and, when ``standard``, lm-eval's
     own; ``limit`` examples per task. Writes ``{"scores", "n_samples", "versions", "config"}`` to
     ``out_path`` (``config``: lm-eval's settings plus ``config`` given here) and returns it.
     ``manager``: a :func:`task_manager` already built (then ``include_path`` and ``standard`` are its).

@@ -9,7 +9,7 @@ lm-eval scores each choice by its summed log-likelihood (loglikelihood requests)
 the model continues it greedily and its first word must be that word (case ignored). It makes
 lm-eval send generation requests; ``exact_match`` needs no download.
 
-:func:`build_local_tasks` writes, into one folder::
+:func:`write_local_tasks` writes, into one folder::
 
     story_endings.jsonl  story_endings.yaml  story_continuation.jsonl  story_continuation.yaml
     datasets-cache/      where ``datasets`` keeps its Arrow copy of the JSONL files
@@ -202,16 +202,8 @@ def write_local_tasks(built: dict[str, list[dict]], out_dir: str | Path) -> Path
     return out
 
 
-def build_local_tasks(texts: Iterable[str], out_dir: str | Path, sizes: LocalTaskSizes = LocalTaskSizes(),
-                      seed: int = 0, max_passages: int = 5000) -> Path:
-    """Write the local tasks (data and YAML) built from held-out ``texts`` into ``out_dir``, from
-    at most ``max_passages`` of its paragraphs; returns ``out_dir``. Deterministic in
-    (``texts``, ``sizes``, ``seed``)."""
-    return write_local_tasks(local_task_examples(texts, sizes, seed, max_passages), out_dir)
-
-
 def read_examples(task_dir: str | Path, name: str) -> list[dict]:
-    """The examples of local task ``name`` in a folder written by :func:`build_local_tasks`."""
+    """The examples of local task ``name`` in a folder written by :func:`write_local_tasks`."""
     path = Path(task_dir) / f"{name}.jsonl"
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
