@@ -16,7 +16,8 @@ from torch import nn
 
 from headwise.model.features import ACTIVATIONS, EMBEDDING_NORMS, NORMS, OUTPUT_GATES, POSITIONS, QK_NORMS
 from headwise.model.rotary import Rotary
-from headwise.model.transformer import Transformer, UnitNorm
+from headwise.model.feature_modules import UnitNorm
+from headwise.model.transformer import Transformer
 from headwise.spec import READ_ONLY_WITH, ModelSpec
 
 SPEC = ModelSpec(d_model=12, n_layers=2, heads=[2, 3], vocab_size=11, max_seq_len=7, layer_norm_eps=1e-3)

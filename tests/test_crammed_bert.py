@@ -20,7 +20,7 @@ from headwise.hf.gpt_neo import gpt_neo_incompatibility
 from headwise.hf.vit import vit_incompatibility
 from headwise.model import Transformer, load_pretrained, save_pretrained
 from headwise.model.features import ACTIVATIONS
-from headwise.model.inputs import ScaledSinusoid
+from headwise.model.feature_modules import ScaledSinusoid
 from headwise.model.loss import masked_lm_loss
 from headwise.params import count_params, param_breakdown
 from headwise.presets import spec_from_preset

@@ -33,7 +33,7 @@ def _torch_norm(module: str, spec: ModelSpec, width: int) -> nn.Module:
 
 
 def _unit_norm(spec: ModelSpec, width: int) -> nn.Module:
-    from headwise.model.transformer import UnitNorm
+    from headwise.model.feature_modules import UnitNorm
 
     return UnitNorm()
 
@@ -70,7 +70,7 @@ def _learned(spec: ModelSpec) -> nn.Module:
 
 
 def _scaled_sinusoid(spec: ModelSpec) -> nn.Module:
-    from headwise.model.inputs import ScaledSinusoid
+    from headwise.model.feature_modules import ScaledSinusoid
 
     return ScaledSinusoid(spec.max_seq_len, spec.d_model)
 

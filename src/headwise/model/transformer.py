@@ -14,7 +14,6 @@ fast on the CPU is :mod:`headwise.model.kernels`' business.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from headwise.model.attention import ATTENTION_KINDS
@@ -23,17 +22,6 @@ from headwise.model.features import ACTIVATIONS, EMBEDDING_NORMS, NORMS, OUTPUT_
 from headwise.model.inputs import FRONT_ENDS
 from headwise.model.outputs import OUTPUT_HEADS
 from headwise.spec import LayerShape, ModelSpec
-
-
-class UnitNorm(nn.Module):
-    """``scale * x / ||x||`` with one learnable scalar (Amsel et al.'s replacement for LayerNorm)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.scale = nn.Parameter(torch.ones(()))
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.scale * F.normalize(x, dim=-1)
 
 
 class Attention(nn.Module):

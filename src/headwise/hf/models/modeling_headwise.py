@@ -30,7 +30,7 @@ from transformers.modeling_outputs import (
 from transformers.utils import ModelOutput
 
 from headwise.hf.models.configuration_headwise import HeadwiseConfig
-from headwise.model.inputs import ScaledSinusoid
+from headwise.model.feature_modules import ScaledSinusoid
 from headwise.model.rotary import Rotary
 from headwise.model.transformer import Transformer
 
