@@ -13,7 +13,7 @@ from headwise.families.nearest.task import NearestTaskConfig
 from headwise.tasks.union import build_task, parse_task_config
 from headwise.tasks.base import Batch
 from headwise.families.nearest.nearest_task import NearestNeighbourTask, pick
-from headwise.families.nearest.task import baseline_loss, expected_max_inner
+from headwise.families.nearest.baseline import baseline_loss, expected_max_inner
 
 
 def brute_farthest(points):

@@ -13,16 +13,14 @@ Each task is scored on its validation split; MNLI on ``validation_matched`` (``a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-import numpy as np
 from pydantic import Field
 
 from headwise.config import read_toml
 from headwise.errors import HeadwiseError
-from headwise.families.encoder.glue import TASKS, read_glue
+from headwise.families.encoder.glue import TASKS, Examples, read_glue
 from headwise.families.encoder.standin import STANDIN_METRICS, order_splits, standin_splits
 from headwise.run.layout import RunDir
 from headwise.tasks.family import Dims, TaskConfigBase, TaskFamily, register_family
@@ -36,17 +34,6 @@ if TYPE_CHECKING:
 STANDINS = {"standin": standin_splits, "standin_order": order_splits}
 #: the splits each GLUE task is scored on, by metric suffix (the first is named plainly)
 EVAL_SPLITS = {"mnli": {"": "validation_matched", "mismatched": "validation_mismatched"}}
-
-
-@dataclass(frozen=True)
-class Examples:
-    """Labelled examples: one list of texts per text column (one, or a pair), and their labels."""
-
-    texts: tuple[list[str], ...]
-    labels: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.labels)
 
 
 def pretraining_task(run: str | Path):

@@ -73,6 +73,18 @@ TASKS: dict[str, GlueTask] = {t.name: t for t in (
 
 
 @dataclass(frozen=True)
+class Examples:
+    """Labelled examples of any source (a GLUE split, an offline stand-in): one list of texts per
+    text column (one, or a pair), and their labels."""
+
+    texts: tuple[list[str], ...]
+    labels: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+@dataclass(frozen=True)
 class GlueSplit:
     """One split of a GLUE task, its columns as read."""
 

@@ -36,7 +36,7 @@ from torch import Tensor, nn
 
 from headwise.data.batch import Batch, BatchStream
 from headwise.data.shuffled import ShuffledStream
-from headwise.families.encoder.finetune import Examples
+from headwise.families.encoder.glue import Examples
 from headwise.families.encoder.metrics import METRICS
 from headwise.tasks.base import Task
 from headwise.text.masked_vocab import CLS_ID, PAD_ID, SEP_ID, MaskedVocab

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from headwise.errors import HeadwiseError
-from headwise.families.nearest.task import VARIANTS, baseline_loss
+from headwise.families.nearest.baseline import VARIANTS, baseline_loss
 from headwise.tasks.base import Batch, BatchStream, Task
 
 

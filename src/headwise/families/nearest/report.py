@@ -53,7 +53,7 @@ class RankLayout(Layout):
     conditioning = False
 
     def setup(self) -> None:
-        from headwise.families.nearest.task import baseline_loss
+        from headwise.families.nearest.baseline import baseline_loss
 
         self.points = []
         for v in self.study.done:

@@ -125,6 +125,10 @@ class ImageCache:
         ``StandardScaler`` does the same)."""
         return tuple(float(x) or 1.0 for x in self.meta["std"])
 
+    def spec_fields(self) -> dict[str, Any]:
+        """The model fields the data dictates: the image's side, channels and classes."""
+        return {"image_size": self.image_size, "channels": self.channels, "num_classes": self.num_classes}
+
     @property
     def description(self) -> str:
         """A few words on what the cache holds."""

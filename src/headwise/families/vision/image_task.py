@@ -34,7 +34,7 @@ from headwise.families.vision.augment import normalize, random_crop_flip
 from headwise.families.vision.cache import ImageCache
 from headwise.families.vision.mixing import apply_mix, draw_mix, smooth_targets
 from headwise.families.vision.randaugment import RandAugment
-from headwise.families.vision.task import MixConfig, RandAugmentConfig, cache_spec_fields
+from headwise.families.vision.augment_config import MixConfig, RandAugmentConfig
 from headwise.tasks.base import Batch, BatchStream
 from headwise.tasks.classify import ClassificationTask, accuracy_metrics
 
@@ -98,7 +98,7 @@ class ImageTask(ClassificationTask):
 
     def spec_fields(self) -> dict[str, Any]:
         """The image's side and channels and the class count, which a model must match."""
-        return cache_spec_fields(self.cache)
+        return self.cache.spec_fields()
 
     def batch(self, split: str, index: np.ndarray, generator: torch.Generator | None = None) -> Batch:
         """Images ``index`` of ``split`` as a normalised batch, augmented when a generator is given."""

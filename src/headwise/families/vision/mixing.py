@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from headwise.families.vision.task import MixConfig
+from headwise.families.vision.augment_config import MixConfig
 
 
 @dataclass(frozen=True)

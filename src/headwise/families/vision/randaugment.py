@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from headwise.errors import HeadwiseError
-from headwise.families.vision.task import LEVEL_DENOM, RandAugmentConfig
+from headwise.families.vision.augment_config import LEVEL_DENOM, RandAugmentConfig
 
 # Each operation's kornia argument at magnitude fraction f = magnitude / 10, as a function of f
 # [k] and the image's height and width. timm's argument is given beside each one.
