@@ -4,7 +4,7 @@
 
 1. The blog's model (d 768, 4 layers G,L,G,L, window 256, vocab 50257) at 4 x 12, 4 x 48 and 4 x 96
    heads (96 heads of width 8 take the zero-padded attention path):
-   logits against ``transformers``' GPTNeoForCausalLM with the same weights (``headwise.hf.to_hf``),
+   logits against ``transformers``' GPTNeoForCausalLM with the same weights (``headwise.hf.gpt_neo.GPT_NEO.to_hf``),
    on a sequence longer than the window, and the gradients of the loss w.r.t. the shared weights.
 2. KV-cache decoding (prompt, then one token at a time, past the local window) against the full
    forward, for a constant and a per-layer plan (96,48,24,12 heads).
@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from headwise.errors import OneLineParser, guarded
-from headwise.hf.gpt_neo import to_hf
+from headwise.hf.gpt_neo import GPT_NEO
 from headwise.model import Transformer
 from headwise.presets import spec_from_preset
 
@@ -42,7 +42,7 @@ def check_hf(heads: int, seq_len: int) -> list[tuple[str, float, float]]:
     torch.manual_seed(0)
     ours = Transformer(spec_from_preset("blog-gpt-neo", heads=[heads] * 4))
     _perturb(ours, 1)
-    theirs = to_hf(ours)
+    theirs = GPT_NEO.to_hf(ours)
     theirs.config._attn_implementation = "eager"
     x = torch.randint(0, 50257, (1, seq_len + 1))
     a = ours(x[:, :-1])

@@ -111,15 +111,15 @@ def example(spec: ModelSpec, batch: int, seq_len: int, device: torch.device) -> 
 def hf_reference(kind: str, model: Transformer) -> tuple[torch.nn.Module, Callable[[torch.Tensor], torch.Tensor]]:
     """transformers' model at ``model``'s shape and its logits function."""
     if kind == "gpt-neo":
-        from headwise.hf.gpt_neo import to_hf
-        hf = to_hf(model)
+        from headwise.hf.gpt_neo import GPT_NEO
+        hf = GPT_NEO.to_hf(model)
     elif kind == "llama":
-        from headwise.hf.llama import to_hf
-        hf = to_hf(model)
+        from headwise.hf.llama import LLAMA
+        hf = LLAMA.to_hf(model)
         hf.set_attn_implementation("sdpa")
     elif kind == "vit":
-        from headwise.hf.vit import to_hf_vit
-        hf = to_hf_vit(model)
+        from headwise.hf.vit import VIT
+        hf = VIT.to_hf(model)
         return hf.train(), lambda x: hf(pixel_values=x).logits
     else:  # BERT at the encoder's shape, its own weights (the bench's encoder section's model)
         from transformers import BertConfig, BertForMaskedLM

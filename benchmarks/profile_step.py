@@ -57,9 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     model = Transformer(model_spec(cfg, heads)).train()
     forward = functools.partial(model, pad_vocab=True)  # as the trainer calls it
     if args.hf:
-        from headwise.hf.gpt_neo import to_hf
+        from headwise.hf.gpt_neo import GPT_NEO
 
-        model = to_hf(model).train()
+        model = GPT_NEO.to_hf(model).train()
         model.config._attn_implementation = "eager"
         forward = lambda x: model(x, use_cache=False).logits  # noqa: E731
     ids = torch.randint(0, cfg.vocab_size, (args.batch, args.seq_len + 1))

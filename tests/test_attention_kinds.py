@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from headwise.errors import RunFailure
-from headwise.hf.gpt_neo import gpt_neo_incompatibility
+from headwise.hf.gpt_neo import GPT_NEO
 from headwise.model.transformer import Transformer
 from headwise.params import attention_flops, count_params, param_breakdown
 from headwise.spec import ModelSpec
@@ -126,7 +126,7 @@ def test_analysis_and_the_converters_read_a_kind_through_its_declaration(toy_kin
     result = analyze_model(model, [torch.randint(0, 61, (2, 12), generator=torch.Generator().manual_seed(2))])
     assert [layer.attention for layer in result.layers] == ["global", "gated_toy"]
     uniform = model.spec.model_copy(update={"heads": [4, 4]})
-    assert gpt_neo_incompatibility(uniform) == "it has gated_toy attention layers; GPT-Neo's layers are global or local"
+    assert GPT_NEO.incompatibility(uniform) == "it has gated_toy attention layers; GPT-Neo's layers are global or local"
 
 
 def test_unknown_kinds_are_one_line_errors_naming_the_choices(toy_kinds):

@@ -127,12 +127,12 @@ def test_shared_models_compute_what_separate_models_compute():
     with torch.no_grad():
         assert torch.equal(shared(x), separate(x))
         # Hugging Face side: a meta-built GPT-Neo sharing another HF model's weights and masks.
-        from headwise.hf.gpt_neo import to_gpt_neo_config, to_hf
+        from headwise.hf.gpt_neo import GPT_NEO
 
-        hf_base = to_hf(base)
+        hf_base = GPT_NEO.to_hf(base)
         constant = model_spec(TINY, [8] * 4)
         with torch.device("meta"):
-            hf_shared = transformers.GPTNeoForCausalLM(to_gpt_neo_config(constant))
+            hf_shared = transformers.GPTNeoForCausalLM(GPT_NEO.to_config(constant))
         share_parameters(hf_shared, hf_base)
         reference = Transformer(constant)
         reference.load_state_dict(base.state_dict())

@@ -22,7 +22,7 @@ if not hasattr(transformers, "LagunaForCausalLM"):
     pytest.skip("this transformers has no Laguna (transformers >= 5.x)", allow_module_level=True)
 
 from headwise.cli import main  # noqa: E402
-from headwise.hf import gpt_neo, laguna, llama  # noqa: E402
+from headwise.hf.architectures import architectures  # noqa: E402
 from headwise.hf.models import from_run, load_export  # noqa: E402
 from headwise.hf.tokenizer import hf_tokenizer  # noqa: E402
 from headwise.run import RunDir, RunStatus, read_summary  # noqa: E402
@@ -36,15 +36,12 @@ BPE_VOCAB = 300
 LLAMA_STYLE = dict(vocab_size=BPE_VOCAB, d_model=32, n_layers=3, heads=[4] * 3, max_seq_len=64, mlp_hidden=96,
                    activation="swiglu", norm="rmsnorm_pre", layer_norm_eps=1e-6, positions="rope", rope_theta=500.0,
                    score_scale="inv_sqrt", qkv_bias=False, out_bias=False, mlp_bias=False)
-#: name -> (the transformers config of a spec, the spec's fields, the tokenizer written beside it)
+#: name (in the registry of architectures) -> (the spec's fields, the tokenizer written beside it)
 CASES = {
-    "llama": (lambda s: llama.to_config(s, llama.LLAMA), dict(kv_heads=2, tie_embeddings=False), "bpe"),
-    "qwen3": (lambda s: llama.to_config(s, llama.QWEN3),
-              dict(kv_heads=2, qk_norm="rmsnorm", attention=["global", "local", "global"], window=6), "bpe"),
-    "laguna": (laguna.to_config, dict(heads=[4, 6, 2], head_dim=8, kv_heads=2, qk_norm="rmsnorm",
-                                      output_gate="softplus_head"), "bpe"),
-    "gpt-neo": (gpt_neo.to_gpt_neo_config,
-                dict(vocab_size=50257, d_model=32, n_layers=2, heads=[4, 4], max_seq_len=64, mlp_hidden=64,
+    "llama": (dict(kv_heads=2, tie_embeddings=False), "bpe"),
+    "qwen3": (dict(kv_heads=2, qk_norm="rmsnorm", attention=["global", "local", "global"], window=6), "bpe"),
+    "laguna": (dict(heads=[4, 6, 2], head_dim=8, kv_heads=2, qk_norm="rmsnorm", output_gate="softplus_head"), "bpe"),
+    "gpt-neo": (dict(vocab_size=50257, d_model=32, n_layers=2, heads=[4, 4], max_seq_len=64, mlp_hidden=64,
                      attention=["global", "local"], window=8), "gpt-neo"),
 }
 CLASSES = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM", "laguna": "LagunaForCausalLM",
@@ -62,10 +59,10 @@ def _bpe(vocab: int = BPE_VOCAB) -> BPETokenizer:
 def save_hf(folder: Path, name: str, tokenizer: str | None = "case") -> torch.nn.Module:
     """Write a tiny random model of case ``name`` into ``folder`` (and, unless ``tokenizer`` is
     None, its tokenizer, as ``headwise export`` writes one); returns the model."""
-    make_config, fields, kind = CASES[name]
+    fields, kind = CASES[name]
     spec = ModelSpec(**{**LLAMA_STYLE, **fields}) if name != "gpt-neo" else ModelSpec(**fields)
     torch.manual_seed(0)
-    hf = getattr(transformers, CLASSES[name])(make_config(spec)).eval()
+    hf = getattr(transformers, CLASSES[name])(architectures()[name].to_config(spec)).eval()
     if name == "gpt-neo":
         # GPT-Neo does not scale its scores, which grow with the square of the weights: a smaller move
         # keeps its float error (it computes attention in another order) well inside 1e-5
@@ -254,7 +251,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, monkeypatch)
              "LagunaForCausalLM, GPTNeoForCausalLM")
 
     moe = tmp_path / "moe"
-    config = laguna.to_config(ModelSpec(**{**LLAMA_STYLE, **CASES["laguna"][1]}))
+    config = architectures()["laguna"].to_config(ModelSpec(**{**LLAMA_STYLE, **CASES["laguna"][0]}))
     config.mlp_layer_types = ["dense", "sparse", "dense"]
     config.save_pretrained(moe)
     _refused(capsys, [str(moe), "--out", str(out)], "mixture-of-experts")

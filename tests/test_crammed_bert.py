@@ -16,8 +16,8 @@ import torch.nn.functional as F
 import headwise.model.outputs as heads_module
 from headwise.errors import HeadwiseError
 from headwise.families.encoder.model import MASKED_LM_PAD_ID
-from headwise.hf.gpt_neo import gpt_neo_incompatibility
-from headwise.hf.vit import vit_incompatibility
+from headwise.hf.gpt_neo import GPT_NEO
+from headwise.hf.vit import VIT
 from headwise.model import Transformer, load_pretrained, save_pretrained
 from headwise.model.features import ACTIVATIONS
 from headwise.model.feature_modules import ScaledSinusoid
@@ -231,11 +231,11 @@ def test_bad_encoder_options_are_refused_in_one_line(fields, needle):
 
 
 def test_transformers_classes_refuse_what_they_cannot_express():
-    assert "outputs = 'mlm'" in gpt_neo_incompatibility(spec_from_preset("crammed-bert"))
+    assert "outputs = 'mlm'" in GPT_NEO.incompatibility(spec_from_preset("crammed-bert"))
     lm = ModelSpec(d_model=16, n_layers=1, heads=[2])
-    assert "gated" in gpt_neo_incompatibility(lm.model_copy(update={"activation": "geglu"}))
-    assert "embedding_norm" in gpt_neo_incompatibility(lm.model_copy(update={"embedding_norm": "layernorm"}))
-    assert "scaled_sinusoid" in gpt_neo_incompatibility(lm.model_copy(update={"positions": "scaled_sinusoid"}))
+    assert "gated" in GPT_NEO.incompatibility(lm.model_copy(update={"activation": "geglu"}))
+    assert "embedding_norm" in GPT_NEO.incompatibility(lm.model_copy(update={"embedding_norm": "layernorm"}))
+    assert "scaled_sinusoid" in GPT_NEO.incompatibility(lm.model_copy(update={"positions": "scaled_sinusoid"}))
     vit = spec_from_preset("vit-tiny-28")
-    assert vit_incompatibility(vit) is None
-    assert "embedding_norm" in vit_incompatibility(vit.model_copy(update={"embedding_norm": "layernorm"}))
+    assert VIT.incompatibility(vit) is None
+    assert "embedding_norm" in VIT.incompatibility(vit.model_copy(update={"embedding_norm": "layernorm"}))

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from headwise.errors import HeadwiseError
-from headwise.hf.gpt_neo import gpt_neo_incompatibility
+from headwise.hf.gpt_neo import GPT_NEO
 from headwise.model.outputs import OutputHead
 from headwise.model import FRONT_ENDS, OUTPUT_HEADS, SequenceTooLong, Transformer, load_pretrained, save_pretrained
 from headwise.params import count_params, param_breakdown
@@ -106,7 +106,7 @@ def test_token_inputs_with_vector_outputs(tmp_path):
     assert "lm_head" not in param_breakdown(spec)
     x = torch.randint(0, 30, (2, 5))
     assert model(x).shape == (2, 5, 8) and model(x, pad_vocab=True).shape == (2, 5, 8)
-    assert "outputs = 'vectors'" in gpt_neo_incompatibility(spec)
+    assert "outputs = 'vectors'" in GPT_NEO.incompatibility(spec)
     save_pretrained(model, tmp_path / "m")
     loaded = load_pretrained(tmp_path / "m").eval()
     assert loaded.spec == spec

@@ -9,7 +9,7 @@ import pytest
 
 from headwise.cli import main
 from headwise.errors import HeadwiseError
-from headwise.hf.openelm import spec_from_config
+from headwise.hf.openelm import OPENELM
 from headwise.params import count_params
 from headwise.plans import layerwise_scaling, plan_heads
 from headwise.presets import spec_from_preset
@@ -56,7 +56,7 @@ def test_layerwise_plan_flags_and_refusals():
     assert type(plan).from_dict(plan.to_dict()) == plan
     assert "kv_heads" not in plan_heads("constant", 4, 64, 8).to_dict()  # other schemes' dicts unchanged
     # the parity table's OpenELM (tests/test_parity.py) has these layers
-    spec = spec_from_config(SMALL)
+    spec = OPENELM.spec_from_config(SMALL)
     assert spec.heads == [2, 4, 6, 6] and spec.kv_heads_per_layer == [1, 2, 3, 3]
     with pytest.raises(HeadwiseError, match="head_dim"):
         plan_heads("layerwise", 4, 64)
@@ -95,5 +95,5 @@ def test_the_hubs_config_json_reads_as_the_preset():
                vocab_size=32000, max_context_length=2048, share_input_output_layers=True, rope_freq_constant=10000,
                normalize_qk_projections=True, ffn_with_glu=True, activation_fn_name="swish",
                normalization_layer_name="rms_norm", model_type="openelm")
-    assert spec_from_config(hub).layers() == spec_from_preset("openelm-270m").layers()
-    assert count_params(spec_from_config(hub)) == 271_527_168
+    assert OPENELM.spec_from_config(hub).layers() == spec_from_preset("openelm-270m").layers()
+    assert count_params(OPENELM.spec_from_config(hub)) == 271_527_168

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import pytest
@@ -19,7 +18,10 @@ import torch.nn.functional as F
 
 from headwise.errors import HeadwiseError
 from headwise.hf import gpt_neo, laguna, llama, openelm, vit
+from headwise.hf.architectures import architectures
+from headwise.hf.convert import Architecture
 from headwise.model import Transformer
+from headwise.model.attention import ATTENTION_KINDS
 from headwise.params import count_params
 from headwise.presets import spec_from_preset
 from headwise.spec import ModelSpec
@@ -33,19 +35,10 @@ transformers = pytest.importorskip("transformers", reason="transformers is the p
 
 @dataclass(frozen=True)
 class Row:
-    """One architecture: its converters, its ``transformers`` class, the specs compared and refused."""
+    """One architecture of the registry (:func:`headwise.hf.convert.architectures`): the specs
+    compared and refused."""
 
-    name: str
-    #: how its refusals name it ("cannot convert to {label}")
-    label: str
-    #: its ``transformers`` class (None: not one of ``transformers``' models)
-    model_class: str | None
-    to_config: Callable[[ModelSpec], Any]
-    spec_from_config: Callable[[Any], ModelSpec]
-    #: (headwise model, variant) -> the reference model with its weights, in eval mode
-    to_theirs: Callable[[Transformer, str], torch.nn.Module]
-    from_theirs: Callable[[torch.nn.Module], Transformer]
-    incompatibility: Callable[[ModelSpec], str | None]
+    arch: Architecture
     cases: dict[str, ModelSpec]
     #: specs it cannot express, each with a word of the reason
     refusals: list[tuple[ModelSpec, str]]
@@ -56,9 +49,18 @@ class Row:
     #: the spread of the random weights (smaller where the scores are not scaled: GPT-Neo)
     scale: float = 0.3
 
+    def to_theirs(self, model: Transformer, variant: str) -> torch.nn.Module:
+        """The reference model with exactly ``model``'s weights, in eval mode."""
+        hf = self.arch.to_hf(model, variant or None)
+        assert not variant or hf.config._attn_implementation == variant  # the implementation asked for
+        return hf
+
+    def from_theirs(self, theirs: torch.nn.Module) -> Transformer:
+        return self.arch.from_hf(theirs)
+
     def build(self, spec: ModelSpec, variant: str) -> torch.nn.Module:
         """A reference model of ``spec`` with its own random initialisation, in eval mode."""
-        hf = getattr(transformers, self.model_class)(self.to_config(spec))
+        hf = getattr(transformers, self.arch.model_class)(self.arch.to_config(spec))
         if variant:
             hf.set_attn_implementation(variant)
         return hf.eval()
@@ -78,10 +80,19 @@ class Row:
 
 
 class OpenELMRow(Row):
-    """OpenELM's reference reads corenet's config: the row's one case is ``SMALL``'s spec."""
+    """OpenELM is remote code: its reference (tests/parity_openelm.py) reads corenet's config and
+    state dict, and the row's one case is ``SMALL``'s spec."""
+
+    def to_theirs(self, model: Transformer, variant: str) -> torch.nn.Module:
+        ref = OpenELM(SMALL).eval()
+        ref.load_state_dict(openelm.to_state_dict(model, prefix=""))  # strict: the reference's every name and shape
+        return ref
+
+    def from_theirs(self, theirs: torch.nn.Module) -> Transformer:
+        return openelm.from_openelm(theirs, SMALL, prefix="")
 
     def build(self, spec: ModelSpec, variant: str) -> torch.nn.Module:
-        assert spec == openelm.spec_from_config(SMALL)
+        assert spec == openelm.OPENELM.spec_from_config(SMALL)
         return OpenELM(SMALL).eval()
 
     def forward(self, theirs: torch.nn.Module, x: torch.Tensor, labels: torch.Tensor | None) -> tuple:
@@ -91,39 +102,20 @@ class OpenELMRow(Row):
         return theirs.greedy(prompt, n)
 
 
-def _to_vit(model: Transformer, impl: str) -> torch.nn.Module:
-    hf = vit.to_hf_vit(model, attn_implementation=impl)
-    assert hf.config._attn_implementation == impl  # the implementation compared is the one asked for
-    return hf
-
-
-def _to_openelm(model: Transformer, variant: str) -> torch.nn.Module:
-    ref = OpenELM(SMALL).eval()
-    ref.load_state_dict(openelm.to_state_dict(model, prefix=""))  # strict: the reference's every name and shape
-    return ref
-
-
-def _llama_row(arch: llama.Architecture, cases: dict, refusals: list) -> Row:
-    return Row(arch.arch, arch.label, arch.model_class, partial(llama.to_config, arch=arch), llama.spec_from_config,
-               lambda model, _: llama.to_hf(model, arch), llama.from_hf, partial(llama.incompatibility, arch=arch),
-               cases, refusals)
-
-
 def _laguna_moe() -> Any:
-    config = laguna.to_config(ModelSpec(**LAGUNA_STYLE))
+    config = laguna.LAGUNA.to_config(ModelSpec(**LAGUNA_STYLE))
     config.mlp_layer_types = ["dense", "sparse", "sparse"]
     return config
 
 
 def _laguna_two_ropes() -> Any:
-    config = laguna.to_config(ModelSpec(**{**LAGUNA_STYLE, "attention": ["local", "global", "global"], "window": 4}))
+    config = laguna.LAGUNA.to_config(ModelSpec(**{**LAGUNA_STYLE, "attention": ["local", "global", "global"], "window": 4}))
     config.rope_parameters["sliding_attention"]["partial_rotary_factor"] = 0.5
     return config
 
 
 GPT_NEO = Row(
-    "gpt-neo", "GPT-Neo", "GPTNeoForCausalLM", gpt_neo.to_gpt_neo_config, gpt_neo.spec_from_gpt_neo_config,
-    lambda model, _: gpt_neo.to_hf(model), gpt_neo.from_hf, gpt_neo.gpt_neo_incompatibility,
+    gpt_neo.GPT_NEO,
     {name: spec_from_preset("blog-gpt-neo", vocab_size=97, max_seq_len=64, **fields) for name, fields in {
         # window 8 < T = 40: local layers really cut off keys
         "glgl-window8": dict(d_model=32, n_layers=4, heads=[4] * 4, attention=["global", "local"] * 2, window=8),
@@ -142,8 +134,7 @@ GPT_NEO = Row(
 )
 VIT_SMALL = dict(image_size=16, patch_size=4, channels=3, num_classes=7)
 VIT = Row(
-    "vit", "ViT", "ViTForImageClassification", vit.to_vit_config, vit.spec_from_vit_config, _to_vit, vit.from_hf_vit,
-    vit.vit_incompatibility,
+    vit.VIT,
     {name: spec_from_preset(preset, **fields) for name, (preset, fields) in {
         "tiny-28-preset": ("vit-tiny-28", {}),
         "2-layer-12-heads": ("vit-small-32", dict(d_model=48, n_layers=2, heads=[12] * 2, mlp_hidden=96)),
@@ -181,12 +172,12 @@ VIT = Row(
 LLAMA_STYLE = dict(vocab_size=97, d_model=32, n_layers=3, heads=[4] * 3, max_seq_len=64, mlp_hidden=96,
                    activation="swiglu", norm="rmsnorm_pre", layer_norm_eps=1e-6, positions="rope",
                    rope_theta=500.0, score_scale="inv_sqrt", qkv_bias=False, out_bias=False, mlp_bias=False)
-LLAMA = _llama_row(llama.LLAMA, {name: ModelSpec(**{**LLAMA_STYLE, **fields}) for name, fields in {
+LLAMA = Row(llama.LLAMA, {name: ModelSpec(**{**LLAMA_STYLE, **fields}) for name, fields in {
     "mha-tied": dict(),
     "gqa-4q-2kv-untied": dict(kv_heads=2, tie_embeddings=False),
     "mqa-wide-heads-biases": dict(kv_heads=1, head_dim=16, qkv_bias=True, out_bias=True, mlp_bias=True),
 }.items()}, [(ModelSpec(**{**LLAMA_STYLE, **fields}), needle) for fields, needle in [
-    (dict(heads=[4, 4, 2], head_dim=8), "different heads"),
+    (dict(heads=[4, 4, 2], head_dim=8), "different head counts"),
     (dict(kv_heads=[2, 2, 1]), "different key/value heads"),
     (dict(activation="geglu"), "activation"),
     (dict(positions="learned", rope_theta=10000.0), "positions"),
@@ -195,7 +186,7 @@ LLAMA = _llama_row(llama.LLAMA, {name: ModelSpec(**{**LLAMA_STYLE, **fields}) fo
     (dict(out_bias=True), "attention_bias"),
     (dict(attention=["global", "local", "global"]), "local"),
 ]])
-QWEN3 = _llama_row(llama.QWEN3, {name: ModelSpec(**{**LLAMA_STYLE, "kv_heads": 2, "qk_norm": "rmsnorm", **fields})
+QWEN3 = Row(llama.QWEN3, {name: ModelSpec(**{**LLAMA_STYLE, "kv_heads": 2, "qk_norm": "rmsnorm", **fields})
                                  for name, fields in {
     "gqa-qk-norm": dict(tie_embeddings=False),
     # window 6 < T: the sliding-window layer really cuts keys off, in the forward and when decoding
@@ -207,8 +198,7 @@ LAGUNA_STYLE = dict(vocab_size=97, d_model=32, n_layers=3, heads=[4, 6, 2], head
                     positions="rope", rope_theta=500.0, score_scale="inv_sqrt", qk_norm="rmsnorm",
                     output_gate="softplus_head", qkv_bias=False, out_bias=False, mlp_bias=False)
 LAGUNA = Row(
-    "laguna", "Laguna", "LagunaForCausalLM", laguna.to_config, laguna.spec_from_config,
-    lambda model, _: laguna.to_hf(model), laguna.from_hf, laguna.incompatibility,
+    laguna.LAGUNA,
     {name: ModelSpec(**{**LAGUNA_STYLE, **fields}) for name, fields in {
         "per-layer-query-heads-per-head-gate": dict(),
         "per-element-gate-untied-partial-rotary": dict(output_gate="softplus_element", tie_embeddings=False,
@@ -228,10 +218,9 @@ LAGUNA = Row(
     ]],
     [(_laguna_moe, r"layers \[1, 2\] are mixture-of-experts"), (_laguna_two_ropes, "different RoPE")],
 )
-OPENELM_SPEC = openelm.spec_from_config(SMALL)
+OPENELM_SPEC = openelm.OPENELM.spec_from_config(SMALL)
 OPENELM = OpenELMRow(
-    "openelm", "OpenELM", None, openelm.to_config, openelm.spec_from_config, _to_openelm,
-    partial(openelm.from_openelm, config=SMALL, prefix=""), openelm.incompatibility, {"corenet-small": OPENELM_SPEC},
+    openelm.OPENELM, {"corenet-small": OPENELM_SPEC},
     [(OPENELM_SPEC.model_copy(update={"qk_norm": None}), "qk_norm"), (spec_from_preset("llama-tiny"), "q and k")],
 )
 ROWS = [GPT_NEO, VIT, LLAMA, QWEN3, LAGUNA, OPENELM]
@@ -239,15 +228,15 @@ ROWS = [GPT_NEO, VIT, LLAMA, QWEN3, LAGUNA, OPENELM]
 
 def _skip(row: Row) -> pytest.MarkDecorator:
     """Skip a row's tests where this transformers lacks its class (Laguna came in a later 5.x)."""
-    missing = row.model_class is not None and not hasattr(transformers, row.model_class)
-    return pytest.mark.skipif(missing, reason=f"this transformers has no {row.model_class}")
+    missing = row.arch.model_class is not None and not hasattr(transformers, row.arch.model_class)
+    return pytest.mark.skipif(missing, reason=f"this transformers has no {row.arch.model_class}")
 
 
-CASES = [pytest.param(row, case, id=f"{row.name}-{case}", marks=_skip(row)) for row in ROWS for case in row.cases]
+CASES = [pytest.param(row, case, id=f"{row.arch.name}-{case}", marks=_skip(row)) for row in ROWS for case in row.cases]
 DECODER_CASES = [p for p in CASES if p.values[0].cases[p.values[1]].output_head == "lm"]
-REFUSALS = [pytest.param(row, spec, needle, id=f"{row.name}-{needle}", marks=_skip(row))
+REFUSALS = [pytest.param(row, spec, needle, id=f"{row.arch.name}-{needle}", marks=_skip(row))
             for row in ROWS for spec, needle in row.refusals]
-CONFIG_REFUSALS = [pytest.param(row, make, needle, id=f"{row.name}-{needle}", marks=_skip(row))
+CONFIG_REFUSALS = [pytest.param(row, make, needle, id=f"{row.arch.name}-{needle}", marks=_skip(row))
                    for row in ROWS for make, needle in row.config_refusals]
 #: the per-layer fields of a spec, compared through its layers (written in more than one way)
 PER_LAYER = {"heads", "head_dim", "kv_heads", "mlp_hidden", "mlp_ratio", "attention"}
@@ -304,7 +293,7 @@ def test_logits_loss_and_counts_match(row, case):
         with torch.no_grad():
             logits, loss = row.forward(theirs, x, labels)
         diff = (mine - logits).abs().max().item()
-        print(f"{row.name}-{case} {variant}: max |logits diff| {diff:.3g}")
+        print(f"{row.arch.name}-{case} {variant}: max |logits diff| {diff:.3g}")
         assert mine.shape == logits.shape and diff < 1e-5
         if loss is not None:
             assert abs(_loss(spec, mine, labels).item() - loss.item()) < 1e-5
@@ -330,9 +319,9 @@ def test_conversion_from_the_reference(row, case):
 @pytest.mark.parametrize(("row", "case"), CASES)
 def test_config_round_trips(row, case):
     spec = row.cases[case]
-    config = row.to_config(spec)
-    assert same_model(row.spec_from_config(config), spec)
-    back = row.to_config(row.spec_from_config(config))
+    config = row.arch.to_config(spec)
+    assert same_model(row.arch.spec_from_config(config), spec)
+    back = row.arch.to_config(row.arch.spec_from_config(config))
     assert back == config if isinstance(config, dict) else back.to_dict() == config.to_dict()
 
 
@@ -371,26 +360,63 @@ def test_training_gradients_match(row, case):
 
 @pytest.mark.parametrize(("row", "spec", "needle"), REFUSALS)
 def test_what_a_converter_cannot_express_is_refused_with_the_reason(row, spec, needle):
-    reason = row.incompatibility(spec)
+    reason = row.arch.incompatibility(spec)
     assert needle in reason and "\n" not in reason
-    with pytest.raises(HeadwiseError, match=f"cannot convert to {row.label}") as err:
+    with pytest.raises(HeadwiseError, match=f"cannot convert to {row.arch.label}") as err:
         row.to_theirs(Transformer(spec), row.variants[0])
     assert "\n" not in str(err.value)
+
+
+def test_every_architecture_of_the_registry_has_a_row():
+    assert {row.arch.name: row.arch for row in ROWS} == architectures()
+
+
+#: the options of the attention kinds (a record maps those of its kinds, or refuses their layers)
+KIND_OPTIONS = {option for _, kind in ATTENTION_KINDS.items() for option in kind.options}
+
+
+def _away_from(default: Any) -> Any:
+    """A value other than ``default``, of its kind (the check reads the field, not its validity)."""
+    if isinstance(default, bool):
+        return not default
+    if isinstance(default, (int, float)):
+        return default + 1
+    return f"{default}-other" if isinstance(default, str) else 7
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[row.arch.name for row in ROWS])
+def test_every_spec_field_is_mapped_fixed_or_refused_away_from_its_default(row):
+    # a new ModelSpec field is none of the record's: it must then be refused away from its
+    # default, naming itself, in a spec the record otherwise expresses
+    arch, spec = row.arch, next(iter(row.cases.values()))
+    named = arch.maps | {f for f, _, _ in arch.fixed} | {f for f, _ in arch.uniform}
+    assert named <= set(ModelSpec.model_fields), named - set(ModelSpec.model_fields)
+    assert {f for f, _ in arch.uniform} <= arch.maps
+    assert arch.incompatibility(spec) is None
+    defaults = arch.at_default()
+    assert not set(defaults) & named and "pad_id" in defaults
+    for name in ModelSpec.model_fields:
+        if name in defaults:
+            default = ModelSpec.model_fields[name].default
+            reason = arch.incompatibility(spec.model_copy(update={name: _away_from(default)}))
+            assert reason is not None and reason.startswith(f"{name} = ") and arch.label in reason, (name, reason)
+        else:  # mapped, fixed, what it reads or ends in, or an option of an attention kind
+            assert name in named | {"inputs", "outputs"} | KIND_OPTIONS, name
 
 
 @pytest.mark.parametrize(("row", "make", "needle"), CONFIG_REFUSALS)
 def test_configs_headwise_cannot_read_are_refused(row, make, needle):
     with pytest.raises(HeadwiseError, match=needle):
-        row.spec_from_config(make())
+        row.arch.spec_from_config(make())
 
 
 def test_a_vit_config_round_trips_through_the_spec():
     config = transformers.ViTConfig(hidden_size=48, num_hidden_layers=3, num_attention_heads=6, intermediate_size=100,
                                     image_size=20, patch_size=5, num_channels=1, num_labels=4, qkv_bias=False,
                                     layer_norm_eps=1e-6, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
-    spec = vit.spec_from_vit_config(config)
+    spec = vit.VIT.spec_from_config(config)
     assert spec.max_seq_len == 17 and spec.dropout == 0.1 and spec.layer(0).head_dim == 8
-    back = vit.to_vit_config(spec).to_dict()
+    back = vit.VIT.to_config(spec).to_dict()
     for key, value in config.to_dict().items():
         if key not in ("transformers_version", "architectures"):
             assert back[key] == value, key
@@ -399,6 +425,6 @@ def test_a_vit_config_round_trips_through_the_spec():
 def test_vit_b16_preset_counts_match_hf():
     spec = spec_from_preset("vit-b16")
     with torch.device("meta"):
-        hf = transformers.ViTForImageClassification(vit.to_vit_config(spec))
+        hf = transformers.ViTForImageClassification(vit.VIT.to_config(spec))
     assert count_params(spec) == sum(p.numel() for p in hf.parameters()) == 86_567_656
-    assert same_model(vit.spec_from_vit_config(hf.config), spec)
+    assert same_model(vit.VIT.spec_from_config(hf.config), spec)

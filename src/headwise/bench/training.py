@@ -4,7 +4,7 @@ the blog's GPT-Neo for every case, interleaved; one pass times the cases of ever
 All plans of one sequence length are timed in the same interleaved rounds on one batch of token
 ids. The headwise models of every plan share one set of weights (every plan of the blog's grid
 has the same parameter shapes; only the split into heads differs) and one AdamW; the Hugging Face
-models share a copy of those weights made with :func:`headwise.hf.to_hf`. So both sides start
+models share a copy of those weights made with :meth:`headwise.hf.gpt_neo.GPT_NEO.to_hf`. So both sides start
 from the same weights and see the same data, and memory stays at two models' worth.
 """
 
@@ -142,7 +142,7 @@ def _add_hf(out: _Cases, cfg: BenchConfig, seq_len: int, cases: TrainingCases, g
     # transformers is an optional extra; only the hf section needs it
     from transformers import GPTNeoForCausalLM
 
-    from headwise.hf.gpt_neo import to_gpt_neo_config, to_hf
+    from headwise.hf.gpt_neo import GPT_NEO
 
     main_dtype = torch.bfloat16 if precision == "bf16" else None
     hf_base = None
@@ -153,12 +153,12 @@ def _add_hf(out: _Cases, cfg: BenchConfig, seq_len: int, cases: TrainingCases, g
             # headwise's weights under this plan's head split, copied into GPT-Neo's layout
             with torch.device("meta"):
                 twin = Transformer(spec)
-            hf_base = to_hf(share_parameters(twin, base)).to(device)
+            hf_base = GPT_NEO.to_hf(share_parameters(twin, base)).to(device)
             model = hf_base
             hf_opt = make_optimizer(hf_base, device)
         else:
             with torch.device("meta"):
-                model = GPTNeoForCausalLM(to_gpt_neo_config(spec))
+                model = GPTNeoForCausalLM(GPT_NEO.to_config(spec))
             share_parameters(model, hf_base)
         model.train()
         model.config._attn_implementation = "eager"

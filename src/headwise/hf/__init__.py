@@ -1,11 +1,13 @@
 """headwise and the Hugging Face ecosystem, in one package (``transformers`` is imported only by
 the modules that need it, never by training):
 
-- :mod:`~headwise.hf.gpt_neo`, :mod:`~headwise.hf.vit`, :mod:`~headwise.hf.llama`: exact
-  conversion to and from ``GPTNeoForCausalLM``, ``ViTForImageClassification`` and
-  ``LlamaForCausalLM`` / ``Qwen3ForCausalLM`` for the specs they express, on the
-  shared skeleton of :mod:`~headwise.hf.convert` (the checks, the attention kinds' names there,
-  the copy of the weights);
+- :mod:`~headwise.hf.gpt_neo`, :mod:`~headwise.hf.vit`, :mod:`~headwise.hf.llama`,
+  :mod:`~headwise.hf.laguna`, :mod:`~headwise.hf.openelm`: exact conversion to and from
+  ``GPTNeoForCausalLM``, ``ViTForImageClassification``, ``LlamaForCausalLM`` /
+  ``Qwen3ForCausalLM``, ``LagunaForCausalLM`` and OpenELM for the specs they express, each one
+  :class:`~headwise.hf.convert.Architecture` record (the fields it maps and fixes, config both
+  ways, the weight layout; one generic check refuses every other field away from its default),
+  all of them in :mod:`~headwise.hf.architectures`;
 - :mod:`~headwise.hf.models`: every spec as a ``transformers`` model (``HeadwiseConfig``,
   ``HeadwiseFor...``; importing it registers the Auto classes);
 - :mod:`~headwise.hf.tokenizer`: a run's tokenizer as a ``transformers`` tokenizer;

@@ -1,4 +1,5 @@
-"""Conversion to and from Hugging Face ``GPTNeoForCausalLM`` for specs GPT-Neo can express.
+"""``GPTNeoForCausalLM`` as an :class:`~headwise.hf.convert.Architecture`: learned positions,
+pre-LayerNorm blocks of unscaled global or local attention, an ungated MLP with biases.
 
 ``transformers`` is imported lazily: it is needed to export or compare, never to train.
 """
@@ -8,90 +9,40 @@ from __future__ import annotations
 from typing import Any
 
 from headwise.hf.convert import (
-    Layout, block_pairs, check_expressible, fixed_field_problem, from_architecture, kind_problem, kinds_from_arch,
-    kinds_to_arch, options_from_arch, options_to_arch, to_architecture,
+    Architecture, Layout, activation_of, block_pairs, hidden_act, kind_fields, kinds_to_arch, one_kv_per_head,
+    options_to_arch,
 )
-from headwise.model.transformer import Transformer
 from headwise.model.features import ACTIVATIONS
 from headwise.spec import ModelSpec
 
-# What GPT-Neo's block fixes, as (spec field, required value, why)
-_GPT_NEO_FIXED = [
-    ("norm", "layernorm_pre", "GPT-Neo uses pre-norm LayerNorm"),
-    ("score_scale", "none", "GPT-Neo does not scale attention scores"),
-    ("positions", "learned", "GPT-Neo has learned absolute positions"),
-    ("causal", True, "GPT-Neo is a decoder"),
-    ("qkv_bias", False, "GPT-Neo's q/k/v projections have no bias"),
-    ("out_bias", True, "GPT-Neo's out_proj has a bias"),
-    ("mlp_bias", True, "GPT-Neo's MLP has biases"),
-    ("embedding_norm", None, "GPT-Neo has no LayerNorm on its embeddings"),
-    ("qk_norm", None, "GPT-Neo does not normalise q and k"),
-    ("output_gate", None, "GPT-Neo has no gate on the attention outputs"),
-]
 
-
-def gpt_neo_incompatibility(spec: ModelSpec) -> str | None:
-    """Why GPT-Neo cannot express ``spec``, or None when it can."""
-    if spec.inputs != "tokens":  # a ViT has no vocabulary either: say what it reads
-        return f"it reads {spec.inputs}, not tokens; GPT-Neo reads token ids"
-    if spec.output_head != "lm":
-        return f"outputs = {spec.output_head!r}: GPT-Neo ends in a language-model head"
-    if len(set(spec.heads)) != 1:
-        return f"its layers have different head counts {spec.heads}; GPT-Neo has one num_heads for all layers"
-    if spec.kv_heads_per_layer != spec.heads:
-        return f"it has {spec.kv_heads_per_layer} key/value heads per layer; GPT-Neo has one per query head"
+def _tied_width(spec: ModelSpec) -> str | None:
     if spec.head_dim is not None and any(hd * h != spec.d_model for hd, h in zip(spec.head_dims, spec.heads)):
         return f"its head width {spec.head_dims} is decoupled from d_model / heads; GPT-Neo ties them"
-    hidden = {s.mlp_hidden for s in spec.layers()}
-    if len(hidden) != 1:
-        return f"its layers have different MLP widths {sorted(hidden)}"
-    if ACTIVATIONS[spec.activation].gated:
-        return f"activation = {spec.activation!r} is gated; GPT-Neo's MLP is not"
-    return fixed_field_problem(spec, _GPT_NEO_FIXED) or kind_problem(spec, "gpt_neo", "GPT-Neo")
+    return None
 
 
-def to_gpt_neo_config(spec: ModelSpec) -> Any:
-    """The ``GPTNeoConfig`` equal to ``spec``; a HeadwiseError if GPT-Neo cannot express it."""
-    from transformers import GPTNeoConfig
-
-    check_expressible(spec, gpt_neo_incompatibility, "GPT-Neo")
-    return GPTNeoConfig(
-        vocab_size=spec.vocab_size,
-        max_position_embeddings=spec.max_seq_len,
-        hidden_size=spec.d_model,
-        num_layers=spec.n_layers,
-        num_heads=spec.heads[0],
-        intermediate_size=spec.layer(0).mlp_hidden,
-        attention_types=[[[k], 1] for k in kinds_to_arch(spec, "gpt_neo")],
-        **options_to_arch(spec, "gpt_neo"),
-        activation_function=ACTIVATIONS[spec.activation].hidden_act,
-        embed_dropout=spec.dropout,
-        attention_dropout=spec.dropout,
-        resid_dropout=spec.dropout,
-        layer_norm_epsilon=spec.layer_norm_eps,
-        initializer_range=spec.init_std,
-        tie_word_embeddings=spec.tie_embeddings,
-        # GPT-2's <|endoftext|> id, kept inside small test vocabularies
-        bos_token_id=min(50256, spec.vocab_size - 1),
-        eos_token_id=min(50256, spec.vocab_size - 1),
+def _write(spec: ModelSpec) -> dict[str, Any]:
+    eos = min(50256, spec.vocab_size - 1)  # GPT-2's <|endoftext|> id, kept inside small test vocabularies
+    return dict(
+        vocab_size=spec.vocab_size, max_position_embeddings=spec.max_seq_len, hidden_size=spec.d_model,
+        num_layers=spec.n_layers, num_heads=spec.heads[0], intermediate_size=spec.layer(0).mlp_hidden,
+        attention_types=[[[k], 1] for k in kinds_to_arch(spec, "gpt_neo")], **options_to_arch(spec, "gpt_neo"),
+        activation_function=ACTIVATIONS[spec.activation].hidden_act, embed_dropout=spec.dropout,
+        attention_dropout=spec.dropout, resid_dropout=spec.dropout, layer_norm_epsilon=spec.layer_norm_eps,
+        initializer_range=spec.init_std, tie_word_embeddings=spec.tie_embeddings, bos_token_id=eos,
+        eos_token_id=eos,
     )
 
 
-def spec_from_gpt_neo_config(config: Any) -> ModelSpec:
-    """The ModelSpec of a ``GPTNeoConfig``."""
-    return ModelSpec(
-        vocab_size=config.vocab_size,
-        d_model=config.hidden_size,
-        n_layers=config.num_layers,
-        max_seq_len=config.max_position_embeddings,
-        heads=[config.num_heads] * config.num_layers,
+def _read(config: Any) -> dict[str, Any]:
+    return dict(
+        vocab_size=config.vocab_size, d_model=config.hidden_size, n_layers=config.num_layers,
+        max_seq_len=config.max_position_embeddings, heads=[config.num_heads] * config.num_layers,
         mlp_hidden=config.intermediate_size or 4 * config.hidden_size,
-        activation=config.activation_function,
-        attention=kinds_from_arch(list(config.attention_layers), "gpt_neo"),
-        **options_from_arch(config, "gpt_neo"),
-        layer_norm_eps=config.layer_norm_epsilon,
-        dropout=config.resid_dropout,
-        init_std=config.initializer_range,
+        activation=activation_of(config.activation_function, "GPT-Neo"),
+        **kind_fields(list(config.attention_layers), "gpt_neo", config), layer_norm_eps=config.layer_norm_epsilon,
+        dropout=config.resid_dropout, init_std=config.initializer_range,
         tie_embeddings=bool(getattr(config, "tie_word_embeddings", True)),
     )
 
@@ -107,17 +58,23 @@ def _pairs(spec: ModelSpec) -> list[tuple[str, str]]:
             *untied]
 
 
-#: where GPT-Neo keeps headwise's weights
-LAYOUT = Layout(_pairs, lambda i, part: [f"transformer.h.{i}.attn.attention.{p}_proj.{part}" for p in "qkv"])
-
-
-def to_hf(model: Transformer) -> Any:
-    """A ``GPTNeoForCausalLM`` with exactly ``model``'s weights."""
-    from transformers import GPTNeoForCausalLM
-
-    return to_architecture(model, GPTNeoForCausalLM(to_gpt_neo_config(model.spec)), LAYOUT)
-
-
-def from_hf(hf: Any) -> Transformer:
-    """A headwise Transformer with exactly a ``GPTNeoForCausalLM``'s weights."""
-    return from_architecture(hf, spec_from_gpt_neo_config(hf.config), LAYOUT)
+GPT_NEO = Architecture(
+    "gpt-neo", "gpt_neo", "GPT-Neo", "GPTNeoForCausalLM", "tokens", "lm",
+    maps=frozenset({"vocab_size", "max_seq_len", "d_model", "n_layers", "heads", "kv_heads", "head_dim", "mlp_hidden",
+                    "mlp_ratio", "activation", "attention", "dropout", "layer_norm_eps", "init_std",
+                    "tie_embeddings"}),
+    fixed=(("norm", "layernorm_pre", "GPT-Neo uses pre-norm LayerNorm"),
+           ("score_scale", "none", "GPT-Neo does not scale attention scores"),
+           ("positions", "learned", "GPT-Neo has learned absolute positions"),
+           ("causal", True, "GPT-Neo is a decoder"),
+           ("qkv_bias", False, "GPT-Neo's q/k/v projections have no bias"),
+           ("out_bias", True, "GPT-Neo's out_proj has a bias"),
+           ("mlp_bias", True, "GPT-Neo's MLP has biases"),
+           ("embedding_norm", None, "GPT-Neo has no LayerNorm on its embeddings"),
+           ("qk_norm", None, "GPT-Neo does not normalise q and k"),
+           ("output_gate", None, "GPT-Neo has no gate on the attention outputs")),
+    write=_write, read=_read,
+    uniform=(("heads", "num_heads"), ("mlp_hidden", "intermediate_size")),
+    rules=(lambda spec: one_kv_per_head(spec, "GPT-Neo"), _tied_width, lambda spec: hidden_act(spec, "GPT-Neo")),
+    layout=Layout(_pairs, lambda i, part: [f"transformer.h.{i}.attn.attention.{p}_proj.{part}" for p in "qkv"]),
+)

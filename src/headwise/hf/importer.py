@@ -41,7 +41,8 @@ from pydantic import ValidationError
 from headwise.config import apply_overrides, describe_validation_error, read_toml
 from headwise.errors import HeadwiseError
 from headwise.hf.export import _make_folders
-from headwise.hf.native import NativeTarget, targets
+from headwise.hf.convert import Architecture
+from headwise.hf.native import targets
 from headwise.model import SPEC_FILE, WEIGHTS_FILE, Transformer, save_pretrained
 from headwise.model.pretrained import MANIFEST_FILE, first_line
 from headwise.params import count_params, kv_cache_budget
@@ -122,10 +123,10 @@ def _download(name: str) -> Path:
     return folder
 
 
-def choose_target(config: dict[str, Any], cls: str, where: Path) -> NativeTarget:
+def choose_target(config: dict[str, Any], cls: str, where: Path) -> Architecture:
     """The converter of a folder's ``config.json`` (``config``): ``cls`` names it, or ``auto``
     takes the one of its ``architectures``, else of its ``model_type``."""
-    known = {t.name: t for t in targets().values() if t.name in CLASSES}
+    known = {name: t for name, t in targets().items() if name in CLASSES}
     model_type = config.get("model_type")
     archs = config.get("architectures") or []
     supported = ", ".join(t.model_class for t in known.values())
@@ -133,8 +134,8 @@ def choose_target(config: dict[str, Any], cls: str, where: Path) -> NativeTarget
         if cls not in known:
             raise HeadwiseError(f"--class {cls}: choose auto or one of {', '.join(CLASSES)}")
         target = known[cls]
-        if model_type != target.model_type:
-            raise HeadwiseError(f"--class {cls} reads {target.model_type!r} models, but {where} has model_type "
+        if model_type != target.arch:
+            raise HeadwiseError(f"--class {cls} reads {target.arch!r} models, but {where} has model_type "
                                 f"{model_type!r}: use --class auto (nothing was written)")
         return target
     by_class = {t.model_class: t for t in known.values()}
@@ -142,7 +143,7 @@ def choose_target(config: dict[str, Any], cls: str, where: Path) -> NativeTarget
         if arch in by_class:
             return by_class[arch]
     for target in known.values():
-        if not archs and model_type == target.model_type:
+        if not archs and model_type == target.arch:
             return target
     what = archs[0] if archs else f"model_type {model_type!r}"
     raise HeadwiseError(f"{where} is a {what} model: headwise convert reads {supported} (nothing was written)")
@@ -164,7 +165,7 @@ def _tokenizer(folder: Path, vocab_size: int) -> tuple[Tokenizer | None, str | N
     return tokenizer, None if tokenizer is not None else f"its tokenizer: {why}"
 
 
-def _load(folder: Path, target: NativeTarget) -> Any:
+def _load(folder: Path, target: Architecture) -> Any:
     """The folder's model as ``target``'s class, in float32 (the converted copy and the check are
     then exact), every weight read from the folder."""
     import transformers
@@ -304,7 +305,7 @@ def _write_run(tmp: Path, model: Transformer, cfg: RunConfig, tokenizer: Tokeniz
     write_summary(tmp, summary)
 
 
-def _read_source(src: str, cls: str) -> tuple[Path, bool, NativeTarget, Any, ModelSpec]:
+def _read_source(src: str, cls: str) -> tuple[Path, bool, Architecture, Any, ModelSpec]:
     """The folder of ``src``, whether it came from the hub, its converter, its ``transformers``
     config and the spec of that config: everything refused before any weight is read."""
     import transformers

@@ -18,68 +18,24 @@ of headwise's own ``HeadwiseForCausalLM`` (which loads with ``trust_remote_code=
 
 A model that is not a language model (an encoder, a classifier) has no native target here; an
 explicit target that cannot express the model is refused, with the rule, before anything is written.
-Each target also says how to read its class back (``spec_from_config``, ``from_hf``): ``headwise
-convert`` (:mod:`headwise.hf.importer`) picks the target of a folder's ``config.json`` from this table.
+Each target is an :class:`~headwise.hf.convert.Architecture` of the registry, which also reads its
+class back (``spec_from_config``, ``from_hf``): ``headwise convert`` (:mod:`headwise.hf.importer`)
+picks the target of a folder's ``config.json`` from :func:`targets`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from headwise.errors import HeadwiseError
+from headwise.hf.architectures import architectures
+from headwise.hf.convert import Architecture
 from headwise.spec import ModelSpec
 
 
-@dataclass(frozen=True)
-class NativeTarget:
-    """One native ``transformers`` causal-LM class that ``headwise export`` can write."""
-
-    #: its name on ``--native``
-    name: str
-    #: its ``transformers`` class name
-    model_class: str
-    #: why it cannot express a spec, or None when it can
-    problem: Callable[[ModelSpec], str | None]
-    #: the ``transformers`` model with exactly a headwise model's weights
-    build: Callable[[Any], Any]
-    #: the ``model_type`` of its configs (``headwise convert`` reads it from ``config.json``)
-    model_type: str
-    #: the spec of one of its configs, or a HeadwiseError saying why headwise cannot express it
-    spec_from_config: Callable[[Any], ModelSpec]
-    #: the headwise model with exactly the weights of one of its models (``headwise convert``)
-    from_hf: Callable[[Any], Any]
-
-
-def _llama(arch_name: str) -> NativeTarget:
-    """The target of one :mod:`headwise.hf.llama` architecture."""
-    from headwise.hf import llama
-
-    arch = llama.ARCHITECTURES[arch_name]
-    return NativeTarget(arch_name, arch.model_class, lambda spec: llama.incompatibility(spec, arch),
-                        lambda model: llama.to_hf(model, arch), arch.arch, llama.spec_from_config, llama.from_hf)
-
-
-def _gpt_neo() -> NativeTarget:
-    """The GPT-Neo target."""
-    from headwise.hf import gpt_neo
-
-    return NativeTarget("gpt-neo", "GPTNeoForCausalLM", gpt_neo.gpt_neo_incompatibility, gpt_neo.to_hf, "gpt_neo",
-                        gpt_neo.spec_from_gpt_neo_config, gpt_neo.from_hf)
-
-
-def _laguna() -> NativeTarget:
-    """The Laguna target."""
-    from headwise.hf import laguna
-
-    return NativeTarget("laguna", laguna.MODEL_CLASS, laguna.incompatibility, laguna.to_hf, laguna.ARCH,
-                        laguna.spec_from_config, laguna.from_hf)
-
-
-def targets() -> dict[str, NativeTarget]:
-    """Every native target, by its ``--native`` name."""
-    return {t.name: t for t in (_llama("llama"), _llama("qwen3"), _laguna(), _gpt_neo())}
+def targets() -> dict[str, Architecture]:
+    """Every native target, by its ``--native`` name: the registry's causal LMs of ``transformers``."""
+    return {name: arch for name, arch in architectures().items() if arch.model_class and arch.head == "lm"}
 
 
 #: ``--native`` choices: the targets, ``auto`` and ``none``
@@ -97,7 +53,7 @@ def _nearest(spec: ModelSpec) -> str:
     return "qwen3" if spec.qk_norm else "llama"
 
 
-def choose(spec: ModelSpec, native: str) -> tuple[NativeTarget | None, str | None]:
+def choose(spec: ModelSpec, native: str) -> tuple[Architecture | None, str | None]:
     """The native target to write ``spec`` as (None: ``HeadwiseForCausalLM``), and, where ``auto``
     fell back to ``HeadwiseForCausalLM`` for a language model, one line saying which rule forced it.
     An explicit target that cannot express ``spec`` is a HeadwiseError naming the rule."""
@@ -108,7 +64,7 @@ def choose(spec: ModelSpec, native: str) -> tuple[NativeTarget | None, str | Non
     known = targets()
     if native != "auto":
         target = known[native]
-        reason = target.problem(spec)
+        reason = target.incompatibility(spec)
         if reason:
             flag = "--gpt-neo" if native == "gpt-neo" else f"--native {native}"
             raise HeadwiseError(f"{flag}: {target.model_class} cannot express this model: {reason}; export without "
@@ -118,18 +74,18 @@ def choose(spec: ModelSpec, native: str) -> tuple[NativeTarget | None, str | Non
     if spec.output_head != "lm":
         return None, None
     for name in AUTO_ORDER:
-        if known[name].problem(spec) is None:
+        if known[name].incompatibility(spec) is None:
             return known[name], None
     nearest = known[_nearest(spec)]
     return None, (f"no native transformers class expresses this model ({nearest.model_class}: "
-                  f"{nearest.problem(spec)}), so it is exported as HeadwiseForCausalLM, which loads with "
+                  f"{nearest.incompatibility(spec)}), so it is exported as HeadwiseForCausalLM, which loads with "
                   "trust_remote_code=True")
 
 
-def to_native(model: Any, target: NativeTarget, eot_id: int | None) -> Any:
+def to_native(model: Any, target: Architecture, eot_id: int | None) -> Any:
     """``model`` as ``target``'s class, with the tokenizer's end-of-text ``eot_id`` as its bos,
     eos and pad (in the config and in the generation config)."""
-    hf = target.build(model)
+    hf = target.to_hf(model)
     if eot_id is not None:
         hf.config.bos_token_id = hf.config.eos_token_id = eot_id
         hf.generation_config.bos_token_id = hf.generation_config.eos_token_id = eot_id

@@ -27,57 +27,23 @@ import torch
 from torch import Tensor
 
 from headwise.errors import HeadwiseError
-from headwise.hf.convert import fixed_field_problem
+from headwise.hf.convert import Architecture
 from headwise.model.transformer import Transformer
 from headwise.plans import layerwise_scaling, make_divisible
 from headwise.spec import ModelSpec
 
-#: what OpenELM's block fixes, as (spec field, required value, why)
-_FIXED: list[tuple[str, object, str]] = [
-    ("inputs", "tokens", "it reads token ids"),
-    ("output_head", "lm", "it ends in a language-model head"),
-    ("causal", True, "it is a decoder"),
-    ("norm", "rmsnorm_pre", "its blocks are pre-norm RMSNorm"),
-    ("positions", "rope", "it has rotary positions"),
-    ("partial_rotary_factor", 1.0, "its RoPE rotates every channel of a head"),
-    ("activation", "swiglu", "its FFN is SwiGLU (ffn_with_glu, swish)"),
-    ("score_scale", "inv_sqrt", "it scales attention scores by 1/sqrt(head_dim)"),
-    ("qk_norm", "rmsnorm", "it normalises each head's q and k (normalize_qk_projections)"),
-    ("qkv_bias", False, "its projections have no biases"),
-    ("out_bias", False, "its projections have no biases"),
-    ("mlp_bias", False, "its FFN has no biases"),
-    ("embedding_norm", None, "it has no norm on its embeddings"),
-    ("dropout", 0.0, "it has no dropout"),
-    ("drop_path", None, "it has no stochastic depth"),
-    ("output_gate", None, "it has no gate on the attention outputs"),
-]
+
+def _two_widths(spec: ModelSpec) -> str | None:
+    if spec.n_layers == 2 and len({s.mlp_hidden for s in spec.layers()}) == 2:
+        return ("a 2-layer model with two FFN widths; OpenELM reads two ffn_multipliers as the ends of a ramp "
+                "rounded to 2 decimals")
+    return None
 
 
-def incompatibility(spec: ModelSpec) -> str | None:
-    """Why OpenELM cannot express ``spec``, or None when it can."""
-    if len(set(spec.head_dims)) != 1:
-        return f"its layers have different head widths {spec.head_dims}; OpenELM has one head_dim for all layers"
-    kinds = sorted({s.attention for s in spec.layers()} - {"global"})
-    if kinds:
-        return f"it has {' and '.join(kinds)} attention layers; OpenELM's layers are all global causal attention"
-    return fixed_field_problem(spec, _FIXED)
-
-
-def _check(spec: ModelSpec) -> None:
-    reason = incompatibility(spec)
-    if reason:
-        raise HeadwiseError(f"cannot convert to OpenELM: {reason}")
-
-
-def to_config(spec: ModelSpec) -> dict[str, Any]:
-    """The hub ``config.json`` fields of an OpenELM equal to ``spec`` (per-layer heads and FFN
-    multipliers given as lists; ``ffn_dim_divisor`` 1 keeps every FFN width exact). A model of two
-    layers with different FFN widths cannot be written so (two multipliers read as a ramp)."""
-    _check(spec)
+def _write(spec: ModelSpec) -> dict[str, Any]:
+    """The hub ``config.json`` fields (per-layer heads and FFN multipliers given as lists;
+    ``ffn_dim_divisor`` 1 keeps every FFN width exact)."""
     layers = spec.layers()
-    if spec.n_layers == 2 and len({s.mlp_hidden for s in layers}) == 2:
-        raise HeadwiseError("cannot convert to OpenELM: a 2-layer model with two FFN widths; OpenELM reads two "
-                            "ffn_multipliers as the ends of a ramp rounded to 2 decimals")
     return {
         "model_type": "openelm", "vocab_size": spec.vocab_size, "max_context_length": spec.max_seq_len,
         "num_transformer_layers": spec.n_layers, "model_dim": spec.d_model, "head_dim": layers[0].head_dim,
@@ -98,8 +64,8 @@ def _per_layer(value: Any, n_layers: int, name: str) -> list[Any]:
     return values
 
 
-def spec_from_config(config: Mapping[str, Any]) -> ModelSpec:
-    """The ModelSpec of an OpenELM config (the hub's ``config.json`` fields, or corenet's
+def _read(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The spec fields of an OpenELM config (the hub's ``config.json`` fields, or corenet's
     ``GPTConfig`` fields as a dict). Per-layer heads are read when given, else computed by
     layer-wise scaling from ``qkv_multipliers``; FFN widths are rounded from ``ffn_multipliers``
     by ``make_divisible(m * model_dim, ffn_dim_divisor)`` as OpenELM's FFN does."""
@@ -123,15 +89,34 @@ def spec_from_config(config: Mapping[str, Any]) -> ModelSpec:
         mlp = list(layerwise_scaling(n, d, head_dim, ffn_multipliers=tuple(ffn), ffn_divisor=divisor).mlp_hidden)
     else:
         mlp = [2 * int(make_divisible(m * d, divisor)) for m in _per_layer(ffn, n, "ffn_multipliers")]
-    return ModelSpec(
-        vocab_size=int(config["vocab_size"]), d_model=d, n_layers=n,
-        max_seq_len=int(get("max_context_length", 2048)), heads=list(heads), kv_heads=list(kv_heads),
-        head_dim=head_dim, mlp_hidden=mlp, activation="swiglu", norm="rmsnorm_pre",
-        layer_norm_eps=float(get("rms_norm_eps", 1e-6)), positions="rope",
-        rope_theta=float(get("rope_freq_constant", 10000)), qk_norm="rmsnorm", score_scale="inv_sqrt",
-        qkv_bias=False, out_bias=False, mlp_bias=False, tie_embeddings=bool(get("share_input_output_layers", True)),
-        init_std=float(get("initializer_range", 0.02)),
+    return dict(
+        vocab_size=int(config["vocab_size"]), d_model=d, n_layers=n, max_seq_len=int(get("max_context_length", 2048)),
+        heads=list(heads), kv_heads=list(kv_heads), head_dim=head_dim, mlp_hidden=mlp,
+        layer_norm_eps=float(get("rms_norm_eps", 1e-6)), rope_theta=float(get("rope_freq_constant", 10000)),
+        tie_embeddings=bool(get("share_input_output_layers", True)), init_std=float(get("initializer_range", 0.02)),
     )
+
+
+OPENELM = Architecture(
+    "openelm", "openelm", "OpenELM", None, "tokens", "lm",
+    maps=frozenset({"vocab_size", "d_model", "n_layers", "max_seq_len", "heads", "kv_heads", "head_dim", "mlp_hidden",
+                    "mlp_ratio", "attention", "layer_norm_eps", "rope_theta", "tie_embeddings", "init_std"}),
+    fixed=(("causal", True, "it is a decoder"),
+           ("norm", "rmsnorm_pre", "its blocks are pre-norm RMSNorm"),
+           ("positions", "rope", "it has rotary positions"),
+           ("partial_rotary_factor", 1.0, "its RoPE rotates every channel of a head"),
+           ("activation", "swiglu", "its FFN is SwiGLU (ffn_with_glu, swish)"),
+           ("score_scale", "inv_sqrt", "it scales attention scores by 1/sqrt(head_dim)"),
+           ("qk_norm", "rmsnorm", "it normalises each head's q and k (normalize_qk_projections)"),
+           ("qkv_bias", False, "its projections have no biases"),
+           ("out_bias", False, "its projections have no biases"),
+           ("mlp_bias", False, "its FFN has no biases"),
+           ("embedding_norm", None, "it has no norm on its embeddings"),
+           ("dropout", 0.0, "it has no dropout"),
+           ("drop_path", None, "it has no stochastic depth"),
+           ("output_gate", None, "it has no gate on the attention outputs")),
+    write=_write, read=_read, uniform=(("head_dim", "head_dim"),), rules=(_two_widths,),
+)
 
 
 def _names(spec: ModelSpec, prefix: str) -> list[tuple[str, str]]:
@@ -159,7 +144,7 @@ def _swap_halves(w: Tensor) -> Tensor:
 def to_state_dict(model: Transformer, prefix: str = "transformer.") -> dict[str, Tensor]:
     """OpenELM's state dict (the hub's names; ``prefix=""`` for corenet's) with exactly ``model``'s
     weights; the tied output layer is not repeated."""
-    _check(model.spec)
+    OPENELM.check(model.spec)
     ours = model.state_dict()
     return {theirs: (_swap_halves(ours[a]) if a.endswith("mlp.fc.weight") else ours[a]).clone()
             for a, theirs in _names(model.spec, prefix)}
@@ -169,7 +154,7 @@ def to_state_dict(model: Transformer, prefix: str = "transformer.") -> dict[str,
 def from_state_dict(state: Mapping[str, Tensor], spec: ModelSpec, prefix: str = "transformer.") -> Transformer:
     """A headwise Transformer of ``spec`` (in eval mode) with exactly the weights of OpenELM's state
     dict ``state``; a missing or misshapen weight is a HeadwiseError naming it."""
-    _check(spec)
+    OPENELM.check(spec)
     model = Transformer(spec).eval()
     ours = model.state_dict()
     for a, theirs in _names(spec, prefix):
@@ -185,4 +170,4 @@ def from_state_dict(state: Mapping[str, Tensor], spec: ModelSpec, prefix: str = 
 def from_openelm(reference: torch.nn.Module, config: Mapping[str, Any], prefix: str = "transformer.") -> Transformer:
     """A headwise Transformer with exactly the weights of an OpenELM module (the hub's
     ``OpenELMForCausalLM``, or corenet's model with ``prefix=""``) of config ``config``."""
-    return from_state_dict(reference.state_dict(), spec_from_config(config), prefix)
+    return from_state_dict(reference.state_dict(), OPENELM.spec_from_config(config), prefix)

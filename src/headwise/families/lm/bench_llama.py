@@ -4,7 +4,7 @@ family's ``bench`` module): headwise's Llama-style block against transformers' `
 ``llama``: fp32 training tokens/s (forward, next-token cross-entropy, backward, AdamW) of the
 blog's 4-layer model as a Llama-style block (``blog-llama``) with uniform grouped-query attention
 (12 query heads sharing 4 key/value heads a layer), against ``LlamaForCausalLM`` holding exactly
-the same weights (:func:`headwise.hf.llama.to_hf`) with SDPA attention (transformers' fastest on
+the same weights (:meth:`headwise.hf.llama.LLAMA.to_hf`) with SDPA attention (transformers' fastest on
 the CPU; eager materialises the score matrix). Per-layer plans keep every layer's KV heads and
 move query heads between layers in multiples of them, so each has the uniform model's parameters:
 the head-count penalty is the worst plan's tokens/s over the uniform one's. All cases are timed
@@ -104,9 +104,9 @@ def llama_spec(s: LlamaSizes, heads: list[int], kv_heads: int | None = None, max
 
 def hf_llama(model: Transformer) -> torch.nn.Module:
     """transformers' ``LlamaForCausalLM`` with exactly ``model``'s weights, SDPA attention, in training mode."""
-    from headwise.hf.llama import to_hf  # transformers is an optional extra; only this section needs it
+    from headwise.hf.llama import LLAMA  # transformers is an optional extra; only this section needs it
 
-    hf = to_hf(model)
+    hf = LLAMA.to_hf(model)
     hf.set_attn_implementation(HF_ATTENTION)
     return hf.train()
 

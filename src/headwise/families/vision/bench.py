@@ -3,7 +3,7 @@
 
 The headwise models of every head count share one set of weights and one AdamW (the head count
 changes no parameter shape when head_dim = d_model / heads); the Hugging Face models share a copy
-of them made with :func:`headwise.hf.vit.to_hf_vit`, their own AdamW, and SDPA attention (the
+of them made with :meth:`headwise.hf.vit.VIT.to_hf`, their own AdamW, and SDPA attention (the
 fastest transformers offers on CPU). All cases are timed in the same interleaved rounds on one
 batch of random images and labels, as the training sections are (:mod:`headwise.bench.core`).
 """
@@ -59,19 +59,19 @@ def _models(cfg: BenchConfig, device: torch.device) -> tuple[dict[int, nn.Module
     and the two optimisers."""
     from transformers import ViTForImageClassification  # an optional extra; only this section needs it
 
-    from headwise.hf.vit import to_hf_vit, to_vit_config
+    from headwise.hf.vit import VIT
 
     counts = cfg.vision_heads
     torch.manual_seed(cfg.seed)
     base = Transformer(vision_spec(cfg, counts[0])).to(device).train()
     ours: dict[int, nn.Module] = {counts[0]: base}
-    hf_base = to_hf_vit(base, attn_implementation=HF_ATTENTION).to(device).train()
+    hf_base = VIT.to_hf(base, attn_implementation=HF_ATTENTION).to(device).train()
     theirs: dict[int, nn.Module] = {counts[0]: hf_base}
     for h in counts[1:]:
         spec = vision_spec(cfg, h)
         with torch.device("meta"):
             twin = Transformer(spec)
-            hf_twin = ViTForImageClassification(to_vit_config(spec))
+            hf_twin = ViTForImageClassification(VIT.to_config(spec))
         ours[h] = share_parameters(twin, base).train()
         hf_twin.set_attn_implementation(HF_ATTENTION)
         theirs[h] = share_parameters(hf_twin, hf_base).train()
@@ -169,7 +169,7 @@ def vision_table(result: dict[str, Any]) -> list[str]:
              f"positions with the class token), d_model {v['d_model']}, {v['n_layers']} layers, MLP "
              f"{v['mlp_hidden']}, {v['num_classes']} classes, head_dim = d_model / heads ({v['params']:,} parameters "
              f"at every head count). HF = transformers ViTForImageClassification, {v['hf_attn_implementation']} "
-             "attention, same weights (headwise.hf.vit.to_hf_vit). A step is forward, cross-entropy, backward and "
+             "attention, same weights (headwise.hf.vit.VIT.to_hf). A step is forward, cross-entropy, backward and "
              f"AdamW; waited {v.get('idle_wait_s', 0):.0f} s in all for the machine to go quiet before rounds.", "",
              "| heads | quiet | headwise images/s | HF images/s | headwise / HF | vs fewest heads (headwise) |",
              "|---|---|---|---|---|---|"]
