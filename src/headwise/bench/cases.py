@@ -8,8 +8,10 @@ which a nearest valid plan may miss.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
 from headwise.bench.settings import BenchConfig
@@ -64,6 +66,13 @@ def share_parameters(target: nn.Module, source: nn.Module) -> nn.Module:
         owner, _, attr = name.rpartition(".")
         setattr(target.get_submodule(owner), attr, buffers[name])
     return target
+
+
+def meta_twin(build: Callable[[], nn.Module], source: nn.Module) -> nn.Module:
+    """``build()``'s model made on the meta device, then given ``source``'s parameters and buffers."""
+    with torch.device("meta"):
+        target = build()
+    return share_parameters(target, source)
 
 
 @dataclass

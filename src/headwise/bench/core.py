@@ -91,6 +91,19 @@ class Timings:
         """Per sample of ``name``: was the machine quiet? (see :func:`quiet_mask`)"""
         return quiet_mask(self.stall[name])
 
+    def rates(self, name: str, per_sample: int, unit: str = "tokens") -> dict[str, Any]:
+        """Case ``name``'s samples as rates (``per_sample`` units per sample, e.g. tokens or images):
+        ``{unit}_per_s`` per sample and ``{unit}_per_s_median`` over its quiet samples when it has
+        two or more (see :func:`pick_quiet`), beside the raw seconds and CPU stall."""
+        rates = [per_sample / s for s in self.seconds[name]]
+        use, basis = pick_quiet(self.quiet(name))
+        return {"seconds": self.seconds[name], "cpu_stall": self.stall[name], f"{unit}_per_s": rates, "basis": basis,
+                f"{unit}_per_s_median": median([rates[i] for i in use])}
+
+    def cases(self, meta: dict[str, dict[str, Any]], per_sample: int, unit: str = "tokens") -> dict[str, Any]:
+        """Every case's ``meta`` with its :meth:`rates`."""
+        return {name: {**m, **self.rates(name, per_sample, unit)} for name, m in meta.items()}
+
 
 def quiet_mask(*stalls: list[float | None]) -> list[bool]:
     """Per sample: was the machine quiet in every one of the given stall series, measured in the
@@ -158,17 +171,6 @@ def pick_quiet(mask: list[bool], minimum: int = 2) -> tuple[list[int], str]:
     if len(quiet) >= minimum:
         return quiet, f"{len(quiet)}/{len(mask)} quiet"
     return list(range(len(mask))), f"all {len(mask)} ({len(quiet)} quiet)"
-
-
-def rate_result(seconds: list[float], stall: list[float | None], per_sample: int,
-                unit: str = "tokens") -> dict[str, Any]:
-    """One case's samples as rates (``per_sample`` units per sample, e.g. tokens or images):
-    ``{unit}_per_s`` per sample and ``{unit}_per_s_median`` over its quiet samples when it has
-    two or more (see :func:`pick_quiet`), beside the raw seconds and CPU stall."""
-    rates = [per_sample / s for s in seconds]
-    use, basis = pick_quiet(quiet_mask(stall))
-    return {"seconds": seconds, "cpu_stall": stall, f"{unit}_per_s": rates, "basis": basis,
-            f"{unit}_per_s_median": median([rates[i] for i in use])}
 
 
 def ratio_stats(numerator: list[float], denominator: list[float],

@@ -32,10 +32,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from headwise.bench.cases import share_parameters
-from headwise.bench.core import case_ratio, interleave, rate_result, synchronize
+from headwise.bench.cases import meta_twin
+from headwise.bench.core import case_ratio, interleave, synchronize
 from headwise.bench.report import number, quiet_count, ratio_cell, ratio_shown, target
-from headwise.bench.sections import BenchSection, SuiteRun, register_section
+from headwise.bench.sections import BenchSection, SuiteRun, of_part, register_section
 from headwise.bench.settings import BenchConfig
 from headwise.model.transformer import Attention
 from headwise.spec import ModelSpec
@@ -101,17 +101,13 @@ def _layers(cfg: BenchConfig, device: torch.device) -> tuple[Attention, Attentio
     spec = nystrom_spec(cfg)
     ours = Attention(spec, spec.layer(0)).to(device).train()
     soft_spec = nystrom_spec(cfg, "global")
-    with torch.device("meta"):
-        twin = Attention(soft_spec, soft_spec.layer(0))
-    softmax = share_parameters(twin, ours).train()
+    softmax = meta_twin(lambda: Attention(soft_spec, soft_spec.layer(0)), ours).train()
     lengths = list(cfg.nystrom_seq_lens)
     hf_base = HFNystromLayer(cfg, lengths[0]).to(device).train()
     copy_to_hf(ours, hf_base)
     theirs = {lengths[0]: hf_base}
     for t in lengths[1:]:
-        with torch.device("meta"):
-            hf_twin = HFNystromLayer(cfg, t)
-        theirs[t] = share_parameters(hf_twin, hf_base).train()
+        theirs[t] = meta_twin(lambda: HFNystromLayer(cfg, t), hf_base).train()
     return ours, softmax, theirs
 
 
@@ -189,8 +185,7 @@ def bench_nystrom(cfg: BenchConfig, device: torch.device, log: Callable[[str], N
         steps[name] = repeated(fn, meta[name]["repeats"])
     timings = interleave(steps, cfg.nystrom_rounds, 0, device, seed=cfg.seed + 11,
                          idle_wait=cfg.nystrom_idle_wait, progress=lambda s: log(f"{prefix} {s}"))
-    cases = {name: {**m, **rate_result(timings.seconds[name], timings.stall[name],
-                                        batch * m["seq_len"] * m["repeats"])} for name, m in meta.items()}
+    cases = {name: {**m, **timings.rates(name, batch * m["seq_len"] * m["repeats"])} for name, m in meta.items()}
     section = {
         "device": str(device), "precision": "fp32", "batch": batch, "seq_lens": list(cfg.nystrom_seq_lens),
         "d_model": d, "heads": cfg.nystrom_heads, "head_dim": d // cfg.nystrom_heads,
@@ -228,12 +223,10 @@ def measure_nystrom(run: SuiteRun) -> None:
     run.snapshot("after nystrom")
 
 
-def nystrom_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+@of_part("nystrom")
+def nystrom_targets(nys: dict[str, Any]) -> list[dict[str, Any]]:
     """At every length, headwise's layer at least as fast as HF's; from ``softmax_target_from`` on,
     faster than softmax attention."""
-    nys = result.get("nystrom")
-    if nys is None:
-        return []
     targets = []
     for row in nys["comparisons"]:
         t, hf, soft = row["seq_len"], row["vs_hf"], row["vs_softmax"]
@@ -246,11 +239,9 @@ def nystrom_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     return targets
 
 
-def nystrom_table(result: dict[str, Any]) -> list[str]:
+@of_part("nystrom")
+def nystrom_table(n: dict[str, Any]) -> list[str]:
     """The three layers' tokens/s and ratios per length, and the difference from HF's output."""
-    n = result.get("nystrom")
-    if n is None:
-        return []
     comp = {r["seq_len"]: r for r in n["comparisons"]}
     cases = n["cases"]
     lines = [f"## Nyström attention layer, forward + backward ({n['device']}, {n['precision']}, B={n['batch']})", "",

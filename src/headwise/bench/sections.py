@@ -14,6 +14,7 @@ once, when any of them is chosen, and its targets and tables are reported once.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ SHARED_MODULES = ("headwise.bench.training", "headwise.bench.generation", "headw
                   "headwise.bench.gpu")
 
 T = TypeVar("T")
+#: a section's targets or markdown lines, from a result document
+Rows = Callable[[dict[str, Any]], list[Any]]
 
 
 @dataclass(frozen=True)
@@ -57,9 +60,17 @@ class BenchSection:
     #: runs the measurement into ``run.result``
     measure: Callable[[SuiteRun], None]
     #: its targets, from a result document (its part may be missing: then none)
-    targets: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None
+    targets: Rows | None = None
     #: its markdown, from a result document (its part may be missing: then no lines)
-    render: Callable[[dict[str, Any]], list[str]] | None = None
+    render: Rows | None = None
+
+
+def of_part(key: str) -> Callable[[Rows], Rows]:
+    """Let a section's targets or table, written for its part of the result document
+    (``result[key]``), take the whole document: none where the part is missing."""
+    def wrap(fn: Rows) -> Rows:
+        return functools.wraps(fn)(lambda result: [] if result.get(key) is None else fn(result[key]))
+    return wrap
 
 
 def _discover() -> None:

@@ -26,9 +26,9 @@ from headwise.bench.cases import (
     TrainingCases,
     grid_plans,
     hf_reference,
+    meta_twin,
     model_spec,
     plan_label,
-    share_parameters,
     training_cases,
 )
 from headwise.bench.core import (
@@ -41,7 +41,6 @@ from headwise.bench.core import (
     optimizer_settings,
     pick_quiet,
     quiet_mask,
-    rate_result,
 )
 from headwise.bench.sections import BenchSection, SuiteRun, register_section
 from headwise.bench.settings import BenchConfig
@@ -118,12 +117,7 @@ def _add_headwise(out: _Cases, cfg: BenchConfig, seq_len: int, cases: TrainingCa
     main_dtype = torch.bfloat16 if precision == "bf16" else None
     for plan in cases.plans:
         spec = model_spec(cfg, plan.heads)
-        if plan == cases.plans[0]:
-            model = base
-        else:
-            with torch.device("meta"):
-                model = Transformer(spec)
-            share_parameters(model, base).train()
+        model = base if plan == cases.plans[0] else meta_twin(lambda: Transformer(spec), base).train()
         name = f"headwise {plan_label(plan)}"
         forward = functools.partial(model, pad_vocab=True)  # as the trainer calls it
         out.steps[name] = make_step(forward, opt, main_dtype, headwise_loss)
@@ -151,15 +145,11 @@ def _add_hf(out: _Cases, cfg: BenchConfig, seq_len: int, cases: TrainingCases, g
         spec = model_spec(cfg, plan.heads)
         if hf_base is None:
             # headwise's weights under this plan's head split, copied into GPT-Neo's layout
-            with torch.device("meta"):
-                twin = Transformer(spec)
-            hf_base = GPT_NEO.to_hf(share_parameters(twin, base)).to(device)
+            hf_base = GPT_NEO.to_hf(meta_twin(lambda: Transformer(spec), base)).to(device)
             model = hf_base
             hf_opt = make_optimizer(hf_base, device)
         else:
-            with torch.device("meta"):
-                model = GPTNeoForCausalLM(GPT_NEO.to_config(spec))
-            share_parameters(model, hf_base)
+            model = meta_twin(lambda: GPTNeoForCausalLM(GPT_NEO.to_config(spec)), hf_base)
         model.train()
         model.config._attn_implementation = "eager"
 
@@ -218,10 +208,9 @@ def _run_rounds(cases: _Cases, device: torch.device, rounds: int, warmup: int, p
     return measured
 
 
-def _case_result(seconds: list[float], stall: list[float | None], tokens: int, flops: int,
-                 peak: float) -> dict[str, Any]:
-    """Rates (:func:`~headwise.bench.core.rate_result`) and MFU of one case."""
-    rates = rate_result(seconds, stall, tokens)
+def _case_result(timings: Timings, name: str, tokens: int, flops: int, peak: float) -> dict[str, Any]:
+    """Rates (:meth:`~headwise.bench.core.Timings.rates`) and MFU of one case."""
+    rates = timings.rates(name, tokens)
     rate = rates["tokens_per_s_median"]
     return {
         **rates,
@@ -241,8 +230,7 @@ def _results(cases: _Cases, measured: _Rounds, tokens: int, cuda: bool) -> tuple
         peak_ref[p] = median([values[i] for i in use])
     out_cases = {}
     for name, m in cases.meta.items():
-        res = _case_result(measured.timings.seconds[name], measured.timings.stall[name], tokens, m.pop("flops"),
-                           peak_ref[m["precision"]])
+        res = _case_result(measured.timings, name, tokens, m.pop("flops"), peak_ref[m["precision"]])
         if cuda:
             res["peak_memory_bytes"] = measured.memory.get(name)
         out_cases[name] = {**m, **res}

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 
+from headwise.commands.study import add_backend_options, listed
+
 NAME = "search"
 HELP = "search for the heads per layer (depth, widths, KV heads) under a budget with Optuna, resumably, then confirm"
 
@@ -27,11 +29,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", help="the search's preset (built-in searches: quick, tiny, verdict; default tiny)")
     p.add_argument("--out", metavar="DIR", help="search folder (default searches_out/NAME-PRESET)")
     p.add_argument("--jobs", type=int, help="trials at a time (default: the search's, else 1)")
-    p.add_argument("--threads", type=int, help="torch threads per trial (default: the search's, else the cores divided "
-                   "among the jobs); with Ray, the CPUs each trial requests (default 1)")
-    p.add_argument("--backend", choices=("local", "ray"), default="local",
-                   help="local: subprocesses on this machine; ray: one Ray task per trial (a GPU each on CUDA)")
-    p.add_argument("--address", help="join this Ray cluster (e.g. auto or ray://host:10001) with --backend ray")
+    add_backend_options(p, "trial", "search")
     p.add_argument("--trials", type=int, help="trials over the whole search, named plans included (default: the "
                    "search's); a rerun with more continues it")
     p.add_argument("--storage", metavar="URL", help="the Optuna store, a database URL (default: sqlite optuna.db in "
@@ -46,14 +44,6 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the space, its feasible plans and the named plans; "
                    "write nothing")
     p.add_argument("--list", action="store_true", help="list the built-in searches and their presets")
-
-
-def _list() -> int:
-    from headwise.search.definition import builtin_searches
-    from headwise.study.definition_file import builtin_listing
-
-    print("\n".join(builtin_listing(builtin_searches())))
-    return 0
 
 
 def describe(search) -> str:  # noqa: ANN001 - a headwise.search.definition.Search
@@ -88,13 +78,12 @@ def describe(search) -> str:  # noqa: ANN001 - a headwise.search.definition.Sear
 
 
 def run(args: argparse.Namespace) -> int:
-    from headwise.errors import HeadwiseError, RunFailure
+    from headwise.errors import RunFailure
     from headwise.search import load_search
+    from headwise.search.definition import builtin_searches
 
-    if args.list:
-        return _list()
-    if not args.search:
-        raise HeadwiseError("name a search (e.g. `headwise search progression --preset quick`) or pass --list")
+    if listed(args, "search", builtin_searches):
+        return 0
     search = load_search(args.search, preset=args.preset, overrides=args.overrides, trials=args.trials)
     if args.dry_run:
         print(describe(search))

@@ -16,6 +16,9 @@ and loads nothing of the report, the runner or torch.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+
+from headwise.errors import HeadwiseError
 
 NAME = "study"
 HELP = "run a study (many runs from one definition), resumably, locally or on Ray, and write its report"
@@ -28,11 +31,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="DIR", help="study directory (default studies_out/NAME-PRESET)")
     p.add_argument("--jobs", type=int, help="runs at a time (default: the study's, else 1 locally and as resources "
                    "allow on Ray)")
-    p.add_argument("--threads", type=int, help="torch threads per run (default: the study's, else the cores divided "
-                   "among the jobs); with Ray, the CPUs each run requests (default 1)")
-    p.add_argument("--backend", choices=("local", "ray"), default="local",
-                   help="local: subprocesses on this machine; ray: one Ray task per run (a GPU each on CUDA)")
-    p.add_argument("--address", help="join this Ray cluster (e.g. auto or ray://host:10001) with --backend ray")
+    add_backend_options(p, "run", "study")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a key of the base run config, e.g. --set train.device=cuda (repeatable)")
     p.add_argument("--dry-run", action="store_true", help="list the variants and their settings, run nothing (prepares no data)")
@@ -40,12 +39,26 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--list", action="store_true", help="list the built-in studies and their presets")
 
 
-def _list() -> int:
-    from headwise.study.definition import builtin_studies
+def add_backend_options(p: argparse.ArgumentParser, unit: str, kind: str) -> None:
+    """``--threads``, ``--backend``, ``--address``: where a study's runs or a search's trials run."""
+    p.add_argument("--threads", type=int, help=f"torch threads per {unit} (default: the {kind}'s, else the cores "
+                   f"divided among the jobs); with Ray, the CPUs each {unit} requests (default 1)")
+    p.add_argument("--backend", choices=("local", "ray"), default="local",
+                   help=f"local: subprocesses on this machine; ray: one Ray task per {unit} (a GPU each on CUDA)")
+    p.add_argument("--address", help="join this Ray cluster (e.g. auto or ray://host:10001) with --backend ray")
+
+
+def listed(args: argparse.Namespace, kind: str, builtins: Callable[[], dict]) -> bool:
+    """With ``--list``, print the built-in ``kind``s (studies, searches) and their presets and say
+    so; without it, refuse a missing NAME|FILE."""
     from headwise.study.definition_file import builtin_listing
 
-    print("\n".join(builtin_listing(builtin_studies())))
-    return 0
+    if args.list:
+        print("\n".join(builtin_listing(builtins())))
+        return True
+    if not getattr(args, kind):
+        raise HeadwiseError(f"name a {kind} (e.g. `headwise {kind} progression --preset quick`) or pass --list")
+    return False
 
 
 def describe(study) -> str:  # noqa: ANN001 - a headwise.study.definition.Study
@@ -76,13 +89,11 @@ def describe(study) -> str:  # noqa: ANN001 - a headwise.study.definition.Study
 
 
 def run(args: argparse.Namespace) -> int:
-    from headwise.errors import HeadwiseError
     from headwise.study import load_study
+    from headwise.study.definition import builtin_studies
 
-    if args.list:
-        return _list()
-    if not args.study:
-        raise HeadwiseError("name a study (e.g. `headwise study progression --preset quick`) or pass --list")
+    if listed(args, "study", builtin_studies):
+        return 0
     study = load_study(args.study, preset=args.preset, seeds=args.seeds, overrides=args.overrides)
     if args.dry_run:
         print(describe(study))  # the variants alone: nothing of the report or the runner (torch) loads

@@ -28,10 +28,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from headwise.bench.cases import plan_label, share_parameters
-from headwise.bench.core import case_ratio, interleave, rate_result, versus_hf
+from headwise.bench.cases import meta_twin, plan_label
+from headwise.bench.core import case_ratio, interleave, versus_hf
 from headwise.bench.report import number, quiet_count, ratio_cell, versus_hf_targets
-from headwise.bench.sections import BenchSection, SuiteRun, register_section
+from headwise.bench.sections import BenchSection, SuiteRun, of_part, register_section
 from headwise.bench.settings import BenchConfig
 from headwise.bench.training import make_optimizer, optimizer_step
 from headwise.families.encoder.masking import mask_tokens
@@ -108,16 +108,12 @@ def _models(cfg: BenchConfig, plans: list[Plan], device: torch.device) -> tuple[
     base = Transformer(encoder_spec(cfg, plans[0].heads)).to(device).train()
     ours: dict[str, nn.Module] = {plan_label(plans[0]): base}
     for plan in plans[1:]:
-        with torch.device("meta"):
-            twin = Transformer(encoder_spec(cfg, plan.heads))
-        ours[plan_label(plan)] = share_parameters(twin, base).train()
+        ours[plan_label(plan)] = meta_twin(lambda: Transformer(encoder_spec(cfg, plan.heads)), base).train()
     spec = base.spec
     hf_base = hf_model(cfg, spec, cfg.encoder_heads[0]).to(device).train()
     theirs: dict[int, nn.Module] = {cfg.encoder_heads[0]: hf_base}
     for h in cfg.encoder_heads[1:]:
-        with torch.device("meta"):
-            twin = hf_model(cfg, spec, h)
-        theirs[h] = share_parameters(twin, hf_base).train()
+        theirs[h] = meta_twin(lambda: hf_model(cfg, spec, h), hf_base).train()
     return ours, theirs, [make_optimizer(base, device), make_optimizer(hf_base, device)]
 
 
@@ -150,8 +146,7 @@ def bench_encoder(cfg: BenchConfig, device: torch.device, log: Callable[[str], N
     prefix = f"[{device.type} fp32 encoder B={cfg.encoder_batch} T={cfg.encoder_seq_len}]"
     timings = interleave(steps, cfg.encoder_rounds, cfg.encoder_warmup, device, seed=cfg.seed + 11,
                          idle_wait=cfg.encoder_idle_wait, progress=lambda s: log(f"{prefix} {s}"))
-    cases = {name: {**m, **rate_result(timings.seconds[name], timings.stall[name], tokens)}
-             for name, m in meta.items()}
+    cases = timings.cases(meta, tokens)
     spec = encoder_spec(cfg, plans[0].heads)
     section = {
         "device": str(device), "precision": "fp32", "preset": cfg.encoder_preset, "batch": cfg.encoder_batch,
@@ -189,22 +184,18 @@ def measure_encoder(run: SuiteRun) -> None:
 ENCODER_VS_HF_GOAL = 1.2
 
 
-def encoder_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+@of_part("encoder")
+def encoder_targets(enc: dict[str, Any]) -> list[dict[str, Any]]:
     """Masked-LM training vs HF BERT: >= 1.2x at the preset's plan, never slower at any plan."""
-    enc = result.get("encoder")
-    if enc is None:
-        return []
     what = f"Crammed BERT vs HF BertForMaskedLM ({enc['hf_attn_implementation']}), masked-LM training tokens/s"
     return versus_hf_targets(what, enc["comparisons"]["vs_hf"], ENCODER_VS_HF_GOAL,
                              lambda r: f"headwise {r['plan']} / {r['reference']}",
                              lambda r: f"{r['plan']} vs {r['reference']}")
 
 
-def encoder_table(result: dict[str, Any]) -> list[str]:
+@of_part("encoder")
+def encoder_table(e: dict[str, Any]) -> list[str]:
     """tokens/s per headwise plan beside its HF reference, their ratio and the ratio to the preset's plan."""
-    e = result.get("encoder")
-    if e is None:
-        return []
     comp = e["comparisons"]
     vs_hf, pen = {r["plan"]: r for r in comp["vs_hf"]}, {r["plan"]: r for r in comp["penalty"]}
     cases = e["cases"]

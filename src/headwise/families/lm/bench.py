@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from headwise.bench.report import target
-from headwise.bench.sections import BenchSection, SuiteRun, register_section
+from headwise.bench.sections import BenchSection, SuiteRun, of_part, register_section
 from headwise.data.sources import data_root, open_source
 from headwise.families.lm import bench_llama  # noqa: F401  (registers the llama and decode sections)
 from headwise.text.tokenizer import gpt_neo_tokenizer
@@ -112,21 +112,17 @@ def measure_tokenize(run: SuiteRun) -> None:
     run.result["tokenize"] = bench_tokenize(run.cfg.tokenize_repeats, run.log)
 
 
-def tokenize_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+@of_part("tokenize")
+def tokenize_targets(tok: dict[str, Any]) -> list[dict[str, Any]]:
     """GPT-Neo tokenization at 1M tokens/s or more."""
-    tok = result.get("tokenize")
-    if tok is None:
-        return []
     rate = tok.get("tokens_per_second_median")
     return [target("GPT-Neo tokenization", ">= 1M tokens/s", rate, rate is not None and rate >= 1e6,
                    f"{rate / 1e6:.2f}M tokens/s" if rate else f"skipped: {tok.get('skipped')}")]
 
 
-def tokenize_table(result: dict[str, Any]) -> list[str]:
+@of_part("tokenize")
+def tokenize_table(tok: dict[str, Any]) -> list[str]:
     """Tokens, stories and tokens/s (median and best), or why the section was skipped."""
-    tok = result.get("tokenize")
-    if tok is None:
-        return []
     lines = ["## Tokenization (GPT-Neo, headwise.families.lm.bench)", ""]
     if "skipped" in tok:
         lines.append(f"skipped: {tok['skipped']}")

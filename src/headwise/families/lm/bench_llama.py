@@ -24,9 +24,9 @@ from typing import Any
 
 import torch
 
-from headwise.bench.core import case_ratio, interleave, median, pick_quiet, quiet_mask, rate_result, ratio_stats, versus_hf
+from headwise.bench.core import case_ratio, interleave, median, pick_quiet, quiet_mask, ratio_stats, versus_hf
 from headwise.bench.report import number, quiet_count, ratio_cell, ratio_shown, target, versus_hf_targets
-from headwise.bench.sections import BenchSection, SuiteRun, register_section
+from headwise.bench.sections import BenchSection, SuiteRun, of_part, register_section
 from headwise.bench.settings import BenchConfig
 from headwise.bench.training import hf_loss, make_optimizer, make_train_step
 from headwise.model import Transformer
@@ -134,7 +134,7 @@ def bench_llama(s: LlamaSizes, device: torch.device, log: Callable[[str], None],
     prefix = f"[{device.type} fp32 llama B={s.batch} T={s.seq_len}]"
     timings = interleave(steps, s.rounds, s.warmup, device, seed=seed + 13, idle_wait=s.idle_wait,
                          progress=lambda m: log(f"{prefix} {m}"))
-    cases = {n: {**m, **rate_result(timings.seconds[n], timings.stall[n], inputs.numel())} for n, m in meta.items()}
+    cases = timings.cases(meta, inputs.numel())
     section = {"device": str(device), "precision": "fp32", "preset": s.preset, "batch": s.batch, "seq_len": s.seq_len,
                "d_model": s.d_model, "n_layers": s.n_layers, "kv_heads": s.kv_heads, "vocab_size": s.vocab_size,
                "mlp_hidden": s.mlp_hidden, "rounds": s.rounds, "warmup": s.warmup,
@@ -152,11 +152,9 @@ def compare_llama(section: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
             "penalty": [{"plan": m["plan"], **case_ratio(c, f"headwise {m['plan']}", base)} for m in ours[1:]]}
 
 
-def llama_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+@of_part("llama")
+def llama_targets(sec: dict[str, Any]) -> list[dict[str, Any]]:
     """>= 1.1x HF Llama at the uniform plan, every plan >= 1.0x of it, worst plan / uniform >= 0.9."""
-    sec = result.get("llama")
-    if sec is None:
-        return []
     what = f"Llama-style block vs HF LlamaForCausalLM ({sec['hf_attn_implementation']}), fp32 training tokens/s"
     out = versus_hf_targets(what, sec["comparisons"]["vs_hf"], LLAMA_VS_HF_GOAL,
                             lambda r: f"uniform {r['plan']}", lambda r: r["plan"])
@@ -169,11 +167,9 @@ def llama_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def llama_table(result: dict[str, Any]) -> list[str]:
+@of_part("llama")
+def llama_table(e: dict[str, Any]) -> list[str]:
     """tokens/s per plan, its ratio to HF Llama and to the uniform plan."""
-    e = result.get("llama")
-    if e is None:
-        return []
     comp, cases = e["comparisons"], e["cases"]
     vs_hf, pen = {r["plan"]: r for r in comp["vs_hf"]}, {r["plan"]: r for r in comp["penalty"]}
     lines = [f"## Llama-style training step ({e['device']}, {e['precision']}, B={e['batch']} x T={e['seq_len']})", "",
@@ -242,8 +238,7 @@ def bench_decode(s: LlamaSizes, new_tokens: int, rounds: int, device: torch.devi
     timings = interleave(steps, rounds, 1, device, seed=seed + 17, idle_wait=s.idle_wait,
                          progress=lambda m: log(f"[{device.type} fp32 decode] {m}"))
     for row in contexts:
-        row.update(rate_result(timings.seconds[f"{row['attention']} @{row['context']}"],
-                               timings.stall[f"{row['attention']} @{row['context']}"], s.decode_tokens))
+        row.update(timings.rates(f"{row['attention']} @{row['context']}", s.decode_tokens))
     rates = {k: [new_tokens / t for t in timings.seconds[k]] for k in ("kv-cache", "no-cache")}
     both = quiet_mask(timings.stall["kv-cache"], timings.stall["no-cache"])
     return {"device": str(device), "precision": "fp32", "preset": s.preset, "d_model": s.d_model,
@@ -260,22 +255,18 @@ def measure_decode(run: SuiteRun) -> None:
     run.snapshot("after decode")
 
 
-def decode_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+@of_part("decode")
+def decode_targets(sec: dict[str, Any]) -> list[dict[str, Any]]:
     """The Llama-style block's KV cache at least 5x faster than none."""
-    sec = result.get("decode")
-    if sec is None:
-        return []
     sp = sec["speedup"]
     return [target(f"Llama-style KV-cache / no-cache decoding at {sec['new_tokens']} new tokens",
                    f">= {DECODE_SPEEDUP_GOAL:g}x", sp["ratio"], sp["ratio"] >= DECODE_SPEEDUP_GOAL,
                    f"{sp['ratio']:.1f}x ({sp.get('basis', '')} rounds)")]
 
 
-def decode_table(result: dict[str, Any]) -> list[str]:
+@of_part("decode")
+def decode_table(d: dict[str, Any]) -> list[str]:
     """tokens/s and cache bytes per context and attention, then the cache's speed-up."""
-    d = result.get("decode")
-    if d is None:
-        return []
     tps = d["tokens_per_s_median"]
     lines = [f"## Llama-style decoding with the KV cache ({d['device']}, {d['precision']}, {d['n_layers']} layers, "
              f"d_model {d['d_model']}, {d['heads']} query heads)", "",

@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from headwise.bench.cases import share_parameters
-from headwise.bench.core import case_ratio, interleave, rate_result, versus_hf
+from headwise.bench.cases import meta_twin
+from headwise.bench.core import case_ratio, interleave, versus_hf
 from headwise.bench.report import number, quiet_count, ratio_cell, ratio_shown, target
-from headwise.bench.sections import BenchSection, SuiteRun, register_section
+from headwise.bench.sections import BenchSection, SuiteRun, of_part, register_section
 from headwise.bench.settings import BenchConfig
 from headwise.bench.training import make_optimizer, optimizer_step
 from headwise.model import Transformer
@@ -69,12 +69,9 @@ def _models(cfg: BenchConfig, device: torch.device) -> tuple[dict[int, nn.Module
     theirs: dict[int, nn.Module] = {counts[0]: hf_base}
     for h in counts[1:]:
         spec = vision_spec(cfg, h)
-        with torch.device("meta"):
-            twin = Transformer(spec)
-            hf_twin = ViTForImageClassification(VIT.to_config(spec))
-        ours[h] = share_parameters(twin, base).train()
-        hf_twin.set_attn_implementation(HF_ATTENTION)
-        theirs[h] = share_parameters(hf_twin, hf_base).train()
+        ours[h] = meta_twin(lambda: Transformer(spec), base).train()
+        theirs[h] = meta_twin(lambda: ViTForImageClassification(VIT.to_config(spec)), hf_base).train()
+        theirs[h].set_attn_implementation(HF_ATTENTION)
     return ours, theirs, [make_optimizer(base, device), make_optimizer(hf_base, device)]
 
 
@@ -100,8 +97,7 @@ def bench_vision(cfg: BenchConfig, device: torch.device, log: Callable[[str], No
     prefix = f"[{device.type} fp32 vision B={batch}]"
     timings = interleave(steps, cfg.vision_rounds, cfg.vision_warmup, device, seed=cfg.seed + 7,
                          idle_wait=cfg.vision_idle_wait, progress=lambda s: log(f"{prefix} {s}"))
-    cases = {name: {**m, **rate_result(timings.seconds[name], timings.stall[name], batch, "images")}
-             for name, m in meta.items()}
+    cases = timings.cases(meta, batch, "images")
     spec = vision_spec(cfg, cfg.vision_heads[0])
     section = {
         "device": str(device), "precision": "fp32", "batch": batch, "image_size": cfg.vision_image_size,
@@ -142,11 +138,9 @@ def measure_vision(run: SuiteRun) -> None:
     run.snapshot("after vision")
 
 
-def vision_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+@of_part("vision")
+def vision_targets(vision: dict[str, Any]) -> list[dict[str, Any]]:
     """headwise at least as fast as HF at every head count; the head-count penalty at least 0.9x."""
-    vision = result.get("vision")
-    if vision is None:
-        return []
     comp = vision["comparisons"]
     targets = [target(f"ViT vs HF ViTForImageClassification ({vision.get('hf_attn_implementation')}), "
                       f"training images/s: headwise {row['plan']} / {row['reference']}", ">= 1.0x",
@@ -157,11 +151,9 @@ def vision_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     return targets
 
 
-def vision_table(result: dict[str, Any]) -> list[str]:
+@of_part("vision")
+def vision_table(v: dict[str, Any]) -> list[str]:
     """images/s of both sides per head count, their ratio and the head-count penalty."""
-    v = result.get("vision")
-    if v is None:
-        return []
     comp = v["comparisons"]
     vs_hf = {r["plan"]: r for r in comp["vs_hf"]}
     lines = [f"## Vision training step ({v['device']}, {v['precision']}, B={v['batch']} images)", "",
