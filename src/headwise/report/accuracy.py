@@ -1,7 +1,8 @@
-"""What the classification layouts (``vision``, ``lra``) share: accuracies of a variant's runs in %,
-their table cells, points of an accuracy-vs-heads figure labelled with parameters, the seed-noise
-table against a reference (Welch's test, Holm's correction), and the wording of a verdict on a
-published claim ("reproduced", "not reproduced", "within noise", or the one-seed caveat).
+"""What the classification layouts (``vision``, ``lra``) share, much of it in their base class
+:class:`AccuracyLayout`: accuracies of a variant's runs in %, their table cells, points and panels
+of an accuracy-vs-heads figure labelled with parameters, the seed-noise table against a reference
+(Welch's test, Holm's correction), the paper's claim before the findings, and the wording of a
+verdict on it ("reproduced", "not reproduced", "within noise", or the one-seed caveat).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from typing import Any, Callable
 
 from headwise.report import stats
 from headwise.report.data import VariantRuns
-from headwise.report.document import LABEL_SIDES, Document, fmt, fmt_p, fmt_params
+from headwise.report.document import LABEL_SIDES, Document, fixed_ticks, fmt, fmt_p, fmt_params, plural
+from headwise.report.registry import Layout
 from headwise.report.sections import ALPHA
 
 
@@ -56,19 +58,28 @@ def draw_accuracy(ax: Any, vs: list[VariantRuns], x: list[float], top1: dict[str
     ax.margins(x=0.1)  # room for the labels of the outermost points
 
 
+def finish_heads_panel(ax: Any, x: list[float], title: str) -> None:
+    """A panel of accuracy against heads per layer: ticks at the heads drawn, title, grid, legend if any."""
+    fixed_ticks(ax, x)
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("heads per layer")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+
+
+def unscored_note(doc: Document, label: str, vs: list[VariantRuns]) -> None:
+    """Names ``vs`` (variants without a completed, scored run) with their runs' statuses, after ``label``."""
+    if vs:
+        doc.add(f"{label} a completed, scored run (left out of the figures and findings): "
+                + "; ".join(f"`{v.name}` ({statuses(v) or 'no run'})" for v in vs) + ".")
+
+
 def noise_verdict(c: stats.Comparison) -> str:
     """A comparison's cell in the seed-noise table."""
     if not c.testable:
         return "no claim (needs >= 2 seeds each)"
     return "distinguishable from seed noise" if c.p_holm < ALPHA else "within seed noise"
-
-
-def noise_table(doc: Document, comps: list[stats.Comparison], top1: dict[str, stats.SeedStats],
-                against: str = "baseline") -> None:
-    """The rows of ``comps`` (Holm already applied): accuracy, difference in points, Welch's test, verdict."""
-    doc.table(["variant", "top-1 %", f"vs {against} (points)", "Welch t", "p", "p (Holm)", "verdict"],
-              [[f"`{c.name}`", acc_cell(top1[c.name]), f"{c.difference:+.2f}", fmt(c.t, 2), fmt_p(c.p),
-                fmt_p(c.p_holm), noise_verdict(c)] for c in comps])
 
 
 def noise_summary(comps: list[stats.Comparison], seeds: int, against: str = "the baseline") -> tuple[str, bool]:
@@ -94,3 +105,70 @@ def verdict(c: stats.Comparison | None, holds: bool) -> str:
     if c.p_holm >= ALPHA:
         return f"within noise (Welch p = {fmt_p(c.p_holm)}, Holm-corrected)"
     return ("reproduced" if holds else "not reproduced") + f" (Welch p = {fmt_p(c.p_holm)}, Holm-corrected)"
+
+
+class AccuracyLayout(Layout):
+    """A layout of variants scored by top-1 accuracy (``top1``, filled by ``setup``) against heads per
+    layer: the classification layouts' drawing, sentences and Welch's tests of it."""
+
+    conditioning_label = "heads per layer"
+    top1: dict[str, stats.SeedStats]
+
+    def conditioning_x(self, v: VariantRuns) -> float:
+        return float(v.heads[0])
+
+    def acc(self, v: VariantRuns) -> float:
+        return self.top1[v.name].mean
+
+    def heads_of(self, v: VariantRuns) -> int:
+        """The variant's heads per layer (of its first layer)."""
+        return v.heads[0]
+
+    def compare(self, a: VariantRuns, b: VariantRuns) -> stats.Comparison:
+        """Welch's test of ``a``'s accuracies against ``b``'s (Holm's correction is the caller's)."""
+        return stats.compare(a.name, self.top1[a.name].values, b.name, self.top1[b.name].values)
+
+    def against(self, vs: list[VariantRuns], base: VariantRuns | None) -> list[stats.Comparison]:
+        """Each of ``vs`` but ``base`` against ``base``, Holm-corrected together; none where ``base`` has
+        no scored run."""
+        if base is None or not self.top1[base.name].n:
+            return []
+        comps = [self.compare(v, base) for v in vs if v is not base]
+        stats.apply_holm(comps)
+        return comps
+
+    def reference_line(self, ax: Any, base: VariantRuns | None, label: str) -> None:
+        """``base``'s mean accuracy dashed across ``ax``, where it has scored runs."""
+        if base is not None and self.top1[base.name].n:
+            ax.axhline(self.acc(base), color="0.3", ls="--", lw=1, label=f"{label} ({self.acc(base):.2f}%)")
+
+    def heads_line(self, label: str, vs: list[VariantRuns]) -> str:
+        """``label: 2 heads 81.00 [1.2M], 4 heads ...``: each of ``vs``'s accuracy and parameters."""
+        return f"{label}: " + ", ".join(f"{plural(self.heads_of(v), 'head')} {acc_cell(self.top1[v.name])} "
+                                        f"[{fmt_params(v.params)}]" for v in vs) + "."
+
+    def heads_trend(self, label: str, vs: list[VariantRuns]) -> tuple[str, bool]:
+        """A finding's text (before its verdict) on how accuracy moves from the fewest heads of ``vs``
+        (sorted by heads) to the most, and whether it rises (the most heads the best of all)."""
+        lo, hi, acc, heads = vs[0], vs[-1], self.acc, self.heads_of
+        rises = acc(hi) > acc(lo) and all(acc(v) <= acc(hi) for v in vs)
+        return (f"{label}: {plural(heads(lo), 'head')} {acc(lo):.2f}% -> {plural(heads(hi), 'head')} {acc(hi):.2f}% "
+                f"({acc(hi) - acc(lo):+.2f} points; {'rises' if rises else 'does not rise'} with heads): "), rises
+
+    def with_claim(self, findings: list[str], how: str = "") -> list[str]:
+        """``findings`` after the paper's claim that they check, where the paper states one."""
+        claim = self.options.paper.claim if self.options.paper is not None else ""
+        return [f"The paper's claim: \"{claim}\". Each part below is checked on this study's numbers{how}.",
+                *findings] if claim and findings else findings
+
+    def noise_report(self, doc: Document, comps: list[stats.Comparison], against: str = "baseline"
+                     ) -> tuple[str, bool]:
+        """The seed-noise table of ``comps`` (Holm already applied: accuracy, difference in points,
+        Welch's test, verdict) and its summary, bold where nothing was testable; returns
+        :func:`noise_summary`'s."""
+        doc.table(["variant", "top-1 %", f"vs {against} (points)", "Welch t", "p", "p (Holm)", "verdict"],
+                  [[f"`{c.name}`", acc_cell(self.top1[c.name]), f"{c.difference:+.2f}", fmt(c.t, 2), fmt_p(c.p),
+                    fmt_p(c.p_holm), noise_verdict(c)] for c in comps])
+        text, testable = noise_summary(comps, self.study.record.seeds, f"the {against}")
+        doc.add(text if testable else f"**{text}**")
+        return text, testable

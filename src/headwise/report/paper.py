@@ -1,6 +1,7 @@
 """What the layouts that quote a published table share (the vision layout's Table 4, the encoder
-layout's Table 1): a model row's shape, parameters and memory, the table's rows and claim, and the
-``[report]`` keys that name the baseline variant, the headline rows and the paper.
+layout's Table 1, the lra layout's Table 3): a model row's shape, parameters and memory, the
+table's rows and claim, and the ``[report]`` keys that name the baseline variant, the headline
+rows and the paper.
 
 A layout's own row adds what the paper scores (top-1 accuracy, GLUE scores); its reference is
 ``PaperTable[ItsRow]`` and its options ``BaselineOptions[ItsReference]``, so ``[report.paper]`` is
@@ -25,11 +26,12 @@ class PaperRow(Config):
     memory_gb: float | None = Field(default=None, gt=0)
 
 
-RowT = TypeVar("RowT", bound=PaperRow)
+RowT = TypeVar("RowT", bound=Config)
 
 
 class PaperTable(PaperReference, Generic[RowT]):
-    """A published table of models (rows of a layout's own :class:`PaperRow`) and its claim."""
+    """A published table of models (rows of a layout's own row class, a :class:`PaperRow` where its
+    rows have a shape, parameters and memory) and its claim."""
 
     rows: list[RowT] = Field(min_length=1)
     #: what the publication claims, which the findings test

@@ -26,11 +26,12 @@ from pydantic import Field, field_validator
 from headwise.config import Config
 from headwise.errors import HeadwiseError
 from headwise.report import stats
-from headwise.report.accuracy import (acc_cell, accuracy_values, draw_accuracy, noise_summary, noise_table, statuses,
-                                      verdict)
+from headwise.report.accuracy import (AccuracyLayout, acc_cell, accuracy_values, draw_accuracy, finish_heads_panel,
+                                      statuses, unscored_note, verdict)
 from headwise.report.data import VariantRuns
-from headwise.report.document import Document, fixed_ticks, fmt, fmt_params, new_figure, plural
-from headwise.report.registry import Layout, LayoutOptions, PaperReference, register_layout
+from headwise.report.document import Document, fmt, fmt_params, new_figure, plural
+from headwise.report.paper import PaperTable
+from headwise.report.registry import LayoutOptions, register_layout
 from headwise.report.sections import ALPHA, cpu_memory_note, memory_cell, params_cell
 from headwise.study.definition import StudyConfig, build_run_config, expand_variants
 
@@ -96,12 +97,8 @@ class LRAPaperRow(Config):
         return int(m[1]), int(m[2])
 
 
-class LRAReference(PaperReference):
+class LRAReference(PaperTable[LRAPaperRow]):
     """A published table of LRA models (Leaner Transformers' Table 3) and its claim."""
-
-    rows: list[LRAPaperRow] = Field(min_length=1)
-    #: what the publication claims, which the findings test
-    claim: str = ""
 
 
 class LRAOptions(LayoutOptions):
@@ -154,13 +151,12 @@ class TaskRuns:
 
 
 @register_layout
-class LRALayout(Layout):
+class LRALayout(AccuracyLayout):
     """Depth traded for heads in Nyströmformers on the Long Range Arena: Leaner Transformers' Figs. 8-9
     and Table 3, per task."""
 
     kind = "lra"
     Options = LRAOptions
-    conditioning_label = "heads per layer"
     conditioning_caption = "heads per layer, one line per task and depth"
 
     def setup(self) -> None:
@@ -205,11 +201,8 @@ class LRALayout(Layout):
         order = {t.name: i for i, t in enumerate(self.tasks)}
         return sorted(first, key=lambda p: (order.get(self.task_of[first[p].name], 0), first[p].n_layers or 0))
 
-    def conditioning_x(self, v: VariantRuns) -> float:
-        return float(v.heads[0])
-
-    def acc(self, v: VariantRuns) -> float:
-        return self.top1[v.name].mean
+    def heads_of(self, v: VariantRuns) -> int:
+        return self.shape_of[v.name][1]  # type: ignore[index]
 
     def sections(self, doc: Document) -> list[str]:
         self._figures(doc)
@@ -239,17 +232,10 @@ class LRALayout(Layout):
             for k, depth in enumerate(t.depths):
                 ax = axes[0, k]
                 vs = t.at(depth)
-                x = [self.shape_of[v.name][1] for v in vs]  # type: ignore[index]
+                x = [self.heads_of(v) for v in vs]
                 draw_accuracy(ax, vs, x, self.top1, f"C{k}", None, k, rows, self._point)
-                if t.base is not None and self.top1[t.base.name].n:
-                    ax.axhline(self.acc(t.base), color="0.3", ls="--", lw=1,
-                               label=f"reference {shape_name(self.base_shape)} ({self.acc(t.base):.2f}%)")
-                fixed_ticks(ax, x)
-                ax.set_title(plural(depth, "layer"), fontsize=10)
-                ax.set_xlabel("heads per layer")
-                ax.grid(alpha=0.3)
-                if ax.get_legend_handles_labels()[0]:
-                    ax.legend(fontsize=7)
+                self.reference_line(ax, t.base, f"reference {shape_name(self.base_shape)}")
+                finish_heads_panel(ax, x, plural(depth, "layer"))
             axes[0, 0].set_ylabel("top-1 accuracy (%)")
             fig.suptitle(f"{t.name}: top-1 accuracy vs heads per layer (labels: parameters)")
             doc.add(f"### {t.name}")
@@ -259,9 +245,7 @@ class LRALayout(Layout):
                        + "; the dashed line is the reference"
                        + (f" `{t.base.name}`" if t.base is not None else " (not run)") + ".")
             for depth in t.depths:
-                doc.add(f"{t.name}, top-1 % at {plural(depth, 'layer')}: " + ", ".join(
-                    f"{plural(self.shape_of[v.name][1], 'head')} {acc_cell(self.top1[v.name])} "  # type: ignore[index]
-                    f"[{fmt_params(v.params)}]" for v in t.at(depth)) + ".")
+                doc.add(self.heads_line(f"{t.name}, top-1 % at {plural(depth, 'layer')}", t.at(depth)))
             if t.base is not None and self.top1[t.base.name].n:
                 doc.add(f"{t.name}, the reference `{t.base.name}` (dashed line): top-1 % "
                         f"{acc_cell(self.top1[t.base.name])} [{fmt_params(t.base.params)}].")
@@ -314,7 +298,7 @@ class LRALayout(Layout):
             if rows:
                 doc.table(headers + extra, [self._row(t, v, paper) for v in rows])
             if p is not None and not paper:
-                doc.add(f"{_cap(source)} has no rows for {t.name}.")
+                doc.add(f"{p.citation} has no rows for {t.name}.")
             if t.name == "listops" and self._listops_variant(t) == "short":
                 doc.add("ListOps here is the short variant (20-100 tokens), not LRA's 500-2,000: the paper's numbers "
                         "are quoted for scale, not as a like-for-like target.")
@@ -325,9 +309,7 @@ class LRALayout(Layout):
             if rest:
                 doc.add(f"The other shapes on {t.name}:")
                 doc.table(headers, [self._row(t, v, None) for v in rest])
-            if t.missing:
-                doc.add(f"{t.name}, without a completed, scored run (left out of the figures and findings): "
-                        + "; ".join(f"`{v.name}` ({statuses(v) or 'no run'})" for v in t.missing) + ".")
+            unscored_note(doc, f"{t.name}, without", t.missing)
         if p is not None:
             ran = {t.paper_task for t in self.tasks}
             skipped = [x for x in dict.fromkeys([*PAPER_TASKS, *(r.task for r in p.rows)])
@@ -353,16 +335,7 @@ class LRALayout(Layout):
 
     def _noise(self, doc: Document) -> list[str]:
         """Each task's variants against its reference: points, Welch's test, Holm within the task."""
-        per = []
-        for t in self.tasks:
-            base = t.base
-            if base is None or not self.top1[base.name].n:
-                continue
-            comps = [stats.compare(v.name, self.top1[v.name].values, base.name, self.top1[base.name].values)
-                     for v in t.done if v is not base]
-            if comps:
-                stats.apply_holm(comps)
-                per.append((t, comps))
+        per = [(t, comps) for t in self.tasks if (comps := self.against(t.done, t.base))]
         if not per:
             return []
         doc.add("## Differences from the reference and seed noise",
@@ -372,9 +345,7 @@ class LRALayout(Layout):
         findings = []
         for t, comps in per:
             doc.add(f"### {t.name} (against `{t.base.name}`)")  # type: ignore[union-attr]
-            noise_table(doc, comps, self.top1, against="reference")
-            text, testable = noise_summary(comps, self.study.record.seeds, "the reference")
-            doc.add(text if testable else f"**{text}**")
+            text, testable = self.noise_report(doc, comps, against="reference")
             findings.append(f"{t.name}: {text[:1].lower()}{text[1:]}" if testable else text)
         return list(dict.fromkeys(findings))
 
@@ -389,13 +360,8 @@ class LRALayout(Layout):
                 vs = t.at(depth)
                 if len(vs) < 2:
                     continue
-                lo, hi = vs[0], vs[-1]
-                rises = self.acc(hi) > self.acc(lo) and all(self.acc(v) <= self.acc(hi) for v in vs)
-                hl, hh = self.shape_of[lo.name][1], self.shape_of[hi.name][1]  # type: ignore[index]
-                parts.append((f"{t.name}, accuracy vs heads at {plural(depth, 'layer')}: {plural(hl, 'head')} "
-                              f"{self.acc(lo):.2f}% -> {plural(hh, 'head')} {self.acc(hi):.2f}% "
-                              f"({self.acc(hi) - self.acc(lo):+.2f} points; "
-                              f"{'rises' if rises else 'does not rise'} with heads): ", self._cmp(hi, lo), rises))
+                text, rises = self.heads_trend(f"{t.name}, accuracy vs heads at {plural(depth, 'layer')}", vs)
+                parts.append((text, self.compare(vs[-1], vs[0]), rises))
             base = t.base if t.base in t.done else None
             paper = self._paper_rows(t)
             for shape in map(parse_shape, self.options.table):
@@ -420,16 +386,10 @@ class LRALayout(Layout):
                               f"{self.acc(v):.2f}% vs {self.acc(base):.2f}% ({d:+.2f} points){pct}{quoted}; "
                               + ("better with no more parameters" if d > 0 and fewer else
                                  "better but with more parameters" if d > 0 else "not better") + ": ",
-                              self._cmp(v, base), d > 0 and fewer))
+                              self.compare(v, base), d > 0 and fewer))
             stats.apply_holm([c for _, c, _ in parts if c is not None])
             out += [text if text.endswith(".") else text + verdict(c, holds) + "." for text, c, holds in parts]
-        if p is not None and p.claim and out:
-            out.insert(0, f"The paper's claim: \"{p.claim}\". Each part below is checked on this study's numbers, "
-                          "task by task (Welch's tests Holm-corrected within each task).")
-        return out
-
-    def _cmp(self, a: VariantRuns, b: VariantRuns) -> stats.Comparison:
-        return stats.compare(a.name, self.top1[a.name].values, b.name, self.top1[b.name].values)
+        return self.with_claim(out, ", task by task (Welch's tests Holm-corrected within each task)")
 
 
 def _planned(definition: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -440,10 +400,6 @@ def _planned(definition: dict[str, Any]) -> dict[str, dict[str, Any]]:
         return {v.name: build_run_config(config.base, v)[0] for v in expand_variants(config)}
     except (HeadwiseError, ValueError, TypeError):
         return {}
-
-
-def _cap(text: str) -> str:
-    return text[:1].upper() + text[1:]
 
 
 def _slug(name: str) -> str:

@@ -27,14 +27,14 @@ import numpy as np
 from headwise.errors import HeadwiseError
 from headwise.presets import preset_dict
 from headwise.report import stats
-from headwise.report.accuracy import acc_cell, draw_accuracy, noise_summary, noise_table, verdict
+from headwise.report.accuracy import AccuracyLayout, acc_cell, draw_accuracy, finish_heads_panel, unscored_note, verdict
 from headwise.report.accuracy import accuracy_values as _metric
 from headwise.report.accuracy import statuses as _statuses
 from headwise.report.data import VariantRuns
 from headwise.report.document import (Document, dodge, fixed_ticks, fmt, fmt_p, fmt_params, heads_str, new_figure,
                                       plural)
 from headwise.report.paper import BaselineOptions, PaperRow, PaperTable
-from headwise.report.registry import Layout, register_layout
+from headwise.report.registry import register_layout
 from headwise.report.sections import ALPHA, baseline_tables, memory_cell, params_cell
 
 
@@ -91,12 +91,11 @@ def same_shape(v: VariantRuns) -> bool:
 
 
 @register_layout
-class VisionLayout(Layout):
+class VisionLayout(AccuracyLayout):
     """Depth traded for heads in image classifiers: Leaner Transformers' Figs. 2-4 and Table 4."""
 
     kind = "vision"
     Options = VisionOptions
-    conditioning_label = "heads per layer"
     conditioning_caption = ("heads per layer, one line per depth (at the baseline's MLP ratio; other shapes on "
                             "their own)")
 
@@ -123,17 +122,11 @@ class VisionLayout(Layout):
     def group(self, v: VariantRuns) -> str:
         return f"{v.n_layers} layers" if v in self.heads_grid else v.name
 
-    def conditioning_x(self, v: VariantRuns) -> float:
-        return float(v.heads[0])
-
-    def acc(self, v: VariantRuns) -> float:
-        return self.top1[v.name].mean
-
     def _at(self, grid: list[VariantRuns], depth: int, key) -> list[VariantRuns]:
         return sorted((v for v in grid if v.n_layers == depth), key=key)
 
     def _test(self, a: VariantRuns, b: VariantRuns) -> stats.Comparison:
-        c = stats.compare(a.name, self.top1[a.name].values, b.name, self.top1[b.name].values)
+        c = self.compare(a, b)
         self.tests.append(c)
         return c
 
@@ -167,10 +160,7 @@ class VisionLayout(Layout):
                 f"memory and training images per second, against the baseline `{opts.baseline}`. Top-5 is "
                 "measured only above 10 classes (\"–\" otherwise).")
         names = baseline_tables(doc, opts, self.base, self.study, headers, self._row)
-        missing = [v for v in self.study.variants if not self.top1[v.name].n]
-        if missing:
-            doc.add("Without a completed, scored run (left out of the figures and findings): " + "; ".join(
-                f"`{v.name}` ({_statuses(v) or 'no run'})" for v in missing) + ".")
+        unscored_note(doc, "Without", [v for v in self.study.variants if not self.top1[v.name].n])
         mixed = [v for v in self.scored if v not in self.done]
         if mixed:
             doc.add("Heads or MLP widths that vary over layers (listed per layer; compared with the baseline below, "
@@ -210,11 +200,6 @@ class VisionLayout(Layout):
               rows: list[dict[str, Any]]) -> None:
         draw_accuracy(ax, vs, x, self.top1, color, label, side, rows, self._point)
 
-    def _baseline_line(self, ax: Any) -> None:
-        if self.base is not None and self.top1[self.base.name].n:
-            ax.axhline(self.acc(self.base), color="0.3", ls="--", lw=1,
-                       label=f"baseline {self.base.name} ({self.acc(self.base):.2f}%)")
-
     def _heads_figure(self, doc: Document) -> None:
         """Fig. 3: top-1 against heads per layer, one panel per depth; other shapes in a panel of their own."""
         others = [v for v in self.done if v not in self.heads_grid and v not in self.mlp_grid]
@@ -225,20 +210,15 @@ class VisionLayout(Layout):
         rows: list[dict[str, Any]] = []
         for k, depth in enumerate(panels):
             ax = axes[0, k]
-            vs = others if depth == "other" else self._at(self.heads_grid, depth, lambda v: v.heads[0])
+            vs = others if depth == "other" else self._at(self.heads_grid, depth, self.heads_of)
             if depth == "other":
                 for i, v in enumerate(vs):
                     self._draw(ax, [v], [v.heads[0]], f"C{(i + 2) % 10}", v.name, i, rows)
-                ax.set_title("other shapes", fontsize=10)
             else:
                 self._draw(ax, vs, [v.heads[0] for v in vs], f"C{k}", None, k, rows)
-                ax.set_title(f"{depth} layers (MLP ratio {self.base_ratio:g})", fontsize=10)
-            self._baseline_line(ax)
-            fixed_ticks(ax, [v.heads[0] for v in vs])
-            ax.set_xlabel("heads per layer")
-            ax.grid(alpha=0.3)
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=7)
+            self.reference_line(ax, self.base, f"baseline {self.options.baseline}")
+            finish_heads_panel(ax, [v.heads[0] for v in vs], "other shapes" if depth == "other" else
+                               f"{depth} layers (MLP ratio {self.base_ratio:g})")
         axes[0, 0].set_ylabel("top-1 accuracy (%)")
         fig.suptitle("Top-1 accuracy vs heads per layer (labels: parameters)")
         doc.add("## Accuracy vs heads per layer, by depth")
@@ -247,10 +227,7 @@ class VisionLayout(Layout):
                    + (", error bars one sd over seeds" if self.study.record.seeds > 1 else "")
                    + "; the dashed line is the baseline, as in the paper's Fig. 3.")
         for depth in self.depths:
-            vs = self._at(self.heads_grid, depth, lambda v: v.heads[0])
-            doc.add(f"Top-1 % at {depth} layers: " + ", ".join(
-                f"{plural(v.heads[0], 'head')} {acc_cell(self.top1[v.name])} [{fmt_params(v.params)}]"
-                for v in vs) + ".")
+            doc.add(self.heads_line(f"Top-1 % at {depth} layers", self._at(self.heads_grid, depth, self.heads_of)))
 
     def _mlp_figure(self, doc: Document) -> None:
         """Fig. 4: top-1 against the MLP ratio, one line per depth, at the baseline's heads."""
@@ -266,7 +243,7 @@ class VisionLayout(Layout):
             # depths at one ratio side by side
             x = dodge([self.ratio[v.name] or 0 for v in vs], i, len(depths), span)
             self._draw(ax, vs, x, f"C{i}", f"{depth} layers", i, rows)
-        self._baseline_line(ax)
+        self.reference_line(ax, self.base, f"baseline {self.options.baseline}")
         fixed_ticks(ax, [r["mlp_ratio"] for r in rows])
         ax.set_xlabel("MLP ratio (hidden width / d_model)")
         ax.set_ylabel("top-1 accuracy (%)")
@@ -279,22 +256,14 @@ class VisionLayout(Layout):
 
     def _noise(self, doc: Document) -> list[str]:
         """Each variant against the baseline: difference in points, Welch's test, Holm's correction."""
-        base = self.base
-        if base is None or not self.top1[base.name].n:
+        comps = self.against(self.scored, self.base)
+        if self.base is None or not comps:
             return []
-        comps = [stats.compare(v.name, self.top1[v.name].values, base.name, self.top1[base.name].values)
-                 for v in self.scored if v is not base]
-        if not comps:
-            return []
-        stats.apply_holm(comps)
         doc.add("## Differences from the baseline and seed noise",
-                f"Each variant's top-1 against `{base.name}`, in points (positive = more accurate), with Welch's "
+                f"Each variant's top-1 against `{self.base.name}`, in points (positive = more accurate), with Welch's "
                 "unequal-variance t-test across seeds (two-sided) and Holm's correction over the "
                 f"{len(comps)} comparisons; distinguishable means Holm-adjusted p < {ALPHA}.")
-        noise_table(doc, comps, self.top1)
-        text, testable = noise_summary(comps, self.study.record.seeds)
-        doc.add(text if testable else f"**{text}**")
-        return [text]
+        return [self.noise_report(doc, comps)[0]]
 
     def _conditioning_training(self, doc: Document) -> list[str]:
         """Fig. 2 over training: cond_mean logged by the trainer against epoch, one line per heads count."""
@@ -307,7 +276,7 @@ class VisionLayout(Layout):
             xs = sorted(e for e, vals in per.items() if len(vals) == len(v.done))
             return v, xs, [float(np.mean(per[e])) for e in xs]
 
-        panels = [(d, [c for c in map(curve, self._at(self.heads_grid, d, lambda v: v.heads[0])) if c[1]])
+        panels = [(d, [c for c in map(curve, self._at(self.heads_grid, d, self.heads_of)) if c[1]])
                   for d in self.depths]
         panels = [(d, lines) for d, lines in panels if lines]
         if not panels:
@@ -317,7 +286,7 @@ class VisionLayout(Layout):
         for k, (depth, lines) in enumerate(panels):
             ax = axes[0, k]
             for i, (v, xs, ys) in enumerate(lines):
-                ax.plot(xs, ys, marker=".", color=f"C{i % 10}", label=f"{v.heads[0]} head{'s' if v.heads[0] != 1 else ''}")
+                ax.plot(xs, ys, marker=".", color=f"C{i % 10}", label=plural(v.heads[0], "head"))
                 rows += [dict(variant=v.name, n_layers=depth, heads_per_layer=v.heads[0], epoch=x, cond_mean=y)
                          for x, y in zip(xs, ys)]
             ax.set_yscale("log")
@@ -361,18 +330,13 @@ class VisionLayout(Layout):
         spans: dict[int, float] = {}
         heads_test: dict[int, stats.Comparison] = {}
         for depth in self.depths:
-            vs = self._at(self.heads_grid, depth, lambda v: v.heads[0])
+            vs = self._at(self.heads_grid, depth, self.heads_of)
             if len(vs) < 2:
                 continue
-            lo, hi = vs[0], vs[-1]
             spans[depth] = max(map(self.acc, vs)) - min(map(self.acc, vs))
-            rises = self.acc(hi) > self.acc(lo) and all(self.acc(v) <= self.acc(hi) for v in vs)
-            heads_test[depth] = self._test(hi, lo)
-            parts.append((f"Accuracy vs heads at {depth} layers: {plural(lo.heads[0], 'head')} "
-                          f"{self.acc(lo):.2f}% -> "
-                          f"{plural(hi.heads[0], 'head')} {self.acc(hi):.2f}% "
-                          f"({self.acc(hi) - self.acc(lo):+.2f} points; "
-                          f"{'rises' if rises else 'does not rise'} with heads): ", (heads_test[depth], rises)))
+            text, rises = self.heads_trend(f"Accuracy vs heads at {depth} layers", vs)
+            heads_test[depth] = self._test(vs[-1], vs[0])
+            parts.append((text, (heads_test[depth], rises)))
         base = self.base if self.base in self.done else None
         if base is not None:
             fewer = [v for v in self.done if v.n_layers < base.n_layers and v.heads[0] > base.heads[0]
@@ -399,7 +363,4 @@ class VisionLayout(Layout):
                           f"points, heads by {span:.2f}: ", (self._test(hi, lo), mspan < span, heads_test[depth])))
         stats.apply_holm(self.tests)
         out = [text if test is None else text + self._verdict(*test) + "." for text, test in parts]
-        claim = self.options.paper.claim if self.options.paper else ""
-        if claim and out:
-            out.insert(0, f"The paper's claim: \"{claim}\". Each part below is checked on this study's numbers.")
-        return out
+        return self.with_claim(out)
