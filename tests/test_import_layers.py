@@ -28,7 +28,7 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # no torch, no headwise beyond each other; the families package only lists the families
     ("base", ("headwise.errors", "headwise.registry", "headwise.paths", "headwise.config", "headwise.locks",
-              "headwise.families")),
+              "headwise.lazy", "headwise.families")),
     # what a spec is, what checking and counting one needs: the parts' declarations (their counts
     # too), the attention kinds, output gates and block features (their model code imported inside
     # their functions), plans, presets, exact counts; no torch at import. The model package's

@@ -15,8 +15,7 @@ The names below (``__all__``) load on first use: ``from headwise import ModelSpe
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from headwise.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -40,11 +39,4 @@ _EXPORTS = {
     "HeadwiseModel": "headwise.hf.models",
 }
 __all__ = [*_EXPORTS, "__version__"]
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'headwise' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)

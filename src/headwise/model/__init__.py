@@ -39,16 +39,15 @@ from the model code, which an exported model carries), and edits no file here:
    :data:`~headwise.parts.OUTPUT_HEAD_PARTS`.
 
 The declarations are the single source of the names ``ModelSpec.inputs`` and ``outputs`` accept;
-the first spec that names a family's part imports the family's ``model`` modules, and with them
-the part's model code. Nothing else changes: the Transformer builds and calls whatever the spec
+the first spec that names a family's part imports the family's ``model_parts`` modules (no torch),
+and the first model built with it the family's ``model`` modules, with the part's model code. Nothing else changes: the Transformer builds and calls whatever the spec
 names, and :func:`headwise.params.count_params` adds up their declarations' ``param_counts``, without
 torch (a test checks that this equals the built model's count for every registered pair). The modules a front end or head
 builds sit on the Transformer under the names it gives them, and those names are the state-dict
 keys of saved models: choose them once.
 """
 
-import importlib
-from typing import Any
+from headwise.lazy import lazy_exports
 
 # Every name below, loaded from its module on first use (PEP 562): importing a module of this
 # package that needs no torch (the attention kinds and the block features, whose options
@@ -69,10 +68,4 @@ __all__ = [
     "padded_logits", "padded_vocab_size",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, {name: f"{__name__}.{module}" for name, module in _EXPORTS.items()})

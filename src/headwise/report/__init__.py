@@ -29,17 +29,11 @@ before the runs start); matplotlib loads only when a figure is drawn.
 
 from __future__ import annotations
 
-from typing import Any
 
+from headwise.lazy import lazy_exports
 from headwise.report.options import ReportSpec, study_report
 
 __all__ = ["ReportSpec", "study_report", "write_report"]
 
-
-def __getattr__(name: str) -> Any:
-    # write_report on first use (PEP 562): it pulls in matplotlib, scipy and the models
-    if name == "write_report":
-        from headwise.report.build import write_report
-
-        return write_report
-    raise AttributeError(f"module 'headwise.report' has no attribute {name!r}")
+# write_report on first use: it pulls in matplotlib, scipy and the models
+__getattr__ = lazy_exports(__name__, {"write_report": "headwise.report.build"})

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from headwise.lazy import lazy_exports
+
 __all__ = ["load_study", "run_study"]
 
 
@@ -41,10 +43,5 @@ def load_study(name_or_path: str, preset: str | None = None, seeds: int | None =
     return resolve_study(raw, source, preset=preset, seeds=seeds, overrides=overrides)
 
 
-def __getattr__(name: str) -> Any:
-    # run_study on first use (PEP 562)
-    if name == "run_study":
-        from headwise.study.runner import run_study
-
-        return run_study
-    raise AttributeError(f"module 'headwise.study' has no attribute {name!r}")
+# run_study on first use: it pulls in the runner and the launchers
+__getattr__ = lazy_exports(__name__, {"run_study": "headwise.study.runner"})

@@ -14,8 +14,7 @@ torchrun) from a :class:`RunConfig`.
 - :mod:`~headwise.train.generate`: sampling from a run's model, with a KV cache.
 """
 
-import importlib
-from typing import Any
+from headwise.lazy import lazy_exports
 
 # Each name is loaded from its module on first use (PEP 562): a run config is read (a study's dry
 # run, the [task] tables) without the trainer, and so without torch.
@@ -23,10 +22,4 @@ _EXPORTS = {"RunConfig": "config", "run_training": "trainer"}
 
 __all__ = ["RunConfig", "run_training"]
 
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, {name: f"{__name__}.{module}" for name, module in _EXPORTS.items()})
