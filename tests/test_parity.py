@@ -35,7 +35,7 @@ transformers = pytest.importorskip("transformers", reason="transformers is the p
 
 @dataclass(frozen=True)
 class Row:
-    """One architecture of the registry (:func:`headwise.hf.convert.architectures`): the specs
+    """One architecture of the registry (:func:`headwise.hf.architectures.architectures`): the specs
     compared and refused."""
 
     arch: Architecture

@@ -1,5 +1,5 @@
 """The architectures headwise converts to and from, as records (:class:`Architecture`) in one
-registry (:func:`architectures`): ``GPTNeoForCausalLM`` (:mod:`headwise.hf.gpt_neo`),
+registry (:func:`headwise.hf.architectures.architectures`): ``GPTNeoForCausalLM`` (:mod:`headwise.hf.gpt_neo`),
 ``ViTForImageClassification`` (:mod:`headwise.hf.vit`), ``LlamaForCausalLM`` and
 ``Qwen3ForCausalLM`` (:mod:`headwise.hf.llama`), ``LagunaForCausalLM`` (:mod:`headwise.hf.laguna`)
 and OpenELM (:mod:`headwise.hf.openelm`, remote code).
