@@ -40,7 +40,8 @@ def supply_discovery(key: str, discover: Callable[[], object]) -> None:
 class Registry(Generic[T]):
     """Named parts of one kind. ``what`` names the kind in messages ("attention kind")."""
 
-    def __init__(self, what: str, discover: Callable[[], object] | None = None, discover_key: str | None = None) -> None:
+    def __init__(self, what: str, discover: Callable[[], object] | None = None,
+                 discover_key: str | None = None) -> None:
         self.what = what
         self._items: dict[str, T] = {}
         self._discover = discover

@@ -40,11 +40,12 @@ from the model code, which an exported model carries), and edits no file here:
 
 The declarations are the single source of the names ``ModelSpec.inputs`` and ``outputs`` accept;
 the first spec that names a family's part imports the family's ``model_parts`` modules (no torch),
-and the first model built with it the family's ``model`` modules, with the part's model code. Nothing else changes: the Transformer builds and calls whatever the spec
-names, and :func:`headwise.params.count_params` adds up their declarations' ``param_counts``, without
-torch (a test checks that this equals the built model's count for every registered pair). The modules a front end or head
-builds sit on the Transformer under the names it gives them, and those names are the state-dict
-keys of saved models: choose them once.
+and the first model built with it the family's ``model`` modules, with the part's model code.
+Nothing else changes: the Transformer builds and calls whatever the spec names, and
+:func:`headwise.params.count_params` adds up their declarations' ``param_counts``, without torch
+(a test checks that this equals the built model's count for every registered pair). The modules a
+front end or head builds sit on the Transformer under the names it gives them, and those names are
+the state-dict keys of saved models: choose them once.
 """
 
 from headwise.lazy import lazy_exports

@@ -11,15 +11,17 @@ The optimiser draws one number ``u`` in [0, 1) for the depth (``depth``, when it
 each varying choice of each layer (``layer{i}.heads``, ``layer{i}.head_dim``, ``layer{i}.kv_heads``,
 ``layer{i}.mlp_ratio``: among the MLP widths the ratios make), always from the same distribution.
 :meth:`Space.decode` maps them in order: each ``u`` picks the quantile of the sorted values *that
-still leave a completion within the budget*. A plan is a :class:`~headwise.plans.Plan` whose layers
-have every field resolved (what the space chose, and what each layer takes from the base), so the
-base's spec with its layers (:meth:`~headwise.spec.ModelSpec.with_layers`) is the trial's model. That is decided exactly, because every budget is a constant plus per-layer costs
-through a non-decreasing map (:mod:`headwise.search.budget`): the layer options' costs are
-computed once, and for the layers still to choose the search keeps the smallest and largest sum
-they can add (a budget with only a cap or only a floor) or every sum they can add (a target, or a
-floor and a cap together). So every decoded plan keeps the budget, every plan that keeps it is
-reachable (:meth:`Space.encode` gives numbers that decode to it), and a space with no such plan
-is refused before any trial.
+still leave a completion within the budget*. That is decided exactly, because every budget is a
+constant plus per-layer costs through a non-decreasing map (:mod:`headwise.search.budget`): the
+layer options' costs are computed once, and for the layers still to choose the search keeps the
+smallest and largest sum they can add (a budget with only a cap or only a floor) or every sum they
+can add (a target, or a floor and a cap together). So every decoded plan keeps the budget, every
+plan that keeps it is reachable (:meth:`Space.encode` gives numbers that decode to it), and a
+space with no such plan is refused before any trial.
+
+A plan is a :class:`~headwise.plans.Plan` whose layers have every field resolved (what the space
+chose, and what each layer takes from the base), so the base's spec with its layers
+(:meth:`~headwise.spec.ModelSpec.with_layers`) is the trial's model.
 
 With ``scaling = "linear"`` or ``"geometric"`` the space is a few numbers instead of one choice
 per layer (:mod:`headwise.search.scaled`); both share :class:`PlanSpace`.
