@@ -10,7 +10,7 @@ reads the records without it, and an exported model carries this module (:mod:`h
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any, Callable
 
 from headwise.model.attention import Option
@@ -141,13 +141,18 @@ class Activation:
     gated: bool = False
     hidden_act: str | None = None
 
-    def __call__(self, x: Tensor) -> Tensor:
+    @cached_property
+    def _function(self) -> Callable[[Tensor], Tensor]:
+        # looked up once, not in every MLP call: the records load without torch
         import torch.nn.functional as F
 
+        return partial(getattr(F, self.function), **self.kwargs)
+
+    def __call__(self, x: Tensor) -> Tensor:
         if not self.gated:
-            return getattr(F, self.function)(x, **self.kwargs)
+            return self._function(x)
         value, gate = x.chunk(2, dim=-1)
-        return getattr(F, self.function)(gate, **self.kwargs) * value
+        return self._function(gate) * value
 
     def check(self, spec: ModelSpec) -> None:
         """A gated activation splits each layer's MLP width in halves: an odd one is refused."""
