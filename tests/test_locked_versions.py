@@ -15,7 +15,7 @@ from packaging.version import Version
 
 LOCK = Path(__file__).resolve().parents[1] / "requirements.lock"
 #: the packages whose versions change what the tests compute or check against
-CHECKED = ("torch", "transformers", "lm-eval", "datasets", "tokenizers")
+CHECKED = ("torch", "torchvision", "timm", "transformers", "lm-eval", "datasets", "tokenizers")
 
 
 def locked_versions(text: str) -> dict[str, str]:
