@@ -1,24 +1,61 @@
 """headwise's layer-wise scaling against Apple's OpenELM (per-layer query and key/value heads and FFN
 widths, computed by the independent reference in tests/parity_openelm.py): the four OpenELM sizes,
-the ``openelm-270m`` preset's exact parameter count, ``headwise plan``, a run config asking for the
-scheme, and the hub's ``config.json``. The weights, logits and cached generation against the
-reference are rows of tests/test_parity.py."""
+corenet's own rounding at other depths (numpy's, recorded from corenet's code), the
+``openelm-270m`` preset's exact parameter count, ``headwise plan``, a run config asking for the
+scheme, the hub's ``config.json``, and the names of the output layer and q/k norms in corenet's and
+the hub's state dicts. The weights, logits and cached generation against the reference are rows of
+tests/test_parity.py."""
 
 import numpy as np
 import pytest
+import torch
 
 from headwise.cli import main
 from headwise.errors import HeadwiseError
-from headwise.hf.openelm import OPENELM
+from headwise.hf.openelm import OPENELM, from_state_dict, to_state_dict
+from headwise.model import Transformer
 from headwise.params import count_params
-from headwise.plans import layerwise_scaling, plan_heads
+from headwise.plans import layerwise_scaling, make_divisible, plan_heads, ramp
 from headwise.presets import spec_from_preset
 from headwise.tasks.base import TaskShape
 from headwise.train.config import ModelConfig, resolve_spec
-from parity_openelm import OPENELM_SIZES, SMALL, reference_shapes, size_shapes
+from parity_openelm import CONFIGS, OPENELM_SIZES, SMALL, OpenELM, reference_shapes, size_shapes
 
 #: the 270M model's heads per layer: 12 query heads over 3 KV heads for 5 layers, then 16 / 4 and 20 / 5
 HEADS_270M, KV_HEADS_270M = [12] * 5 + [16] * 7 + [20] * 4, [3] * 5 + [4] * 7 + [5] * 4
+
+
+# corenet's own GPTConfig.__post_init__ (apple/corenet 1aa3acd1), run by
+# `python tests/record_corenet.py <corenet checkout>`: the layers at depths 2 to 40 whose multiplier
+# corenet rounds otherwise than Python's round() (only at 21 layers), and the query heads (width 112,
+# 8-wide heads in groups of 2) of depths and query multipliers where that rounding changes some
+CORENET_ROUNDING = {((0.5, 1.0), 21): {1: 0.52, 17: 0.92}, ((0.5, 4.0), 21): {13: 2.78}}
+CORENET_HEADS = {(21, (0.5, 1.0)): (8, 8, 8, 8, 8, 8, 10, 10, 10, 10, 10, 10, 12, 12, 12, 12, 12, 12, 14, 14, 14),
+                 (3, (0.85, 1.0)): (12, 12, 14), (5, (0.3, 1.0)): (4, 8, 10, 12, 14)}
+
+
+def test_ramp_rounds_as_corenet_at_every_depth():
+    for pair in ((0.5, 1.0), (0.5, 4.0)):  # OpenELM's query and FFN multipliers
+        for n in range(1, 41):
+            # corenet's own expression (GPTConfig.__post_init__): round() of numpy floats
+            corenet = [round(v, 2) for v in np.linspace(*pair, num=n, dtype=float)]
+            decimal = [round(float(v), 2) for v in np.linspace(*pair, num=n, dtype=float)]
+            recorded = {i: CORENET_ROUNDING.get((pair, n), {}).get(i, d) for i, d in enumerate(decimal)}
+            assert ramp(*pair, n) == corenet == list(recorded.values()), (pair, n)
+
+
+def test_numpy_rounds_0_925_to_0_92_and_keeps_12_query_heads():
+    # linspace(0.5, 1.0, 21)[17] is the double nearest 0.925, a little above it: Python rounds that
+    # value up; numpy rounds it times 100, exactly 92.5, half to even
+    assert ramp(0.5, 1.0, 21)[17] == 0.92 and round(float(np.linspace(0.5, 1.0, 21)[17]), 2) == 0.93
+    # width 112, 8-wide heads in groups of 2: 0.92 * 112 = 103.04 rounds to 96 (12 heads), 0.93 to 112 (14)
+    assert make_divisible(0.92 * 112, 16) == 96 and make_divisible(0.93 * 112, 16) == 112
+    assert layerwise_scaling(21, 112, 8, gqa_groups=2).heads[17] == 12
+    for (n, pair), heads in CORENET_HEADS.items():
+        assert layerwise_scaling(n, 112, 8, qkv_multipliers=pair, gqa_groups=2).heads == heads
+    # the parity table's models at width 112 (tests/test_parity.py) have corenet's heads
+    assert OPENELM.spec_from_config(CONFIGS["3-layers-defaults-numpy-rounding"]).heads == [12, 12, 14]
+    assert OPENELM.spec_from_config(CONFIGS["5-layers-untied-qk-norm-numpy-rounding"]).heads == [4, 8, 10, 12, 14]
 
 
 @pytest.mark.parametrize("size", list(OPENELM_SIZES))
@@ -97,3 +134,33 @@ def test_the_hubs_config_json_reads_as_the_preset():
                normalization_layer_name="rms_norm", model_type="openelm")
     assert OPENELM.spec_from_config(hub).layers() == spec_from_preset("openelm-270m").layers()
     assert count_params(OPENELM.spec_from_config(hub)) == 271_527_168
+
+
+def test_absent_fields_take_corenets_defaults_and_one_multiplier_is_not_rounded():
+    # GPTConfig: normalize_qk_projections False, share_input_output_layers False
+    cfg = CONFIGS["3-layers-defaults-numpy-rounding"]
+    spec = OPENELM.spec_from_config(cfg)
+    assert spec.qk_norm is None and not spec.tie_embeddings
+    assert OPENELM.spec_from_config({**cfg, "normalize_qk_projections": False}) == spec
+    # one query multiplier is used as it is (corenet rounds only a ramp's): 0.1051 * 100 = 10.51 rounds
+    # to 10, 5 heads of 2; rounded to 0.11 first it would be 11 -> 12, 6 heads
+    one = dict(num_transformer_layers=2, model_dim=100, head_dim=2, qkv_multipliers=0.1051, ffn_multipliers=1.0,
+               ffn_dim_divisor=1, vocab_size=11)
+    assert OPENELM.spec_from_config(one).heads == reference_shapes(one)["q"] == [5, 5]
+
+
+def test_output_layer_and_qk_norms_are_named_as_corenet_and_the_hub_name_them():
+    cfg = CONFIGS["3-layers-defaults-numpy-rounding"]
+    spec = OPENELM.spec_from_config(cfg)
+    model = Transformer(spec)
+    corenet, hub = to_state_dict(model, prefix=""), to_state_dict(model)
+    # general_gpt.py: self.classifier (untied), q_norm / k_norm only with normalize_qk_projections
+    assert set(corenet) == set(OpenELM(cfg).state_dict()) and "classifier.weight" in corenet
+    assert not any(k.endswith(("q_norm.weight", "k_norm.weight")) for k in corenet)
+    # the hub's OpenELMForCausalLM: lm_head beside its transformer
+    assert "lm_head.weight" in hub and "transformer.classifier.weight" not in hub
+    for state, prefix in ((corenet, ""), (hub, "transformer.")):
+        back = from_state_dict(state, spec, prefix=prefix).state_dict()
+        assert all(torch.equal(w, back[k]) for k, w in model.state_dict().items())
+    with pytest.raises(HeadwiseError, match="no 'classifier.weight'"):
+        from_state_dict({k: w for k, w in corenet.items() if k != "classifier.weight"}, spec, prefix="")

@@ -28,7 +28,7 @@ from headwise.spec import ModelSpec
 from headwise.train.generate import generate
 from decoder_parity import perturbed
 from helpers import one_thread  # noqa: F401  (one torch thread for this module)
-from parity_openelm import SMALL, OpenELM
+from parity_openelm import CONFIGS as OPENELM_CONFIGS, SMALL, OpenELM
 
 transformers = pytest.importorskip("transformers", reason="transformers is the parity reference (pip install .[dev])")
 
@@ -79,21 +79,28 @@ class Row:
         return out[0, len(prompt):].tolist()
 
 
+@dataclass(frozen=True)
 class OpenELMRow(Row):
     """OpenELM is remote code: its reference (tests/parity_openelm.py) reads corenet's config and
-    state dict, and the row's one case is ``SMALL``'s spec."""
+    state dict, and each case is the spec headwise reads from one of corenet's configs."""
+
+    configs: dict[str, dict] = field(default_factory=dict)
+
+    def config(self, spec: ModelSpec) -> dict:
+        """The corenet config of the case ``spec``."""
+        return self.configs[next(name for name, case in self.cases.items() if case == spec)]
 
     def to_theirs(self, model: Transformer, variant: str) -> torch.nn.Module:
-        ref = OpenELM(SMALL).eval()
-        ref.load_state_dict(openelm.to_state_dict(model, prefix=""))  # strict: the reference's every name and shape
+        state = openelm.to_state_dict(model, prefix="")  # first: it refuses what OpenELM cannot express
+        ref = OpenELM(self.config(model.spec)).eval()
+        ref.load_state_dict(state)  # strict: the reference's every name and shape
         return ref
 
     def from_theirs(self, theirs: torch.nn.Module) -> Transformer:
-        return openelm.from_openelm(theirs, SMALL, prefix="")
+        return openelm.from_openelm(theirs, theirs.cfg, prefix="")
 
     def build(self, spec: ModelSpec, variant: str) -> torch.nn.Module:
-        assert spec == openelm.OPENELM.spec_from_config(SMALL)
-        return OpenELM(SMALL).eval()
+        return OpenELM(self.config(spec)).eval()
 
     def forward(self, theirs: torch.nn.Module, x: torch.Tensor, labels: torch.Tensor | None) -> tuple:
         return theirs(x)[0], None
@@ -220,8 +227,10 @@ LAGUNA = Row(
 )
 OPENELM_SPEC = openelm.OPENELM.spec_from_config(SMALL)
 OPENELM = OpenELMRow(
-    openelm.OPENELM, {"corenet-small": OPENELM_SPEC},
-    [(OPENELM_SPEC.model_copy(update={"qk_norm": None}), "qk_norm"), (spec_from_preset("llama-tiny"), "q and k")],
+    openelm.OPENELM, {name: openelm.OPENELM.spec_from_config(c) for name, c in OPENELM_CONFIGS.items()},
+    [(OPENELM_SPEC.model_copy(update={"qkv_bias": True}), "qkv_bias"),
+     (spec_from_preset("llama-tiny", head_dim=[8, 8, 16, 16]), "different head widths")],
+    configs=OPENELM_CONFIGS,
 )
 ROWS = [GPT_NEO, VIT, LLAMA, QWEN3, LAGUNA, OPENELM]
 

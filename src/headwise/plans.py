@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Sequence
 
+import numpy as np
+
 from headwise.errors import HeadwiseError
 from headwise.layer_shape import LayerShape, divisors
 
@@ -217,14 +219,10 @@ def make_divisible(v: float, divisor: int) -> int:
 
 
 def ramp(first: float, last: float, n_layers: int) -> list[float]:
-    """``n_layers`` evenly spaced values from ``first`` to ``last`` (numpy's ``linspace``: start +
-    i * step, the last one exactly ``last``), each rounded to 2 decimals, as OpenELM rounds its
-    multipliers."""
-    step = (last - first) / max(n_layers - 1, 1)
-    values = [first + i * step for i in range(n_layers)]
-    if n_layers > 1:
-        values[-1] = last
-    return [round(v, 2) for v in values]
+    """``n_layers`` evenly spaced values from ``first`` to ``last``, each rounded to 2 decimals by
+    OpenELM's own operations: ``round(v, 2)`` of numpy's ``linspace`` values. A numpy float rounds
+    ``v * 100`` half to even, not ``v``'s decimal value as Python does: 0.925 becomes 0.92, not 0.93."""
+    return [float(round(v, 2)) for v in np.linspace(first, last, num=n_layers, dtype=float)]
 
 
 @dataclass(frozen=True)

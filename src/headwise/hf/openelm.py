@@ -3,9 +3,11 @@
 
 OpenELM is a Llama-style decoder whose layers differ (layer-wise scaling,
 :func:`headwise.plans.layerwise_scaling`): every layer has its own query heads, key/value heads and
-FFN width, all heads of one width. Its blocks are pre-RMSNorm, RMS-normed q and k (one weight over
-head_dim per layer), RoPE, 1/sqrt(head_dim) scores, a SwiGLU FFN, no biases, and one eps for every
-norm; the output layer is the token embedding (``share_input_output_layers``) or a bias-free map.
+FFN width, all heads of one width. Its blocks are pre-RMSNorm, RoPE, 1/sqrt(head_dim) scores, a
+SwiGLU FFN, no biases, and one eps for every norm; q and k are RMS-normed (one weight over head_dim
+per layer) where ``normalize_qk_projections`` says; the output layer is the token embedding
+(``share_input_output_layers``) or a bias-free map. A field a config leaves out takes corenet's
+default (``GPTConfig``): untied, no q/k norms.
 
 The weights map one to one. OpenELM's ``qkv_proj`` is laid out as headwise's fused ``qkv``: the
 query heads, then the key heads, then the value heads, each head's rows together. Its ``proj_1``
@@ -13,9 +15,9 @@ holds the FFN's gate first and its value second (``act(y_1) * y_2``), headwise's
 value first (``swiglu`` in :data:`headwise.model.features.ACTIVATIONS`): the two halves swap.
 
 No ``transformers`` class is involved: OpenELM is remote code, so this module reads and writes
-state dicts under the hub's names (``transformer.layers.{i}.attn.qkv_proj.weight``, ...; corenet's
-own checkpoints have the same names without the ``transformer.`` prefix: pass ``prefix=""``) and
-the hub's ``config.json`` fields.
+state dicts under the hub's names (``transformer.layers.{i}.attn.qkv_proj.weight``, ...; an untied
+output layer ``lm_head.weight``) or corenet's (``prefix=""``: the same names without
+``transformer.``; the output layer ``classifier.weight``), and the hub's ``config.json`` fields.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def _write(spec: ModelSpec) -> dict[str, Any]:
         "num_query_heads": [s.heads for s in layers], "num_kv_heads": [s.kv_heads for s in layers],
         "ffn_multipliers": [s.mlp_hidden / 2 / spec.d_model for s in layers], "ffn_dim_divisor": 1,
         "ffn_with_glu": True, "activation_fn_name": "swish", "normalization_layer_name": "rms_norm",
-        "normalize_qk_projections": True, "share_input_output_layers": spec.tie_embeddings,
+        "normalize_qk_projections": spec.qk_norm is not None, "share_input_output_layers": spec.tie_embeddings,
         "rope_freq_constant": spec.rope_theta, "rope_max_length": 2 * spec.max_seq_len,
         "initializer_range": spec.init_std, "rms_norm_eps": spec.layer_norm_eps,
     }
@@ -66,9 +68,10 @@ def _per_layer(value: Any, n_layers: int, name: str) -> list[Any]:
 
 def _read(config: Mapping[str, Any]) -> dict[str, Any]:
     """The spec fields of an OpenELM config (the hub's ``config.json`` fields, or corenet's
-    ``GPTConfig`` fields as a dict). Per-layer heads are read when given, else computed by
-    layer-wise scaling from ``qkv_multipliers``; FFN widths are rounded from ``ffn_multipliers``
-    by ``make_divisible(m * model_dim, ffn_dim_divisor)`` as OpenELM's FFN does."""
+    ``GPTConfig`` fields as a dict; an absent field takes ``GPTConfig``'s default). Per-layer heads
+    are read when given, else computed from ``qkv_multipliers`` as corenet does: two values by
+    layer-wise scaling, one value for every layer as it is; FFN widths are rounded from
+    ``ffn_multipliers`` by ``make_divisible(m * model_dim, ffn_dim_divisor)`` as OpenELM's FFN does."""
     get = config.get
     if not get("ffn_with_glu", True) or get("activation_fn_name", "swish") not in ("swish", "silu"):
         raise HeadwiseError("cannot convert: headwise's OpenELM FFN is SwiGLU (ffn_with_glu, swish)")
@@ -80,9 +83,11 @@ def _read(config: Mapping[str, Any]) -> dict[str, Any]:
     heads, kv_heads = get("num_query_heads"), get("num_kv_heads")
     if not isinstance(heads, (list, tuple)) or not isinstance(kv_heads, (list, tuple)):
         qkv = get("qkv_multipliers", 1.0)
-        pair = tuple(qkv) if isinstance(qkv, (list, tuple)) else (qkv, qkv)
-        shape = layerwise_scaling(n, d, head_dim, qkv_multipliers=pair, gqa_groups=groups, ffn_divisor=divisor)
-        heads, kv_heads = shape.heads, shape.kv_heads
+        if isinstance(qkv, (list, tuple)):
+            heads = layerwise_scaling(n, d, head_dim, qkv_multipliers=tuple(qkv), gqa_groups=groups).heads
+        else:  # one multiplier is not rounded to 2 decimals: corenet rounds only a ramp's values
+            heads = [make_divisible(d * qkv, head_dim * groups) // head_dim] * n
+        kv_heads = [h // groups for h in heads]
     ffn = get("ffn_multipliers", 4.0)
     if isinstance(ffn, (list, tuple)) and len(ffn) == 2:
         # two values are the first and last layers' (corenet's rule), ramped as OpenELM ramps them
@@ -93,21 +98,22 @@ def _read(config: Mapping[str, Any]) -> dict[str, Any]:
         vocab_size=int(config["vocab_size"]), d_model=d, n_layers=n, max_seq_len=int(get("max_context_length", 2048)),
         heads=list(heads), kv_heads=list(kv_heads), head_dim=head_dim, mlp_hidden=mlp,
         layer_norm_eps=float(get("rms_norm_eps", 1e-6)), rope_theta=float(get("rope_freq_constant", 10000)),
-        tie_embeddings=bool(get("share_input_output_layers", True)), init_std=float(get("initializer_range", 0.02)),
+        tie_embeddings=bool(get("share_input_output_layers", False)), init_std=float(get("initializer_range", 0.02)),
+        qk_norm="rmsnorm" if get("normalize_qk_projections", False) else None,
     )
 
 
 OPENELM = Architecture(
     "openelm", "openelm", "OpenELM", None, "tokens", "lm",
     maps=frozenset({"vocab_size", "d_model", "n_layers", "max_seq_len", "heads", "kv_heads", "head_dim", "mlp_hidden",
-                    "mlp_ratio", "attention", "layer_norm_eps", "rope_theta", "tie_embeddings", "init_std"}),
+                    "mlp_ratio", "attention", "layer_norm_eps", "rope_theta", "tie_embeddings", "init_std",
+                    "qk_norm"}),
     fixed=(("causal", True, "it is a decoder"),
            ("norm", "rmsnorm_pre", "its blocks are pre-norm RMSNorm"),
            ("positions", "rope", "it has rotary positions"),
            ("partial_rotary_factor", 1.0, "its RoPE rotates every channel of a head"),
            ("activation", "swiglu", "its FFN is SwiGLU (ffn_with_glu, swish)"),
            ("score_scale", "inv_sqrt", "it scales attention scores by 1/sqrt(head_dim)"),
-           ("qk_norm", "rmsnorm", "it normalises each head's q and k (normalize_qk_projections)"),
            ("qkv_bias", False, "its projections have no biases"),
            ("out_bias", False, "its projections have no biases"),
            ("mlp_bias", False, "its FFN has no biases"),
@@ -120,17 +126,20 @@ OPENELM = Architecture(
 
 
 def _names(spec: ModelSpec, prefix: str) -> list[tuple[str, str]]:
-    """(headwise key, OpenELM key) of every weight; the FFN's ``mlp.fc`` / ``proj_1`` swap halves."""
+    """(headwise key, OpenELM key) of every weight; the FFN's ``mlp.fc`` / ``proj_1`` swap halves.
+    An untied output layer is corenet's ``classifier``; the hub's ``OpenELMForCausalLM`` keeps it
+    as ``lm_head``, beside its ``transformer`` (whose own ``classifier`` the hub never uses)."""
     pairs = [("tok_emb.weight", f"{prefix}token_embeddings.weight"), ("norm_f.weight", f"{prefix}norm.weight")]
+    qk_norms = ("attn.q_norm.weight", "attn.k_norm.weight") if spec.qk_norm is not None else ()
     for i in range(spec.n_layers):
         ours, theirs = f"blocks.{i}.", f"{prefix}layers.{i}."
         pairs += [(ours + a, theirs + b) for a, b in (
             ("norm1.weight", "attn_norm.weight"), ("norm2.weight", "ffn_norm.weight"),
             ("attn.qkv.weight", "attn.qkv_proj.weight"), ("attn.out.weight", "attn.out_proj.weight"),
-            ("attn.q_norm.weight", "attn.q_norm.weight"), ("attn.k_norm.weight", "attn.k_norm.weight"),
+            *((name, name) for name in qk_norms),
             ("mlp.fc.weight", "ffn.proj_1.weight"), ("mlp.proj.weight", "ffn.proj_2.weight"))]
     if not spec.tie_embeddings:
-        pairs.append(("lm_head.weight", "lm_head.weight"))
+        pairs.append(("lm_head.weight", "lm_head.weight" if prefix else "classifier.weight"))
     return pairs
 
 
