@@ -1,0 +1,262 @@
+"""timm image models by name, with Leaner Transformers' changes on top: depth, heads, MLP ratio,
+width and head width, per stage where the model has stages.
+
+Five families take the changes, each through timm's own arguments (:data:`FAMILIES`): ViT and DeiT
+(``vision_transformer``, ``deit``), XCiT, TNT, VOLO and DaViT. The head width is timm's
+``dim // heads`` unless ``head_dim`` holds it: natively for ViT/DeiT (timm's ``attn_head_dim``),
+by a held-width XCA for XCiT's cross-covariance blocks (its two class-attention layers keep timm's
+width, as the paper's XCiT-M count says); TNT, VOLO and DaViT refuse it. Any other timm model
+builds as timm defines it and refuses every change. Whatever a model cannot take is refused in one
+line (:class:`~headwise.errors.HeadwiseError`) before timm builds anything, since timm itself
+defers most of these mistakes to the first forward pass.
+
+How a model is built: a family's registered names fix their architecture in their bodies (VOLO's
+even refuse overrides of it), so the name's arguments are read by calling its entrypoint with the
+family's ``_create_*`` builder swapped for one that returns them; the changes then override them
+and the family's builder builds. No torch or timm import at module import.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+from dataclasses import dataclass, fields
+from functools import cache
+from typing import Any
+from unittest import mock
+
+from headwise.errors import HeadwiseError
+
+PerStage = int | tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TimmChanges:
+    """Leaner's changes to a timm model; ``None`` keeps timm's. Staged models (VOLO, DaViT) take
+    one value per stage; the others one int. ``mlp_ratio`` is one ratio, or one per stage where the
+    model takes that (VOLO). ``head_dim`` holds each head's width as heads grow."""
+
+    depth: PerStage | None = None
+    heads: PerStage | None = None
+    mlp_ratio: float | tuple[float, ...] | None = None
+    embed_dim: PerStage | None = None
+    head_dim: int | None = None
+
+    def describe(self) -> str:
+        """``depth=7 heads=16 ...``: the changes set, in field order (empty when none is)."""
+        return " ".join(f"{f.name}={_show(getattr(self, f.name))}" for f in fields(self)
+                        if getattr(self, f.name) is not None)
+
+
+@dataclass(frozen=True)
+class Family:
+    """How timm builds one family of models: its module and builder, the names of its arguments,
+    whether it has stages, and how it can hold a head's width (``native``, ``xca`` or not at all)."""
+
+    label: str
+    module: str
+    builder: str
+    cls: str
+    depth: str
+    heads: str
+    width: str
+    staged: bool = False
+    mlp_per_stage: bool = False
+    held_width: str | None = None
+    #: the image side must be a multiple of ``patch_size`` times this (VOLO halves once more);
+    #: ``None``: no ``img_size`` argument, any side (DaViT pads its windows)
+    patch_scale: int | None = 1
+
+
+_VIT = dict(label="ViT/DeiT", cls="VisionTransformer", depth="depth", heads="num_heads", width="embed_dim",
+            held_width="native")
+FAMILIES: dict[str, Family] = {f.module: f for f in (
+    Family(module="vision_transformer", builder="_create_vision_transformer", **_VIT),
+    Family(module="deit", builder="_create_deit", **_VIT),
+    Family("XCiT", "xcit", "_create_xcit", "Xcit", "depth", "num_heads", "embed_dim", held_width="xca"),
+    Family("TNT", "tnt", "_create_tnt", "TNT", "depth", "num_heads_outer", "embed_dim"),
+    Family("VOLO", "volo", "_create_volo", "VOLO", "layers", "num_heads", "embed_dims", staged=True,
+           mlp_per_stage=True, patch_scale=2),
+    Family("DaViT", "davit", "_create_davit", "DaVit", "depths", "num_heads", "embed_dims", staged=True,
+           patch_scale=None),
+)}
+
+
+def _show(value: Any) -> str:
+    return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
+def timm_family(name: str) -> Family | None:
+    """The family of timm model ``name`` (``None``: a model that takes no changes); refuses an
+    unknown name with the closest known ones."""
+    import timm
+
+    if not timm.is_model(name):
+        close = difflib.get_close_matches(name, timm.list_models(), n=3, cutoff=0.6)
+        hint = f" (closest: {', '.join(close)})" if close else ""
+        raise HeadwiseError(f"unknown timm model {name!r}{hint}")
+    module = timm.models.model_entrypoint(name).__module__.rpartition(".")[2]
+    return FAMILIES.get(module)
+
+
+@cache
+def _registered(name: str, family: Family) -> tuple[str, tuple[tuple[str, Any], ...]]:
+    """The variant and the arguments ``name``'s entrypoint hands its family's builder (frozen)."""
+    import timm
+
+    module = importlib.import_module(f"timm.models.{family.module}")
+    seen: list[tuple[str, dict[str, Any]]] = []
+
+    def capture(variant, pretrained=False, **kwargs):
+        seen.append((variant, kwargs))
+
+    with mock.patch.object(module, family.builder, capture):
+        timm.models.model_entrypoint(name)()
+    if not seen:
+        raise HeadwiseError(f"timm model {name!r} is not built by {family.module}.{family.builder}: "
+                            f"headwise cannot read its arguments")
+    variant, kwargs = seen[0]
+    return variant, tuple(kwargs.items())
+
+
+def base_arguments(name: str, family: Family) -> dict[str, Any]:
+    """Every architecture argument of ``name`` as timm builds it: the class's defaults, then its
+    registered ones."""
+    module = importlib.import_module(f"timm.models.{family.module}")
+    defaults = {k: p.default for k, p in inspect.signature(getattr(module, family.cls)).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+    return {**defaults, **dict(_registered(name, family)[1])}
+
+
+def _values(what: str, value: Any, count: int, family: Family, name: str, kind: type = int) -> tuple:
+    """``value`` as ``count`` entries (one per stage, or one for all), refusing a wrong length or a
+    value that is not a positive number of ``kind``."""
+    values = tuple(value) if isinstance(value, tuple | list) else (value,)
+    if len(values) != count:
+        where = f"has {count} stages" if count > 1 else \
+            f"takes one {what} value for all its {'stages' if family.staged else 'layers'}"
+        raise HeadwiseError(f"{family.label} {name!r} {where}: {what} has {len(values)} values ({_show(values)})")
+    if not all(isinstance(v, kind | int) and not isinstance(v, bool) and v > 0 for v in values):
+        raise HeadwiseError(f"{family.label} {name!r}: {what} must be positive {kind.__name__}s, got {_show(values)}")
+    return values
+
+
+def _per_stage(base: Any) -> tuple:
+    return tuple(base) if isinstance(base, tuple | list) else (base,)
+
+
+def timm_arguments(name: str, family: Family, changes: TimmChanges) -> dict[str, Any]:
+    """The arguments that apply ``changes`` to ``name``'s family builder (``head_dim`` is applied
+    by :func:`build_timm_model`); refuses what the family cannot take, in one line."""
+    base = base_arguments(name, family)
+    stages = len(_per_stage(base[family.depth]))
+    out: dict[str, Any] = {}
+    for what, arg in (("depth", family.depth), ("heads", family.heads), ("embed_dim", family.width)):
+        value = getattr(changes, what)
+        if value is not None:
+            values = _values(what, value, stages, family, name)
+            out[arg] = values if family.staged else values[0]
+    if changes.mlp_ratio is not None:
+        several = isinstance(changes.mlp_ratio, tuple | list) and len(changes.mlp_ratio) > 1
+        ratios = _values("mlp_ratio", changes.mlp_ratio, stages if several and family.mlp_per_stage else 1,
+                         family, name, float)
+        out["mlp_ratio"] = tuple(map(float, ratios)) if several else float(ratios[0])
+    widths = _per_stage(out.get(family.width, base[family.width]))
+    heads = _per_stage(out.get(family.heads, base[family.heads]))
+    _check_head_width(name, family, widths, heads, changes.head_dim)
+    return out
+
+
+def _check_head_width(name: str, family: Family, widths: tuple, heads: tuple, head_dim: int | None) -> None:
+    """Refuse head counts that do not divide a width that is split over them, and a held head
+    width the family cannot hold."""
+    if head_dim is not None and (not isinstance(head_dim, int) or head_dim <= 0):
+        raise HeadwiseError(f"{family.label} {name!r}: head_dim must be a positive int, got {head_dim!r}")
+    held = head_dim is not None and any(w != h * head_dim for w, h in zip(widths, heads))
+    if held and family.held_width is None:
+        raise HeadwiseError(f"{family.label} {name!r} cannot hold head_dim={head_dim}: timm's {family.cls} has no "
+                            f"head-width setting (its heads are {family.width}/{family.heads} wide)")
+    if held and family.held_width == "native":
+        return  # timm's attn_head_dim: the width need not split over the heads
+    for w, h in zip(widths, heads):
+        if w % h:
+            why = " (its class-attention layers split it over the same heads)" if held else ""
+            raise HeadwiseError(f"{family.label} {name!r}: {family.heads}={h} does not divide "
+                                f"{family.width}={w}{why}")
+
+
+def _check_image(name: str, family: Family, base: dict[str, Any], image_size: int, in_chans: int) -> None:
+    """Refuse images the model cannot take: a side that is not a whole number of its patches."""
+    if in_chans < 1 or image_size < 1:
+        raise HeadwiseError(f"{name!r}: images need a positive size and channel count, got "
+                            f"{image_size} px and {in_chans} channels")
+    if family.patch_scale is not None:
+        step = base["patch_size"] * family.patch_scale
+        if image_size % step:
+            raise HeadwiseError(f"{family.label} {name!r} takes images whose side is a multiple of {step}; "
+                                f"got {image_size}")
+
+
+def build_timm_model(name: str, changes: TimmChanges = TimmChanges(), *, num_classes: int = 1000,
+                     image_size: int = 224, in_chans: int = 3):
+    """timm model ``name`` with ``changes``, for ``num_classes`` classes of ``image_size`` px
+    images with ``in_chans`` channels, on torch's default device (``with torch.device("meta")``
+    builds it without weights). Refuses, in one line, what the model cannot take."""
+    family = timm_family(name)
+    if family is None:
+        return _build_unchanged(name, changes, num_classes, image_size, in_chans)
+    arguments = timm_arguments(name, family, changes)
+    base = base_arguments(name, family)
+    _check_image(name, family, base, image_size, in_chans)
+    if changes.head_dim is not None and family.held_width == "native":
+        from headwise.families.vision.timm_attention import held_width_attention
+
+        arguments["attn_layer"] = held_width_attention(changes.head_dim)
+    if family.patch_scale is not None:
+        arguments["img_size"] = image_size
+    variant, registered = _registered(name, family)
+    builder = getattr(importlib.import_module(f"timm.models.{family.module}"), family.builder)
+    model = builder(variant, pretrained=False,
+                    **{**dict(registered), **arguments, "num_classes": num_classes, "in_chans": in_chans})
+    if changes.head_dim is not None and family.held_width == "xca":
+        _hold_xca_width(model, changes.head_dim)
+    return model
+
+
+def _hold_xca_width(model, head_dim: int) -> None:
+    """Replace every XCiT block's XCA by a held-width one unless it already has that width,
+    initialised as timm initialises the model's linear layers."""
+    from headwise.families.vision.timm_attention import HeldWidthXCA
+
+    for block in model.blocks:
+        xca = block.attn
+        if xca.qkv.in_features != xca.num_heads * head_dim:
+            block.attn = HeldWidthXCA.replacing(xca, head_dim)
+            block.attn.apply(model._init_weights)
+
+
+def _build_unchanged(name: str, changes: TimmChanges, num_classes: int, image_size: int, in_chans: int):
+    """A model of no family above: timm's, refusing every change; ``img_size`` is passed only
+    where it differs from the model's own input size (convolutional models take none)."""
+    import timm
+
+    if changes != TimmChanges():
+        raise HeadwiseError(f"timm model {name!r} takes no changes ({changes.describe()}): headwise changes "
+                            f"ViT, DeiT, XCiT, TNT, VOLO and DaViT only")
+    own = timm.models.get_pretrained_cfg_value(name, "input_size")
+    size = {} if own is None or own[-1] == image_size else {"img_size": image_size}
+    try:
+        return timm.create_model(name, pretrained=False, num_classes=num_classes, in_chans=in_chans, **size)
+    except TypeError as exc:
+        raise HeadwiseError(f"timm model {name!r} cannot take {image_size} px images: {exc}") from None
+
+
+def count_parameters(name: str, changes: TimmChanges = TimmChanges(), *, num_classes: int = 1000,
+                     image_size: int = 224, in_chans: int = 3) -> int:
+    """The parameter count of :func:`build_timm_model`'s model, built on the meta device (no weights)."""
+    import torch
+
+    with torch.device("meta"):
+        model = build_timm_model(name, changes, num_classes=num_classes, image_size=image_size, in_chans=in_chans)
+    return sum(p.numel() for p in model.parameters())
