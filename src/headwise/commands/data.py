@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from headwise.config import read_toml
-from headwise.data.cache_files import META, CacheInvalid, default_cache_dir, list_caches
+from headwise.data.cache_files import META, CacheInvalid, cache_root, default_cache_dir, list_caches
 from headwise.errors import HeadwiseError, RunFailure
 from headwise.tasks.family import families
 from headwise.text.data_plan import DataConfig, plan_data
@@ -128,8 +128,7 @@ def _open_cache(path: Path, verify: bool | None = None) -> Any:
         known = ", ".join(sorted(str(k) for k in kinds if k is not None))
         raise CacheInvalid(f"cache {path} is unusable: {META} records kind {kind!r}, which no task family makes "
                            f"(known kinds: {known}, or none)")
-    cls = kinds[kind]
-    return cls.open(path) if verify is None else cls.open(path, verify=verify)
+    return kinds[kind].open(path, verify=verify)
 
 
 def _text_options(args: argparse.Namespace) -> list[str]:
@@ -170,8 +169,7 @@ def _verify_targets(args: argparse.Namespace) -> list[Path]:
         return paths
     paths = list_caches(args.cache_dir)
     if not paths:
-        root = Path(args.cache_dir or default_cache_dir()).expanduser()
-        raise HeadwiseError(f"cache folder {root} holds no caches to verify (`headwise data prepare` makes them)")
+        raise HeadwiseError(f"cache folder {cache_root(args.cache_dir)} holds no caches to verify (`headwise data prepare` makes them)")
     return paths
 
 
@@ -223,8 +221,7 @@ def run(args: argparse.Namespace) -> int:
     if args.data_command == "verify":
         return _verify(args)
     if args.data_command == "list":
-        rows = []
-        details = []
+        rows, details = [], []
         for path in list_caches(args.cache_dir):
             try:
                 cache = _open_cache(path, verify=False)
@@ -263,7 +260,7 @@ def run(args: argparse.Namespace) -> int:
         _print(cache.summary(), args.json)
         return 0
     plan = plan_data(cfg)
-    folder = Path(cfg.cache_dir or default_cache_dir()).expanduser() / cache_name(plan)
+    folder = cache_root(cfg.cache_dir) / cache_name(plan)
     summary: dict[str, Any] = {"data": plan.describe(), "cache": str(folder), "ready": False}
     if folder.exists():
         try:

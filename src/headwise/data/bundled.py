@@ -16,6 +16,7 @@ import tempfile
 from importlib.resources import files
 from pathlib import Path
 
+from headwise.data.cache_files import default_cache_dir
 from headwise.errors import RunFailure
 
 #: sample name -> (size in bytes, SHA-256) unpacked
@@ -28,9 +29,8 @@ LICENSE = "LICENSE-TinyStories.txt"
 
 
 def samples_folder() -> Path:
-    """Where the samples are unpacked: ``$HEADWISE_CACHE/.samples``, else ``~/.cache/headwise/.samples``."""
-    value = os.environ.get("HEADWISE_CACHE")
-    return (Path(value).expanduser() if value else Path.home() / ".cache" / "headwise") / ".samples"
+    """Where the samples are unpacked: ``.samples`` in the cache folder (:func:`default_cache_dir`)."""
+    return default_cache_dir() / ".samples"
 
 
 def sample_path(name: str) -> Path | None:

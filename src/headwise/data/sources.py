@@ -20,7 +20,7 @@ import re
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 from urllib.parse import urlparse
 
 from headwise.data.bundled import sample_path, samples_folder
@@ -37,6 +37,7 @@ HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 # Shard names that mark a split other than training: a folder holding them mixes splits.
 _OTHER_SPLIT = re.compile(r"(?:^|[-_.])(?:valid|validation|val|test|eval)(?:[-_.]|$)", re.IGNORECASE)
 _CHUNK = 1 << 23
+T = TypeVar("T")
 _SNIFF = 1 << 20
 
 LOCAL_HINT = (
@@ -61,6 +62,16 @@ def find_local(name: str) -> Path | None:
     if root is not None and not path.is_absolute() and (root / path).exists():
         return (root / path).resolve()
     return sample_path(name)
+
+
+def hidden(path: Path, root: Path) -> bool:
+    """Whether ``path`` is hidden, or in a hidden folder, below ``root``."""
+    return any(part.startswith(".") for part in path.relative_to(root).parts)
+
+
+def visible_files(folder: Path) -> list[Path]:
+    """The files under ``folder``, sorted, but those :func:`hidden` below it."""
+    return sorted(p for p in folder.rglob("*") if p.is_file() and not hidden(p, folder))
 
 
 def origin(path: Path) -> str:
@@ -166,13 +177,7 @@ def open_source(
 
 
 def _shards(folder: Path) -> tuple[Path, ...]:
-    files = sorted(
-        p
-        for p in folder.rglob("*")
-        if p.is_file()
-        and p.suffix in SUFFIXES
-        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
-    )
+    files = [p for p in visible_files(folder) if p.suffix in SUFFIXES]
     if not files:
         raise HeadwiseError(f"folder {folder} holds no .txt, .jsonl or .parquet files")
     suffixes = sorted({p.suffix for p in files})
@@ -215,10 +220,7 @@ def _fields_of(path: Path, kind: str) -> list[str]:
     if kind == "parquet":
         import pyarrow.parquet as pq
 
-        try:
-            return list(pq.read_schema(path).names)
-        except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
-            raise HeadwiseError(f"{path} is not a readable parquet file: {first_line(exc)}") from None
+        return list(read_parquet(path, pq.read_schema).names)
     with open(path, "rb") as f:
         for lineno, line in enumerate(f, 1):
             if line.strip():
@@ -235,6 +237,14 @@ def _choose_field(field: str | None, fields: list[str], where: str) -> str:
         if name in fields:
             return name
     raise HeadwiseError(f"{where} has neither a 'text' nor a 'story' field ({', '.join(fields)}): set field")
+
+
+def read_parquet(path: Path, read: Callable[..., T], **options: Any) -> T:
+    """``read(path, **options)``, a pyarrow.parquet reader, whose failure is one line naming the file."""
+    try:
+        return read(path, **options)
+    except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ... by what is wrong with the file
+        raise HeadwiseError(f"{path} is not a readable parquet file: {first_line(exc)}") from None
 
 
 def first_line(exc: BaseException) -> str:
@@ -312,10 +322,7 @@ def _parquet_documents(path: Path, field: str | None) -> Iterator[str]:
     import pyarrow.parquet as pq
 
     assert field is not None
-    try:
-        pf = pq.ParquetFile(path)
-    except Exception as exc:  # pyarrow's errors vary by what is wrong with the file
-        raise HeadwiseError(f"{path} is not a readable parquet file: {first_line(exc)}") from None
+    pf = read_parquet(path, pq.ParquetFile)
     if field not in pf.schema_arrow.names:
         raise HeadwiseError(f"{path} has no field {field!r}; its fields are: {', '.join(pf.schema_arrow.names)}")
     for batch in pf.iter_batches(columns=[field], batch_size=4096):

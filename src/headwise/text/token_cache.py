@@ -11,38 +11,32 @@ A cache is a folder ``<cache_dir>/<source>-<tokenizer>-<key>/`` holding
 ``key`` is a hash of the request: the same request finds the same folder, a different one builds
 a new folder beside it (a local file that changes size or time is a new request; a hub dataset is
 known by its name and split only). A request to encode with a given tokenizer (a run's saved one,
-rather than a BPE trained on the text) adds that tokenizer's hash. A cache is built in a hidden
-temporary folder and renamed into place when complete, so an interrupted prepare never leaves a
-folder that looks complete (hidden ``.tmp`` folders are leftovers of interrupted prepares and may
-be deleted). Opening a cache checks the format, the request, the tokenizer's hash, the file sizes
-(truncation) and the sha256 of every file (corruption); a bad cache is refused with one line, or
-rebuilt when asked.
+rather than a BPE trained on the text) adds that tokenizer's hash. A cache is built, opened and
+refused as every cache is (:mod:`headwise.data.cache_files`); opening it checks the format, the
+request, the tokenizer's hash, the file sizes (truncation) and the sha256 of every file
+(corruption).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import os
-import re
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
 from headwise.config import sha256_file
 from headwise.data.cache_files import (
-    META, CacheInvalid, build_in_temporary, default_cache_dir, open_existing, read_meta, request_key, unusable,
-    write_meta,
+    META, CacheFolder, CacheInvalid, HashedFile, Invalid, build_in_temporary, cache_root, meta_field, read_meta,
+    request_key, slug,
 )
 from headwise.errors import HeadwiseError
 from headwise.text.data_plan import DataConfig, DataPlan, plan_data
 from headwise.text.tokenizer import BPETokenizer, Tokenizer, gpt_neo_tokenizer, parse_tokenizer_spec
 
-CACHE_FORMAT = 1
 TOKENIZER_FILE = "tokenizer.json"
 SPLITS = ("train", "valid")
 # Documents are encoded in groups of about this many characters (parallel inside a group).
@@ -62,30 +56,26 @@ def cache_name(plan: DataPlan, request: dict[str, Any] | None = None) -> str:
     base = Path(train.name).stem if train.kind != "hub" or Path(train.name).exists() else train.name.replace("/", "--")
     if train.split and train.split != "train":
         base += f"-{train.split}"
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", base).strip("-.")[:40] or "data"
-    return f"{slug}-{plan.tokenizer.replace(':', '')}-{request_key(request or plan.request())}"
+    return f"{slug(base)}-{plan.tokenizer.replace(':', '')}-{request_key(request or plan.request())}"
 
 
 @dataclass
-class TokenCache:
-    """An opened, checked token cache."""
+class TokenCache(CacheFolder):
+    """An opened, checked token cache (its ``meta.json`` records no ``kind``: token caches predate
+    the field)."""
 
-    #: token caches record no ``kind`` in ``meta.json`` (they predate the field)
-    KIND: ClassVar[str | None] = None
+    WHAT = "token cache"
+    BUILT_FROM = "source files, subset, validation or tokenizer"
+    REBUILD = "headwise data prepare --rebuild"
 
-    path: Path
-    meta: dict[str, Any]
     tokenizer: Tokenizer
+
+    dtype = meta_field(np.dtype, "dtype", "dtype of the token files.")
 
     @property
     def vocab_size(self) -> int:
         """Size of the tokenizer's vocabulary (the model's vocab_size)."""
         return int(self.meta["tokenizer"]["vocab_size"])
-
-    @property
-    def dtype(self) -> np.dtype:
-        """dtype of the token files."""
-        return np.dtype(self.meta["dtype"])
 
     def num_tokens(self, split: str) -> int:
         """Tokens in ``split`` ("train" or "valid")."""
@@ -117,43 +107,36 @@ class TokenCache:
                 f"{self.meta.get('description', '')}")
 
     @classmethod
-    def open(cls, path: str | Path, request: dict[str, Any] | None = None, verify: bool = True) -> "TokenCache":
-        """Open a cache folder, checking its metadata, tokenizer and files (and, when given, that
-        it was built from ``request``); raises :class:`CacheInvalid` with the reason."""
-        path = Path(path)
-        invalid = unusable("token cache", path)
+    def read(cls, path: Path, invalid: Invalid) -> dict[str, Any]:
+        """Its ``meta.json``, of this format (token caches record no kind, and words of their own)."""
         meta = read_meta(path, "cache", invalid)
-        if not isinstance(meta, dict) or meta.get("format") != CACHE_FORMAT:
+        if not isinstance(meta, dict) or meta.get("format") != cls.FORMAT:
             found = meta.get("format") if isinstance(meta, dict) else None
-            raise invalid(f"format version {found!r}, this headwise reads {CACHE_FORMAT}")
-        try:
-            if request is not None and meta["request"] != request:
-                raise invalid("it was built from a different request (source files, subset, validation or tokenizer)")
-            tokenizer = _cache_tokenizer(path, meta)
-            if tokenizer.sha256 != meta["tokenizer"]["sha256"]:
-                raise invalid("its tokenizer differs from the one it was built with")
-            _check_vocab(meta, tokenizer, invalid)
-            itemsize = np.dtype(meta["dtype"]).itemsize
-            for split in SPLITS:
-                info = meta["splits"][split]
-                file = path / info["file"]
-                if not file.is_file():
-                    raise invalid(f"{info['file']} is missing")
-                expected = int(info["tokens"]) * itemsize
-                if file.stat().st_size != expected:
-                    raise invalid(f"{info['file']} has {file.stat().st_size} bytes, expected {expected} (truncated?)")
-                if verify and sha256_file(file) != info["sha256"]:
-                    raise invalid(f"{info['file']} does not match its recorded sha256 (corrupted)")
-        except CacheInvalid:
-            raise
-        except HeadwiseError as exc:  # e.g. its tokenizer file is missing or unreadable
-            raise invalid(str(exc)) from None
-        except (KeyError, TypeError, ValueError) as exc:
-            raise invalid(f"{META} lacks or garbles {exc}") from None
+            raise invalid(f"format version {found!r}, this headwise reads {cls.FORMAT}")
+        return meta
+
+    @classmethod
+    def checked(cls, path: Path, meta: dict[str, Any], verify: bool, invalid: Invalid) -> "TokenCache":
+        """The cache once its tokenizer, vocabulary and token files pass the checks."""
+        tokenizer = _cache_tokenizer(path, meta)
+        if tokenizer.sha256 != meta["tokenizer"]["sha256"]:
+            raise invalid("its tokenizer differs from the one it was built with")
+        _check_vocab(meta, tokenizer, invalid)
+        itemsize = np.dtype(meta["dtype"]).itemsize
+        for split in SPLITS:
+            info = meta["splits"][split]
+            file = path / info["file"]
+            if not file.is_file():
+                raise invalid(f"{info['file']} is missing")
+            expected = int(info["tokens"]) * itemsize
+            if file.stat().st_size != expected:
+                raise invalid(f"{info['file']} has {file.stat().st_size} bytes, expected {expected} (truncated?)")
+            if verify and sha256_file(file) != info["sha256"]:
+                raise invalid(f"{info['file']} does not match its recorded sha256 (corrupted)")
         return cls(path=path, meta=meta, tokenizer=tokenizer)
 
 
-def _check_vocab(meta: dict[str, Any], tokenizer: Tokenizer, invalid: Any) -> None:
+def _check_vocab(meta: dict[str, Any], tokenizer: Tokenizer, invalid: Invalid) -> None:
     """The recorded vocabulary must be the tokenizer's, and every id must fit the token dtype."""
     vocab, dtype = int(meta["tokenizer"]["vocab_size"]), meta["dtype"]
     if dtype not in ("uint16", "uint32"):
@@ -190,7 +173,7 @@ def prepare(
     of the request and that tokenizer's hash is built (or reused) beside it.
     """
     plan = plan_data(cfg)
-    root = Path(cache_dir or cfg.cache_dir or default_cache_dir()).expanduser()
+    root = cache_root(cache_dir or cfg.cache_dir)
     request = plan.request()
     if tokenizer is not None:
         if tokenizer.spec != plan.tokenizer:
@@ -204,10 +187,10 @@ def prepare(
                     return cache
         request = {**request, "tokenizer_sha256": tokenizer.sha256}
     final = root / cache_name(plan, request)
-    if final.exists() and not rebuild:
-        return open_existing(lambda: TokenCache.open(final, request), "headwise data prepare --rebuild")
+    if (cache := TokenCache.existing(final, request, rebuild)) is not None:
+        return cache
     _check_not_empty(plan)
-    build_in_temporary(root, final, lambda tmp: _build(plan, request, tmp, progress, tokenizer), rebuild)
+    build_in_temporary(final, lambda tmp: _build(plan, request, tmp, progress, tokenizer), rebuild)
     return TokenCache.open(final, request)
 
 
@@ -216,29 +199,6 @@ def _check_not_empty(plan: DataPlan) -> None:
     for source, what in ((plan.train, "training"), (plan.valid, "validation")):
         if source is not None and next(iter(source.documents()), None) is None:
             raise HeadwiseError(f"the {what} source {source.label()} holds no text: check the source")
-
-
-class _SplitWriter:
-    """Appends token ids to one split's file, counting and hashing as it goes."""
-
-    def __init__(self, path: Path, dtype: np.dtype) -> None:
-        self.file = open(path, "wb")
-        self.dtype = dtype
-        self.sha = hashlib.sha256()
-        self.tokens = 0
-        self.documents = 0
-
-    def write(self, ids: np.ndarray, documents: int) -> None:
-        data = ids.astype(self.dtype).tobytes()
-        self.file.write(data)
-        self.sha.update(data)
-        self.tokens += len(ids)
-        self.documents += documents
-
-    def close(self) -> None:
-        self.file.flush()
-        os.fsync(self.file.fileno())
-        self.file.close()
 
 
 def _build(plan: DataPlan, request: dict[str, Any], tmp: Path, progress: bool, given: Tokenizer | None) -> None:
@@ -254,36 +214,29 @@ def _build(plan: DataPlan, request: dict[str, Any], tmp: Path, progress: bool, g
         if isinstance(tokenizer, BPETokenizer):
             tokenizer.save(tmp / TOKENIZER_FILE)
         dtype = token_dtype(tokenizer.vocab_size)
-        writers = {split: _SplitWriter(tmp / f"{split}.bin", dtype) for split in SPLITS}
+        documents = dict.fromkeys(SPLITS, 0)
         started = time.perf_counter()
-        try:
+        with HashedFile(tmp / "train.bin") as train, HashedFile(tmp / "valid.bin") as valid:
+            files = {"train": train, "valid": valid}
             for role, texts in _groups(plan.documents()):
                 ids = tokenizer.encode_documents(texts)
-                writers[role].write(ids, len(texts))
+                files[role].write(ids.astype(dtype).tobytes())
+                documents[role] += len(texts)
                 bar.advance(role, len(texts), len(ids))
-        finally:
-            for w in writers.values():
-                w.close()
+            written = {split: f.finish() for split, f in files.items()}
         for split, what in (("train", "training"), ("valid", "validation")):  # raised with the bar up: erased
-            if writers[split].tokens == 0:
+            if written[split]["bytes"] == 0:
                 hint = "check the source"
                 if split == "valid":
                     hint = "raise the fraction (validation = 'fraction:0.2') or give a validation file"
                 raise HeadwiseError(f"the {what} set is empty ({plan.describe()}): {hint}")
-    meta = {
-        "format": CACHE_FORMAT,
-        "request": request,
-        "description": plan.describe(),
-        "tokenizer": tokenizer.describe(),
-        "dtype": dtype.name,
-        "splits": {
-            split: {"file": f"{split}.bin", "tokens": w.tokens, "documents": w.documents, "sha256": w.sha.hexdigest()}
-            for split, w in writers.items()
-        },
-        "seconds": round(time.perf_counter() - started, 3),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    splits = {
+        split: {"file": w["file"], "tokens": w["bytes"] // dtype.itemsize, "documents": documents[split],
+                "sha256": w["sha256"]}
+        for split, w in written.items()
     }
-    write_meta(tmp, meta)
+    TokenCache.write_meta(tmp, request, {"description": plan.describe(), "tokenizer": tokenizer.describe(),
+                                         "dtype": dtype.name, "splits": splits}, time.perf_counter() - started)
 
 
 def _groups(documents: Iterator[tuple[str, str]]) -> Iterator[tuple[str, list[str]]]:

@@ -13,82 +13,51 @@ A cache is a folder ``<cache_dir>/lra-<task>-<source>-<key>/`` holding, per spli
 
 and ``meta.json``: the request (task, source identity, max_length, ListOps config, validation
 carving), counts, vocab_size, num_classes, max_length, the pairs flag, a description and each
-file's size and sha256. ``key`` is a hash of the request. Like the token and image caches, a cache
-is built in a hidden temporary folder and renamed into place when complete; opening it checks the
-format, the request, every file's size and (``verify``) sha256, the offsets and the label and id
-ranges, and refuses a damaged cache with one line (``rebuild=True`` builds it again).
+file's size and sha256. ``key`` is a hash of the request. A cache is built, opened and refused as
+every cache is (:mod:`headwise.data.cache_files`); opening it checks the format, the request, every
+file's size and (``verify``) sha256, the offsets and the label and id ranges.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
-from headwise.families.lra import listops as lo
 from headwise.data.cache_files import (
-    META, CacheInvalid, build_in_temporary, check_file, default_cache_dir, open_existing, read_meta, request_key,
-    unusable, write_meta,
+    META, CacheFolder, Invalid, Status, build_in_temporary, cache_root, check_file, listing_identity, meta_field,
+    request_key, slug,
 )
-from headwise.data.cache_files import Status as _Status
 from headwise.data.cache_files import write_array as _write
-from headwise.families.lra.readers import load_lra
-from headwise.families.lra.sequences import LRAData, SequenceSplit, token_dtype
-from headwise.families.lra.table import SPLITS, TASKS, VAL_FRACTION, check_task
-from headwise.data.sources import HUB_NAME, find_local
+from headwise.data.sources import HUB_NAME, find_local, visible_files
 from headwise.errors import HeadwiseError
+from headwise.families.lra import listops as lo
+from headwise.families.lra.readers import load_lra
+from headwise.families.lra.sequences import LRAData, token_dtype
+from headwise.families.lra.table import SPLITS, TASKS, VAL_FRACTION, check_task
 
-SEQUENCE_CACHE_FORMAT = 1
 _INDEX_DTYPE = np.dtype("<i8")
 _PARTS = ("tokens", "offsets", "labels", "tokens2", "offsets2")
 
 
 @dataclass
-class SequenceCache:
+class SequenceCache(CacheFolder):
     """An opened, checked sequence cache."""
 
-    #: the ``kind`` its ``meta.json`` records
-    KIND: ClassVar[str | None] = 'sequences'
+    KIND = "sequences"
+    WHAT = "sequence cache"
+    BUILT_FROM = "task, source files, max_length or settings"
 
-    path: Path
-    meta: dict[str, Any]
-
-    @property
-    def task(self) -> str:
-        return str(self.meta["task"])
-
-    @property
-    def vocab_size(self) -> int:
-        """Ids are ``1..vocab_size - 1``; 0 is padding."""
-        return int(self.meta["vocab_size"])
-
-    @property
-    def num_classes(self) -> int:
-        return int(self.meta["num_classes"])
-
-    @property
-    def max_length(self) -> int:
-        """No sequence (nor second document) is longer."""
-        return int(self.meta["max_length"])
-
-    @property
-    def pairs(self) -> bool:
-        """Whether examples are pairs of documents (retrieval)."""
-        return bool(self.meta["pairs"])
-
-    @property
-    def dtype(self) -> np.dtype:
-        return np.dtype(self.meta["dtype"])
-
-    @property
-    def description(self) -> str:
-        return str(self.meta["description"])
+    task = meta_field(str, "task")
+    vocab_size = meta_field(int, "vocab_size", "Ids are ``1..vocab_size - 1``; 0 is padding.")
+    num_classes = meta_field(int, "num_classes")
+    max_length = meta_field(int, "max_length", "No sequence (nor second document) is longer.")
+    pairs = meta_field(bool, "pairs", "Whether examples are pairs of documents (retrieval).")
+    dtype = meta_field(np.dtype, "dtype")
+    description = meta_field(str, "description")
 
     def num_examples(self, split: str) -> int:
         return int(self._split(split)["count"])
@@ -133,11 +102,6 @@ class SequenceCache:
         off2 = self.offsets(split, second=True)
         return self.sequence(split, i), np.asarray(self.tokens(split, second=True)[off2[i]:off2[i + 1]])
 
-    def split(self, split: str) -> SequenceSplit:
-        """The whole split as a :class:`SequenceSplit` (memory maps)."""
-        second = (self.tokens(split, True), self.offsets(split, True)) if self.pairs else (None, None)
-        return SequenceSplit(self.tokens(split), self.offsets(split), self.labels(split), *second)
-
     def summary(self) -> dict[str, Any]:
         """What ``headwise data info`` and ``list`` show of the cache."""
         return {
@@ -157,37 +121,23 @@ class SequenceCache:
                 f"{self.num_classes} classes")
 
     @classmethod
-    def open(cls, path: str | Path, request: dict[str, Any] | None = None, verify: bool = True) -> "SequenceCache":
-        """Open a cache folder, checking its metadata and files (and, when given, that it was built
-        from ``request``; ``verify`` hashes every file); raises :class:`CacheInvalid` with the reason."""
-        path = Path(path)
-        invalid = unusable("sequence cache", path)
-        meta = read_meta(path, "sequence cache", invalid, kind="sequences", version=SEQUENCE_CACHE_FORMAT)
+    def checked(cls, path: Path, meta: dict[str, Any], verify: bool, invalid: Invalid) -> "SequenceCache":
+        """The cache once its dtype, files, offsets, ids and labels pass the checks."""
+        if meta["dtype"] not in ("uint8", "uint16") or meta["dtype"] != token_dtype(int(meta["vocab_size"])).name:
+            raise invalid(f"{META} records dtype {meta['dtype']!r} for vocab_size {meta['vocab_size']} (damaged)")
         cache = cls(path=path, meta=meta)
-        try:
-            if request is not None and meta["request"] != request:
-                raise invalid("it was built from a different request (task, source files, max_length or settings)")
-            if meta["dtype"] not in ("uint8", "uint16") or meta["dtype"] != token_dtype(int(meta["vocab_size"])).name:
-                raise invalid(f"{META} records dtype {meta['dtype']!r} for vocab_size {meta['vocab_size']} (damaged)")
-            for split in SPLITS:
-                cache._check_split(split, verify, invalid)
-        except CacheInvalid:
-            raise
-        except (KeyError, TypeError, ValueError) as exc:
-            raise invalid(f"{META} lacks or garbles {exc}") from None
+        for split in SPLITS:
+            cache._check_split(split, verify, invalid)
         return cache
 
-    def _check_split(self, split: str, verify: bool, invalid: Any) -> None:
+    def _check_split(self, split: str, verify: bool, invalid: Invalid) -> None:
         info = self.meta["splits"][split]
         n = int(info["count"])
-        parts = _PARTS if self.pairs else _PARTS[:3]
-        for part in parts:
-            expected: int | None = None  # tokens: as recorded
-            if part.startswith("offsets"):
-                expected = (n + 1) * _INDEX_DTYPE.itemsize
-            elif part == "labels":
-                expected = n * _INDEX_DTYPE.itemsize
-            check_file(self.path, info[part], expected, verify, invalid)
+        entries = {"offsets": n + 1, "offsets2": n + 1, "labels": n}  # int64 each; tokens: as recorded
+        for part in _PARTS if self.pairs else _PARTS[:3]:
+            expected = entries.get(part)
+            check_file(self.path, info[part], None if expected is None else expected * _INDEX_DTYPE.itemsize,
+                       verify, invalid)
         for second in ((False, True) if self.pairs else (False,)):
             off = np.asarray(self.offsets(split, second))
             tokens = self.tokens(split, second)
@@ -213,16 +163,7 @@ def source_identity(task: str, source: str) -> dict[str, Any]:
         if HUB_NAME.fullmatch(source):
             return {"format": "hub", "name": source}
         return {"format": "missing", "name": source}  # load_lra refuses it with the right words
-    files = [local] if local.is_file() else sorted(
-        p for p in local.rglob("*") if p.is_file() and not any(s.startswith(".") for s in p.relative_to(local).parts)
-    )
-    rows = [[str(p.relative_to(local)) if p != local else p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files]
-    out: dict[str, Any] = {"format": "local", "path": str(local), "count": len(rows)}
-    if len(rows) <= 64:
-        out["files"] = rows
-    else:
-        out["files_sha256"] = hashlib.sha256(json.dumps(rows).encode()).hexdigest()
-    return out
+    return listing_identity("local", local, [local] if local.is_file() else visible_files(local))
 
 
 def sequence_request(task: str, source: str | None = None, max_length: int | None = None,
@@ -236,7 +177,7 @@ def sequence_request(task: str, source: str | None = None, max_length: int | Non
     if listops is not None and cfg is None:
         raise HeadwiseError("a listops config applies to task listops with source 'generate' only: drop it")
     request = {
-        "kind": "sequences", "format": SEQUENCE_CACHE_FORMAT, "task": task,
+        "kind": SequenceCache.KIND, "format": SequenceCache.FORMAT, "task": task,
         "source": source_identity(task, source), "max_length": max_length, "listops": cfg,
         "val_fraction": val_fraction, "seed": seed,
     }
@@ -247,6 +188,7 @@ def sequence_request(task: str, source: str | None = None, max_length: int | Non
 
 
 def cache_name(request: dict[str, Any]) -> str:
+    """The folder name of a request's cache: readable prefix plus the request's key."""
     source = request["source"]
     if source["format"] == "local":
         base = Path(source["path"]).name
@@ -254,8 +196,7 @@ def cache_name(request: dict[str, Any]) -> str:
         base = source.get("name", source["format"]).replace("/", "--")
     if request["listops"] is not None:
         base += f"-{request['listops']['min_length']}-{request['listops']['max_length']}"
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", base).strip("-.")[:40] or "data"
-    return f"lra-{request['task']}-{slug}-{request_key(request)}"
+    return f"lra-{request['task']}-{slug(base)}-{request_key(request)}"
 
 
 def prepare_sequences(
@@ -279,15 +220,14 @@ def prepare_sequences(
     one is refused with its reason unless ``rebuild``."""
     source = str(TASKS[check_task(task)].source if source is None else source)
     request = sequence_request(task, source, max_length, listops, val_fraction, seed, splits, grayscale)
-    root = Path(cache_dir or default_cache_dir()).expanduser()
-    final = root / cache_name(request)
-    if final.exists() and not rebuild:
-        return open_existing(lambda: SequenceCache.open(final, request))
+    final = cache_root(cache_dir) / cache_name(request)
+    if (cache := SequenceCache.existing(final, request, rebuild)) is not None:
+        return cache
     started = time.perf_counter()
-    with _Status(progress, f"reading LRA {task} ({source})") as status:
+    with Status(progress, f"reading LRA {task} ({source})") as status:
         data = load_lra(task, source, max_length, listops, val_fraction, seed, status=status.update, splits=splits,
                         grayscale=grayscale)
-    build_in_temporary(root, final, lambda tmp: _build(data, request, tmp, time.perf_counter() - started), rebuild)
+    build_in_temporary(final, lambda tmp: _build(data, request, tmp, time.perf_counter() - started), rebuild)
     return SequenceCache.open(final, request)
 
 
@@ -311,20 +251,9 @@ def _build(data: LRAData, request: dict[str, Any], tmp: Path, seconds: float) ->
             info["tokens2"] = _write(tmp / f"{split}-tokens2.{suffix}", part.tokens2.astype(dtype, copy=False))
             info["offsets2"] = _write(tmp / f"{split}-offsets2.i64", part.offsets2.astype(_INDEX_DTYPE, copy=False))
         splits[split] = info
-    meta = {
-        "kind": "sequences",
-        "format": SEQUENCE_CACHE_FORMAT,
-        "request": request,
-        "task": data.task,
-        "description": data.description,
-        "vocab_size": data.vocab_size,
-        "num_classes": data.num_classes,
-        "max_length": data.max_length,
-        "pairs": data.pairs,
-        "dtype": dtype.name,
+    SequenceCache.write_meta(tmp, request, {
+        "task": data.task, "description": data.description, "vocab_size": data.vocab_size,
+        "num_classes": data.num_classes, "max_length": data.max_length, "pairs": data.pairs, "dtype": dtype.name,
         "splits": splits,
-        "seconds": round(seconds, 3),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    write_meta(tmp, meta)
+    }, seconds)
 

@@ -41,7 +41,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from headwise.data.sources import first_line
+from headwise.data.sources import read_parquet, visible_files
 from headwise.errors import HeadwiseError
 from headwise.families.lra import listops as lo
 from headwise.families.lra.pixels import fashion, image, pathfinder
@@ -84,8 +84,6 @@ def load_lra(task: str, source: str | Path | None = None, max_length: int | None
     readers = {"listops": _listops, "text": _text, "retrieval": _retrieval, "image": image,
                "pathfinder": pathfinder, "fashion-mnist": fashion}
     return readers[task](source, max_length, listops, ReadOptions(val_fraction, seed, splits, grayscale), say)
-
-
 
 
 def _bytes_ids(text: str, max_length: int) -> np.ndarray:
@@ -202,12 +200,8 @@ def _hub_text(name: str) -> dict[str, tuple[list[str], list[Any], str]]:
 
 
 def _local_text(root: Path, say: Callable[[str], None]) -> dict[str, tuple[list[str], list[Any], str]]:
-    files = [root] if root.is_file() else sorted(
-        p for p in root.rglob("*") if p.is_file() and p.suffix in (".parquet", ".jsonl")
-        and not any(part.startswith(".") for part in p.relative_to(root).parts)
-    )
     shards: dict[str, list[Path]] = {}
-    for p in files:
+    for p in [root] if root.is_file() else visible_files(root):
         m = _SPLIT_FILE.match(p.name)
         if m is None or p.suffix not in (".parquet", ".jsonl"):
             continue
@@ -236,16 +230,10 @@ def _local_text(root: Path, say: Callable[[str], None]) -> dict[str, tuple[list[
 def _read_parquet_text(path: Path) -> tuple[list[str], list[Any]]:
     import pyarrow.parquet as pq
 
-    try:
-        names = pq.read_schema(path).names
-    except Exception as exc:
-        raise HeadwiseError(f"{path} is not a readable parquet file: {first_line(exc)}") from None
+    names = read_parquet(path, pq.read_schema).names
     if "text" not in names or "label" not in names:
         raise HeadwiseError(f"{path} needs columns text and label; it has {', '.join(names)}")
-    try:
-        table = pq.read_table(path, columns=["text", "label"])
-    except Exception as exc:
-        raise HeadwiseError(f"{path} is not a readable parquet file: {first_line(exc)}") from None
+    table = read_parquet(path, pq.read_table, columns=["text", "label"])
     return table.column("text").to_pylist(), table.column("label").to_pylist()
 
 

@@ -145,10 +145,6 @@ def carve_val(train: SequenceSplit, fraction: float, seed: int, where: str) -> t
     return train.take(np.sort(perm[n_val:])), train.take(np.sort(perm[:n_val]))
 
 
-def carve_note(fraction: float, seed: int, n_val: int) -> str:
-    return f"val carved from train: {n_val:,} examples ({fraction:g} of it, seed {seed})"
-
-
 #: LRA's CIFAR-10 and MNIST validation: ``train[90%:]`` (lra_benchmarks/image/input_pipeline.py)
 LRA_TRAIN_SHARE = 0.9
 
@@ -159,7 +155,7 @@ def split_val(train: SequenceSplit, opts: ReadOptions, where: str) -> tuple[Sequ
     boundary to the closest example)."""
     if opts.splits == "carved":
         train, val = carve_val(train, opts.val_fraction, opts.seed, where)
-        return train, val, carve_note(opts.val_fraction, opts.seed, len(val))
+        return train, val, f"val carved from train: {len(val):,} examples ({opts.val_fraction:g} of it, seed {opts.seed})"
     n = len(train)
     cut = round(n * LRA_TRAIN_SHARE)
     if cut < 1 or cut >= n:

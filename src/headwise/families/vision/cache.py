@@ -9,14 +9,13 @@ A cache is a folder ``<cache_dir>/images-<source>-<key>/`` holding
   size and sha256, and the sha256 of the rest of ``meta.json`` itself
 
 ``key`` hashes the request, so a changed source file or another ``image_size`` is a new folder
-beside the old one. Building happens in a hidden temporary folder, whose files are hashed again
-from disk (once) before it is renamed into place (as for token caches,
-:mod:`headwise.text.token_cache`). Opening is cheap, as every run start opens the cache: it
-checks the format version, the metadata's own digest (an edit), the request, every file's size
-(truncated or replaced) and the labels' sha256 and class ids (small, and a changed label would
-train silently), without reading the images; ``verify`` (``headwise data verify``) also compares
-the images' sha256 (a byte changed in place, which the sizes cannot see). A bad cache is refused
-with one line.
+beside the old one. A cache is built and refused as every cache is
+(:mod:`headwise.data.cache_files`), its files hashed again from disk (once) before it is renamed
+into place. Opening is cheap, as every run start opens the cache: it checks the format version,
+the metadata's own digest (an edit), the request, every file's size (truncated or replaced) and
+the labels' sha256 and class ids (small, and a changed label would train silently), without
+reading the images; ``verify`` (``headwise data verify``) also compares the images' sha256 (a byte
+changed in place, which the sizes cannot see).
 
 Class folders, parquet files and hub data sets stream: their images are decoded chunk by chunk
 on a process pool (:func:`headwise.families.vision.streams.decode_split`, in file order) and written
@@ -29,19 +28,18 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import re
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, Callable
 
 import numpy as np
 
 from headwise.data.cache_files import (
-    META, CacheInvalid, HashedFile, build_in_temporary, check_file, check_meta_digest, default_cache_dir,
-    open_existing, read_meta, request_key, unusable, write_meta,
+    META, META_DIGEST, CacheFolder, CacheInvalid, HashedFile, Invalid, build_in_temporary, cache_root, check_file,
+    meta_field, request_key, slug,
 )
 from headwise.data.cache_files import Status as _Status
 from headwise.data.cache_files import write_array as _write
@@ -52,25 +50,25 @@ from headwise.families.vision.formats import (
 from headwise.families.vision.streams import ImageStream, decode_split
 from headwise.errors import HeadwiseError, RunFailure
 
-IMAGE_CACHE_FORMAT = 1
 SPLITS = ("train", "test")
 _LABEL_DTYPE = np.dtype("<i8")
 CHUNK_SIZE = 128  # images per unit of work when streaming (224 px RGB: ~19 MB)
 WORKERS: int | None = None  # decoding processes when streaming; None: the usable CPUs, at most MAX_WORKERS
 MAX_WORKERS = 16
-#: how to rebuild a refused cache, in its one line
-REBUILD_HINT = "`headwise data prepare --config RUN.toml --rebuild`, or rebuild=True"
 
 
 @dataclass
-class ImageCache:
+class ImageCache(CacheFolder):
     """An opened, checked image cache."""
 
-    #: the ``kind`` its ``meta.json`` records
-    KIND: ClassVar[str | None] = 'images'
+    KIND = "images"
+    WHAT = "image cache"
+    BUILT_FROM = "source files, format or image_size"
+    REBUILD = "`headwise data prepare --config RUN.toml --rebuild`, or rebuild=True"
+    DIGEST = True
 
-    path: Path
-    meta: dict[str, Any]
+    description = meta_field(str, "description", "A few words on what the cache holds.")
+    class_names = meta_field(tuple, "class_names", "Class names, indexed by label.")
 
     def _split(self, split: str) -> dict[str, Any]:
         if split not in SPLITS:
@@ -91,11 +89,6 @@ class ImageCache:
     def num_examples(self, split: str) -> int:
         """Images in ``split``."""
         return int(self._split(split)["count"])
-
-    @property
-    def class_names(self) -> tuple[str, ...]:
-        """Class names, indexed by label."""
-        return tuple(self.meta["class_names"])
 
     @property
     def num_classes(self) -> int:
@@ -129,11 +122,6 @@ class ImageCache:
         """The model fields the data dictates: the image's side, channels and classes."""
         return {"image_size": self.image_size, "channels": self.channels, "num_classes": self.num_classes}
 
-    @property
-    def description(self) -> str:
-        """A few words on what the cache holds."""
-        return str(self.meta["description"])
-
     def summary(self) -> dict[str, Any]:
         """What ``headwise data info`` and ``list`` show of the cache."""
         return {
@@ -151,35 +139,24 @@ class ImageCache:
         return f"{self.num_examples('train'):,} train images, {self.num_classes} classes"
 
     @classmethod
-    def open(cls, path: str | Path, request: dict[str, Any] | None = None, verify: bool = False) -> "ImageCache":
-        """Open a cache folder, checking its metadata (against its digest), every file's size and
-        the labels' sha256 (and, when given, that it was built from ``request``) without reading
-        the images; ``verify`` also hashes the images, as does any open of a cache that records no
-        digest (built by an earlier headwise). Raises :class:`CacheInvalid` with the reason."""
-        path = Path(path)
-        invalid = unusable("image cache", path)
-        meta = read_meta(path, "image cache", invalid, kind="images", version=IMAGE_CACHE_FORMAT)
-        verify = not check_meta_digest(meta, invalid) or verify
-        try:
-            if request is not None and meta["request"] != request:
-                raise invalid("it was built from a different request (source files, format or image_size)")
-            h, w, c = (int(d) for d in meta["shape"])
-            if h != w or h < 1 or c not in (1, 3) or len(meta["mean"]) != c or len(meta["std"]) != c:
-                raise invalid(f"{META} records shape {meta['shape']} with {len(meta['mean'])} means (damaged)")
-            if not all(np.isfinite(float(x)) for x in (*meta["mean"], *meta["std"])):
-                raise invalid(f"{META} records mean {meta['mean']} and std {meta['std']} (damaged)")
-            for split in SPLITS:
-                info = meta["splits"][split]
-                n = int(info["count"])
-                if n < 1:
-                    raise invalid(f"{META} records no {split} images (damaged)")
-                check_file(path, info["images"], n * h * w * c, verify, invalid)
-                # the labels are small (0.5 MB for 60k) and a changed label trains silently: hash them always
-                check_file(path, info["labels"], n * _LABEL_DTYPE.itemsize, True, invalid)
-        except CacheInvalid:
-            raise
-        except (KeyError, TypeError, ValueError) as exc:
-            raise invalid(f"{META} lacks or garbles {exc}") from None
+    def checked(cls, path: Path, meta: dict[str, Any], verify: bool, invalid: Invalid) -> "ImageCache":
+        """The cache once its shape, statistics, file sizes, labels' sha256 and class ids pass the
+        checks; ``verify`` hashes the images too, as does an open of a cache that records no digest
+        (built by an earlier headwise)."""
+        verify = verify or meta.get(META_DIGEST) is None
+        h, w, c = (int(d) for d in meta["shape"])
+        if h != w or h < 1 or c not in (1, 3) or len(meta["mean"]) != c or len(meta["std"]) != c:
+            raise invalid(f"{META} records shape {meta['shape']} with {len(meta['mean'])} means (damaged)")
+        if not all(np.isfinite(float(x)) for x in (*meta["mean"], *meta["std"])):
+            raise invalid(f"{META} records mean {meta['mean']} and std {meta['std']} (damaged)")
+        for split in SPLITS:
+            info = meta["splits"][split]
+            n = int(info["count"])
+            if n < 1:
+                raise invalid(f"{META} records no {split} images (damaged)")
+            check_file(path, info["images"], n * h * w * c, verify, invalid)
+            # the labels are small (0.5 MB for 60k) and a changed label trains silently: hash them always
+            check_file(path, info["labels"], n * _LABEL_DTYPE.itemsize, True, invalid)
         cache = cls(path=path, meta=meta)
         for split in SPLITS:  # labels are small: a label past the classes is caught here, not in training
             labels = cache.labels(split)
@@ -191,7 +168,7 @@ class ImageCache:
 def image_request(source: str | Path, format: str = "auto", image_size: int | None = None) -> dict[str, Any]:
     """The request that keys a cache: the source's identity (see ``source_identity``) and ``image_size``."""
     identity = source_identity(source, format)
-    return {"kind": "images", "format": IMAGE_CACHE_FORMAT, "source": identity, "image_size": image_size}
+    return {"kind": ImageCache.KIND, "format": ImageCache.FORMAT, "source": identity, "image_size": image_size}
 
 
 def cache_name(request: dict[str, Any]) -> str:
@@ -200,8 +177,7 @@ def cache_name(request: dict[str, Any]) -> str:
     base = source["name"].replace("/", "--") if source["format"] == "hub" else Path(source["path"]).name
     if request["image_size"] is not None:
         base += f"-{request['image_size']}px"
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", base).strip("-.")[:40] or "data"
-    return f"images-{slug}-{request_key(request)}"
+    return f"images-{slug(base)}-{request_key(request)}"
 
 
 def prepare_images(
@@ -223,37 +199,18 @@ def prepare_images(
     """
     name, format = resolve_source(source, format)
     request = image_request(name, format, image_size)
-    root = Path(cache_dir or default_cache_dir()).expanduser()
-    final = root / cache_name(request)
-    if final.exists() and not rebuild:
-        return open_existing(lambda: ImageCache.open(final, request), REBUILD_HINT)
+    final = cache_root(cache_dir) / cache_name(request)
+    if (cache := ImageCache.existing(final, request, rebuild)) is not None:
+        return cache
     started = time.perf_counter()
-    if format in STREAM_FORMATS:
-        with _Status(progress, f"decoding {name} ({format})") as status:
+    with _Status(progress, f"decoding {name} ({format})") as status:
+        if format in STREAM_FORMATS:
             stream = open_stream(name, format)  # lists (checks) the files, or loads the hub data set
-
-            def build(tmp: Path) -> None:
-                _build_stream(stream, request, tmp, image_size, status, started)
-                _check_written(tmp, request)
-
-            # on any failure (a bad image found mid-build) the cache root goes too, if made for it
-            build_in_temporary(root, final, build, replace=rebuild, remove_new_root=True)
-        return ImageCache.open(final, request)
-    with _Status(progress, f"decoding {name} ({format})"):
+            return _install(final, request, rebuild,
+                            lambda tmp: _build_stream(stream, request, tmp, image_size, status, started))
         data = read_images(name, format, image_size)
-    _, h, w, _ = data.train.images.shape
-    if h != w:
-        raise HeadwiseError(
-            f"{data.description}: images are {h}x{w}, and image caches hold square images; "
-            "set image_size to resize and crop them"
-        )
-
-    def build(tmp: Path) -> None:
-        _build(data, request, tmp, time.perf_counter() - started)
-        _check_written(tmp, request)
-
-    build_in_temporary(root, final, build, rebuild, remove_new_root=True)
-    return ImageCache.open(final, request)
+    _check_square(data.description, data.train.images.shape[1:])
+    return _install(final, request, rebuild, lambda tmp: _build(data, request, tmp, time.perf_counter() - started))
 
 
 def image_cache_path(
@@ -261,17 +218,31 @@ def image_cache_path(
 ) -> Path:
     """The folder :func:`prepare_images` keeps the cache of this request in (whether built or not)."""
     name, format = resolve_source(source, format)
-    return Path(cache_dir or default_cache_dir()).expanduser() / cache_name(image_request(name, format, image_size))
+    return cache_root(cache_dir) / cache_name(image_request(name, format, image_size))
 
 
-def _check_written(tmp: Path, request: dict[str, Any]) -> None:
-    """Hash the files of a finished build from disk, once, before it is installed: later opens
-    check the images' sizes only, so a file that does not read back as written must never be
-    installed."""
-    try:
-        ImageCache.open(tmp, request, verify=True)
-    except CacheInvalid as exc:
-        raise RunFailure(f"{exc}: the cache just written does not read back as written; check the disk") from None
+def _install(final: Path, request: dict[str, Any], rebuild: bool, fill: Callable[[Path], None]) -> ImageCache:
+    """Build the cache with ``fill`` and open it. The files are hashed from disk, once, before the
+    build is installed: later opens check the images' sizes only, so a file that does not read back
+    as written must never be installed. On any failure (a bad image found mid-build) the cache root
+    goes too, if made for it."""
+
+    def build(tmp: Path) -> None:
+        fill(tmp)
+        try:
+            ImageCache.open(tmp, request, verify=True)
+        except CacheInvalid as exc:
+            raise RunFailure(f"{exc}: the cache just written does not read back as written; check the disk") from None
+
+    build_in_temporary(final, build, rebuild, remove_new_root=True)
+    return ImageCache.open(final, request)
+
+
+def _check_square(description: str, shape: tuple[int, ...]) -> None:
+    """Refuse images that are not square: image caches hold square images."""
+    if shape[0] != shape[1]:
+        raise HeadwiseError(f"{description}: images are {shape[0]}x{shape[1]}, and image caches hold square images; "
+                            "set image_size to resize and crop them")
 
 
 def channel_stats(images: np.ndarray) -> tuple[list[float], list[float]]:
@@ -299,39 +270,30 @@ def histogram_stats(hists: np.ndarray) -> tuple[list[float], list[float]]:
 
 def _build(data: ImageData, request: dict[str, Any], tmp: Path, seconds: float) -> None:
     mean, std = channel_stats(data.train.images)
-    _check_not_flat(data.description, mean, std)
-    splits: dict[str, Any] = {}
-    for split in SPLITS:
-        part = getattr(data, split)
-        splits[split] = {
-            "count": len(part.labels),
-            "images": _write(tmp / f"{split}-images.u8", part.images),
-            "labels": _write(tmp / f"{split}-labels.i64", part.labels.astype(_LABEL_DTYPE)),
-            "class_counts": np.bincount(part.labels, minlength=len(data.class_names)).tolist(),
-        }
-    _write_meta(tmp, request, data.description, data.format, data.train.images.shape[1:], data.class_names,
-                mean, std, splits, seconds)
+    images = {split: _write(tmp / f"{split}-images.u8", getattr(data, split).images) for split in SPLITS}
+    labels = {split: getattr(data, split).labels for split in SPLITS}
+    _write_rest(tmp, request, {"description": data.description, "source_format": data.format,
+                               "shape": list(data.train.images.shape[1:]), "class_names": list(data.class_names),
+                               "mean": mean, "std": std}, images, labels, seconds)
 
 
-def _write_meta(
-    tmp: Path, request: dict[str, Any], description: str, source_format: str, shape: tuple[int, ...],
-    class_names: tuple[str, ...], mean: list[float], std: list[float], splits: dict[str, Any], seconds: float,
+def _write_rest(
+    tmp: Path, request: dict[str, Any], fields: dict[str, Any], images: dict[str, Any], labels: dict[str, np.ndarray],
+    seconds: float,
 ) -> None:
-    meta = {
-        "kind": "images",
-        "format": IMAGE_CACHE_FORMAT,
-        "request": request,
-        "description": description,
-        "source_format": source_format,
-        "shape": list(shape),
-        "class_names": list(class_names),
-        "mean": mean,
-        "std": std,
-        "splits": splits,
-        "seconds": round(seconds, 3),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    """Write the labels and ``meta.json`` of a build whose image files (their ``images`` records)
+    are written; ``fields`` are the metadata before the splits. Flat training images are refused."""
+    _check_not_flat(fields["description"], fields["mean"], fields["std"])
+    splits = {
+        split: {
+            "count": len(labels[split]),
+            "images": images[split],
+            "labels": _write(tmp / f"{split}-labels.i64", labels[split].astype(_LABEL_DTYPE)),
+            "class_counts": np.bincount(labels[split], minlength=len(fields["class_names"])).tolist(),
+        }
+        for split in SPLITS
     }
-    write_meta(tmp, meta, digest=True)
+    ImageCache.write_meta(tmp, request, {**fields, "splits": splits}, seconds)
 
 
 def _check_not_flat(description: str, mean: list[float], std: list[float]) -> None:
@@ -383,11 +345,7 @@ def _build_stream(
                     if at == 0:  # the split's first image fixed the shape: check it before going on
                         if shape is None:
                             shape = chunk.shape[1:]
-                            if shape[0] != shape[1]:
-                                raise HeadwiseError(
-                                    f"{stream.description(shape)}: images are {shape[0]}x{shape[1]}, and image caches "
-                                    "hold square images; set image_size to resize and crop them"
-                                )
+                            _check_square(stream.description(shape), shape)
                         else:
                             check_same_shape(stream.label, shape, chunk.shape[1:])
                     f.write(memoryview(np.ascontiguousarray(chunk)).cast("B"))
@@ -404,17 +362,8 @@ def _build_stream(
     assert shape is not None and hists is not None  # decode_split raises on an empty split
     classes = stream.classes(labels["train"], labels["test"])
     check_labels(stream.label, classes, labels["train"], labels["test"])
-    splits = {
-        split: {
-            "count": len(labels[split]),
-            "images": images[split],
-            "labels": _write(tmp / f"{split}-labels.i64", labels[split].astype(_LABEL_DTYPE)),
-            "class_counts": np.bincount(labels[split], minlength=len(classes)).tolist(),
-        }
-        for split in SPLITS
-    }
     mean, std = histogram_stats(hists)
-    _check_not_flat(stream.description(shape), mean, std)
-    _write_meta(tmp, request, stream.description(shape), stream.format, shape, classes, mean, std, splits,
-                time.perf_counter() - started)
+    _write_rest(tmp, request, {"description": stream.description(shape), "source_format": stream.format,
+                               "shape": list(shape), "class_names": list(classes), "mean": mean, "std": std},
+                images, labels, time.perf_counter() - started)
 

@@ -19,8 +19,6 @@ The formats stored image by image (parquet, class folders, hub) are listed and d
 from __future__ import annotations
 
 import gzip
-import hashlib
-import json
 import pickle
 import zlib
 from dataclasses import dataclass
@@ -30,10 +28,13 @@ from typing import Any
 import numpy as np
 
 from headwise.families.vision.streams import (
-    _LOCAL_KINDS, ImageStream, StreamSplit, _fit, _folder_stream, _hidden, _hub_stream, _parquet_stream, _shape,
+    _LOCAL_KINDS, ImageStream, StreamSplit, _fit, _folder_stream, _hub_stream, _parquet_stream, _shape,
     class_id, decode_split,
 )
-from headwise.data.sources import HUB_NAME, data_root, find_local, first_line, hub_offline, hub_reachable
+from headwise.data.cache_files import listing_identity
+from headwise.data.sources import (
+    HUB_NAME, data_root, find_local, first_line, hidden, hub_offline, hub_reachable, visible_files,
+)
 from headwise.errors import HeadwiseError
 
 FORMATS = ("idx", "cifar", "parquet", "folder", "hub")
@@ -114,7 +115,7 @@ def detect_format(source: str | Path) -> str:
         return "idx"
     if _cifar_dir(path, must=False) is not None:
         return "cifar"
-    if any(not _hidden(p, path) for p in path.rglob("*.parquet")):
+    if any(not hidden(p, path) for p in path.rglob("*.parquet")):
         return "parquet"
     if (path / "train").is_dir():
         return "folder"
@@ -183,15 +184,7 @@ def source_identity(source: str | Path, format: str = "auto") -> dict[str, Any]:
     name, format = resolve_source(source, format)
     if format == "hub":
         return {"format": "hub", "name": name}
-    root = Path(name)
-    files = sorted(p for p in root.rglob("*") if p.is_file() and not _hidden(p, root))
-    rows = [[str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns] for p in files]
-    out: dict[str, Any] = {"format": format, "path": name, "count": len(rows)}
-    if len(rows) <= 64:
-        out["files"] = rows
-    else:  # an ImageNet folder would make meta.json huge; a digest of the listing keys it as well
-        out["files_sha256"] = hashlib.sha256(json.dumps(rows).encode()).hexdigest()
-    return out
+    return listing_identity(format, Path(name), visible_files(Path(name)))
 
 
 def _gather(split: StreamSplit, image_size: int | None) -> ImageSplit:

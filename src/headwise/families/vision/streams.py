@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
-from headwise.data.sources import first_line, hub_call, hub_offline, hub_reachable
+from headwise.data.sources import first_line, hidden, hub_call, hub_offline, hub_reachable, read_parquet
 from headwise.errors import HeadwiseError
 
 DECODE_CHUNK = 128  # images per chunk of decode_split (a unit of work for one process)
@@ -67,10 +67,6 @@ class ImageStream:
         return f"{self.label} ({self.format}, {self.train.count:,} + {self.test.count:,} images {h}x{w}x{c})"
 
 
-def _hidden(path: Path, root: Path) -> bool:
-    return any(part.startswith(".") for part in path.relative_to(root).parts)
-
-
 # --- listing (parquet, class folders, hub) -------------------------------------------------
 
 
@@ -84,7 +80,7 @@ def _parquet_stream(name: str) -> ImageStream:
 
     root = Path(name)
     shards: dict[str, list[Path]] = {}
-    for p in sorted(p for p in root.rglob("*.parquet") if not _hidden(p, root)):
+    for p in sorted(p for p in root.rglob("*.parquet") if not hidden(p, root)):
         if (split := _split_of(p.name)) is not None:
             shards.setdefault(split, []).append(p)
     parents = sorted({str(p.parent) for files in shards.values() for p in files})
@@ -98,10 +94,7 @@ def _parquet_stream(name: str) -> ImageStream:
         raise HeadwiseError(
             f"parquet folder {root} needs train-*.parquet and test-*.parquet (or validation-*) files; found {found}"
         )
-    try:
-        schema = pq.read_schema(shards["train"][0])
-    except Exception as exc:  # pyarrow's errors vary by what is wrong with the file
-        raise HeadwiseError(f"{shards['train'][0]} is not a readable parquet file: {first_line(exc)}") from None
+    schema = read_parquet(shards["train"][0], pq.read_schema)
     image_col, label_col = _columns(schema.names, str(shards["train"][0]))
     classes = _parquet_class_names(schema, label_col)
 
@@ -121,13 +114,7 @@ def _parquet_stream(name: str) -> ImageStream:
                 ) from None
 
     def count(files: list[Path]) -> int:  # every shard is opened (its footer read) before decoding starts
-        total = 0
-        for f in files:
-            try:
-                total += pq.ParquetFile(f).metadata.num_rows
-            except Exception as exc:  # pyarrow's errors vary by what is wrong with the file
-                raise HeadwiseError(f"{f} is not a readable parquet file: {first_line(exc)}") from None
-        return total
+        return sum(read_parquet(f, pq.ParquetFile).metadata.num_rows for f in files)
 
     return ImageStream(
         train=StreamSplit(count(shards["train"]), f"{root} train", lambda: rows(shards["train"])),
