@@ -193,19 +193,18 @@ def test_a_folder_without_a_usable_tokenizer_converts_the_model_alone(tmp_path, 
     err = capsys.readouterr().err
     assert "has no tokenizer headwise can use" in err and "damaged" not in err
 
-    # a tokenizer with other special tokens (bos and eos as Llama's) has no headwise counterpart
+    # a tokenizer without an eos has no end-of-text for headwise to end documents with
     from tokenizers import AddedToken, Tokenizer
 
     other = tmp_path / "other"
     save_hf(other, "llama", tokenizer=None)
     foreign = transformers.PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(_bpe(BPE_VOCAB - 2).json))
-    foreign.add_special_tokens({"bos_token": AddedToken("<s>", special=True),
-                                "eos_token": AddedToken("</s>", special=True)})
+    foreign.add_special_tokens({"bos_token": AddedToken("<s>", special=True)})
     foreign.save_pretrained(str(other))
     capsys.readouterr()
     assert main(["convert", str(other), "--out", str(tmp_path / "run2")]) == 0
     err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "neither GPT-2's BPE" in err and "<s>" in err
+    assert len(err.strip().splitlines()) == 1 and "no eos token" in err
 
 
 def test_gpt2s_tokenizer_files_as_gpt_neo_checkpoints_ship_them_are_gpt_neo(tmp_path):
@@ -222,9 +221,11 @@ def test_gpt2s_tokenizer_files_as_gpt_neo_checkpoints_ship_them_are_gpt_neo(tmp_
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(
         {"tokenizer_class": "GPT2Tokenizer", "add_prefix_space": False, "bos_token": "<|endoftext|>",
          "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>", "model_max_length": 2048}))
-    backend = transformers.AutoTokenizer.from_pretrained(str(tmp_path)).backend_tokenizer
-    assert from_hf_tokenizer(backend, 50257)[0] is gpt_neo_tokenizer()
-    tokenizer, why = from_hf_tokenizer(backend, 50000)
+    auto = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+    assert from_hf_tokenizer(auto, 50257)[0] is gpt_neo_tokenizer()
+    # a model that pads its embeddings past GPT-2's ids reads them as its own tokenizer
+    assert from_hf_tokenizer(auto, 50304)[0].spec == "hf:50304"
+    tokenizer, why = from_hf_tokenizer(auto, 50000)
     assert tokenizer is None and "more than the model's 50,000 embeddings" in why
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import shared_data_dir
 from headwise.cli import main
-from headwise.text.tokenizer import EOT_TEXT, BPETokenizer, gpt_neo_tokenizer
+from headwise.text.tokenizer import EOT_TEXT, BPETokenizer, gpt_neo_tokenizer, read_tokenizer
 
 pytest.importorskip("transformers")
 
@@ -118,7 +118,7 @@ def test_a_saved_run_tokenizer_loads_with_auto_tokenizer(tmp_path, monkeypatch):
     run = tmp_path / "run"
     assert main(["train", str(tmp_path / "run.toml"), "--out", str(run)]) == 0
     text = f"Once upon a time,  Tom saw {EOT_TEXT} — a café!\n\nThe end."
-    own = BPETokenizer.load(run / "tokenizer.json", 400)
+    own = read_tokenizer({"spec": "bpe:400", "eot_id": 399}, run / "tokenizer.json")
     assert run_hf_tokenizer(run).encode(text) == own.encode(text)
 
     folder = save_hf_tokenizer(run, tmp_path / "hf-tok")

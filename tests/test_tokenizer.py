@@ -14,6 +14,7 @@ from headwise.text.tokenizer import (
     gpt_neo_files,
     gpt_neo_tokenizer,
     parse_tokenizer_spec,
+    read_tokenizer,
     split_for_encoding,
 )
 from headwise.errors import HeadwiseError
@@ -136,16 +137,17 @@ def test_bpe_training_is_deterministic_and_saves_exactly(stories, tmp_path):
     b = BPETokenizer.train(stories, 512)
     assert a.json == b.json and a.sha256 == b.sha256
     a.save(tmp_path / "tokenizer.json")
-    c = BPETokenizer.load(tmp_path / "tokenizer.json", 512)
+    c = read_tokenizer(a.describe(), tmp_path / "tokenizer.json")
     assert c.sha256 == a.sha256
     assert c.encode(stories[5]) == a.encode(stories[5])
     assert BPETokenizer.train(stories, 600).sha256 != a.sha256
 
 
-def test_bpe_load_refuses_a_bad_file(tmp_path):
+def test_reading_a_saved_tokenizer_refuses_a_bad_file(tmp_path):
     bad = tmp_path / "tokenizer.json"
     bad.write_text("{not json")
-    with pytest.raises(HeadwiseError, match="not a valid tokenizer file"):
-        BPETokenizer.load(bad, 512)
+    record = {"spec": "bpe:512", "eot_id": 511}
+    with pytest.raises(HeadwiseError, match="damaged: it is not a tokenizer file"):
+        read_tokenizer(record, bad)
     with pytest.raises(HeadwiseError, match="missing"):
-        BPETokenizer.load(tmp_path / "absent.json", 512)
+        read_tokenizer(record, tmp_path / "absent.json")

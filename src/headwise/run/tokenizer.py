@@ -6,6 +6,9 @@ end-of-text id and sha256, as :meth:`~headwise.text.tokenizer.Tokenizer.describe
 
 - a trained BPE (``bpe:N``) is ``tokenizer.json``, the ``tokenizers`` library's file, whose text
   with its spec (``"bpe:N\\n" + text``) is what the sha256 hashes;
+- a converted model's own tokenizer (``hf:N``, from ``headwise convert``) is its
+  ``tokenizer.json`` too, hashed with its spec and its end-of-text id (the model's eos, which
+  the record holds: it is read from there, the file alone does not say which token it is);
 - GPT-Neo's BPE is recorded by name and hash only: its two files ship with an installed package
   and are checked against sha256s pinned in headwise on every load, so a copy (1.5 MB a run)
   would add nothing the hash does not check.
@@ -46,10 +49,9 @@ def tokenizer_record(tokenizer: "Tokenizer | None") -> dict[str, Any] | None:
 
 
 def save_run_tokenizer(run_dir: str | Path, tokenizer: "Tokenizer | None") -> None:
-    """Write a trained BPE into the run folder (GPT-Neo's is recorded by name and hash only)."""
-    from headwise.text.tokenizer import BPETokenizer
-
-    if isinstance(tokenizer, BPETokenizer):
+    """Write the file that defines a run's tokenizer into its folder (a trained BPE's or a
+    converted model's ``tokenizer.json``; GPT-Neo's is recorded by name and hash only)."""
+    if tokenizer is not None:
         tokenizer.save(RunDir(run_dir).tokenizer)
 
 
@@ -75,7 +77,7 @@ def read_run_tokenizer(run_dir: str | Path, spec: str | None, older: Callable[[]
     headwise's) uses its saved file when it has one; else ``spec`` ``gpt-neo`` is GPT-Neo's and
     anything else is ``older()``, after one warning line saying ``how`` it is got instead.
     A recorded tokenizer that cannot be read back exactly is a RunFailure naming its file."""
-    from headwise.text.tokenizer import gpt_neo_tokenizer, parse_tokenizer_spec
+    from headwise.text.tokenizer import gpt_neo_tokenizer, parse_tokenizer_spec, read_tokenizer
 
     run = RunDir(run_dir)
     summary = read_summary(run.path)
@@ -95,20 +97,22 @@ def read_run_tokenizer(run_dir: str | Path, spec: str | None, older: Callable[[]
         n = parse_tokenizer_spec(recorded)
     except (KeyError, TypeError, HeadwiseError):
         raise RunFailure(f"{run.summary} is damaged: its tokenizer record {record!r} names no tokenizer") from None
-    if n is None:
-        tokenizer = gpt_neo_tokenizer()
-        if tokenizer.sha256 != digest:
-            raise RunFailure(f"{run.path} trained with a gpt-neo tokenizer of sha256 {digest[:12]}, but this "
-                             f"headwise's is {tokenizer.sha256[:12]}: use the headwise version that trained it")
-        return tokenizer
-    if not run.tokenizer.is_file():
+    if n is not None and not run.tokenizer.is_file():
         raise RunFailure(f"{run.tokenizer} is missing: {run.summary} records the run's {recorded} there (sha256 "
                          f"{digest[:12]}); restore the file from a copy of the run (it is never rebuilt)")
-    tokenizer = _read_bpe(run.tokenizer, recorded)
-    if tokenizer.sha256 != digest:
-        raise RunFailure(f"{run.tokenizer} is damaged: its sha256 {tokenizer.sha256[:12]} is not the {digest[:12]} "
-                         f"{run.summary.name} records; restore the file from a copy of the run (it is never rebuilt)")
-    return tokenizer
+    try:
+        tokenizer = read_tokenizer(record, run.tokenizer)
+    except (KeyError, TypeError, ValueError):
+        raise RunFailure(f"{run.summary} is damaged: its tokenizer record {record!r} has no end-of-text id") from None
+    except HeadwiseError as exc:
+        raise RunFailure(f"{exc}; restore the file from a copy of the run (it is never rebuilt)") from None
+    if tokenizer.sha256 == digest:
+        return tokenizer
+    if n is None:
+        raise RunFailure(f"{run.path} trained with a gpt-neo tokenizer of sha256 {digest[:12]}, but this headwise's "
+                         f"is {tokenizer.sha256[:12]}: use the headwise version that trained it")
+    raise RunFailure(f"{run.tokenizer} is damaged: its sha256 {tokenizer.sha256[:12]} is not the {digest[:12]} "
+                     f"{run.summary.name} records; restore the file from a copy of the run (it is never rebuilt)")
 
 
 def _read_bpe(path: Path, spec: str | None) -> "Tokenizer":

@@ -35,9 +35,10 @@ from headwise.data.cache_files import (
 )
 from headwise.errors import HeadwiseError
 from headwise.text.data_plan import DataConfig, DataPlan, plan_data
-from headwise.text.tokenizer import BPETokenizer, Tokenizer, gpt_neo_tokenizer, parse_tokenizer_spec
+from headwise.text.tokenizer import (
+    TOKENIZER_FILE, BPETokenizer, Tokenizer, gpt_neo_tokenizer, parse_tokenizer_spec, read_tokenizer,
+)
 
-TOKENIZER_FILE = "tokenizer.json"
 SPLITS = ("train", "valid")
 # Documents are encoded in groups of about this many characters (parallel inside a group).
 _GROUP_CHARS = 1 << 22
@@ -150,11 +151,7 @@ def _check_vocab(meta: dict[str, Any], tokenizer: Tokenizer, invalid: Invalid) -
 
 
 def _cache_tokenizer(path: Path, meta: dict[str, Any]) -> Tokenizer:
-    spec = meta["tokenizer"]["spec"]
-    n = parse_tokenizer_spec(spec)
-    if n is None:
-        return gpt_neo_tokenizer()
-    return BPETokenizer.load(path / TOKENIZER_FILE, n)
+    return read_tokenizer(meta["tokenizer"], path / TOKENIZER_FILE)
 
 
 def prepare(
@@ -173,6 +170,10 @@ def prepare(
     of the request and that tokenizer's hash is built (or reused) beside it.
     """
     plan = plan_data(cfg)
+    if tokenizer is None and plan.tokenizer.startswith("hf:"):
+        raise HeadwiseError(f"tokenizer {plan.tokenizer} is a converted model's own, saved in the run headwise convert "
+                            "wrote: it encodes that run's text (headwise analyze, eval), and a new run cannot learn it; "
+                            "use 'gpt-neo' or 'bpe:N'")
     root = cache_root(cache_dir or cfg.cache_dir)
     request = plan.request()
     if tokenizer is not None:
@@ -211,8 +212,7 @@ def _build(plan: DataPlan, request: dict[str, Any], tmp: Path, progress: bool, g
         else:
             bar.status(f"training {plan.tokenizer} on the training stories")
             tokenizer = BPETokenizer.train(plan.train_documents(), n)
-        if isinstance(tokenizer, BPETokenizer):
-            tokenizer.save(tmp / TOKENIZER_FILE)
+        tokenizer.save(tmp / TOKENIZER_FILE)
         dtype = token_dtype(tokenizer.vocab_size)
         documents = dict.fromkeys(SPLITS, 0)
         started = time.perf_counter()

@@ -1,9 +1,12 @@
-"""Tokenizers: the GPT-2/GPT-Neo BPE (offline, from files an installed package ships) and small
-byte-level BPEs trained on the training text.
+"""Tokenizers: the GPT-2/GPT-Neo BPE (offline, from files an installed package ships), small
+byte-level BPEs trained on the training text, and a converted model's own tokenizer (``hf:N``,
+the ``tokenizer.json`` that ``headwise convert`` read beside the model).
 
-Both give plain token ids plus one end-of-text id, which the caches put after every document.
-Text is always encoded as *ordinary* text: a literal ``<|endoftext|>`` inside a story stays text,
-so only the document boundaries headwise inserts are end-of-text tokens.
+Each gives plain token ids plus one end-of-text id, which the caches put after every document
+(a converted model's tokenizer also puts its bos before each document, where its own
+post-processor does). Text is always encoded as *ordinary* text: a literal ``<|endoftext|>``
+(or ``</s>``) inside a story stays text, so only the document boundaries headwise inserts are
+special tokens.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import os
 import re
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -38,6 +41,9 @@ GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+
 #: Smallest trained vocabulary: the 256 byte tokens plus end-of-text.
 MIN_BPE_VOCAB = 257
 
+#: The file a trained BPE or a converted model's tokenizer is saved as (in a run or a token cache).
+TOKENIZER_FILE = "tokenizer.json"
+
 # Long texts are cut into pieces this size (characters) before encoding, so that one long
 # stream is encoded in parallel like many stories are.
 _PIECE = 1 << 16
@@ -48,14 +54,18 @@ _SAFE_CUT = re.compile(r"(?<=\S)\n")
 
 
 def parse_tokenizer_spec(spec: str) -> int | None:
-    """Check a tokenizer name: ``"gpt-neo"`` gives None, ``"bpe:N"`` gives N (>= 257)."""
+    """Check a tokenizer name: ``"gpt-neo"`` gives None, ``"bpe:N"`` gives N (>= 257), and
+    ``"hf:N"`` (a converted model's own, for N embeddings) gives N (>= 1)."""
     if spec == "gpt-neo":
         return None
-    match = re.fullmatch(r"bpe:(\d+)", spec)
+    match = re.fullmatch(r"(bpe|hf):(\d+)", spec)
     if not match:
-        raise HeadwiseError(f"unknown tokenizer {spec!r}: use 'gpt-neo' or 'bpe:N' (e.g. 'bpe:4096')")
-    n = int(match.group(1))
-    if n < MIN_BPE_VOCAB:
+        raise HeadwiseError(f"unknown tokenizer {spec!r}: use 'gpt-neo' or 'bpe:N' (e.g. 'bpe:4096'); 'hf:N' is "
+                            "the tokenizer of a model headwise convert read")
+    kind, n = match.group(1), int(match.group(2))
+    if kind == "hf" and n < 1:
+        raise HeadwiseError(f"tokenizer {spec!r}: a model's vocabulary has at least one id")
+    if kind == "bpe" and n < MIN_BPE_VOCAB:
         raise HeadwiseError(
             f"tokenizer {spec!r}: a vocabulary of {n} is too small; a byte-level BPE needs at least "
             f"{MIN_BPE_VOCAB} tokens (256 bytes + end-of-text)"
@@ -78,12 +88,18 @@ def split_for_encoding(text: str, piece: int = _PIECE) -> list[str]:
 
 
 class Tokenizer(ABC):
-    """Text to token ids and back, with an end-of-text id for document boundaries."""
+    """Text to token ids and back, with an end-of-text id for document boundaries (and, for a
+    converted model's tokenizer, a bos id that starts each document)."""
 
-    #: "gpt-neo" or "bpe:N"
+    #: "gpt-neo", "bpe:N" or "hf:N"
     spec: str
+    #: the ids the model reads (a converted model's may hold embeddings that no text gives)
     vocab_size: int
     eot_id: int
+    #: the id put before each document, or None
+    bos_id: int | None = None
+    #: a long text may be encoded in pieces (GPT-2-style pre-tokenization breaks at the cuts)
+    cuts_long_texts = True
 
     @property
     @abstractmethod
@@ -96,31 +112,40 @@ class Tokenizer(ABC):
 
     @abstractmethod
     def decode(self, ids: Iterable[int]) -> str:
-        """Text of a sequence of ids (end-of-text shown as ``<|endoftext|>``)."""
+        """Text of a sequence of ids (special tokens shown as their text, e.g. ``<|endoftext|>``)."""
+
+    def save(self, path: Path) -> None:
+        """Write the file that defines the tokenizer (what :func:`read_tokenizer` reads back);
+        GPT-Neo's ship with a package and are checked by hash, so nothing is written for it."""
 
     def encode(self, text: str) -> list[int]:
-        """Ids of one text (no end-of-text added)."""
+        """Ids of one text as a document starts (its bos, if any; no end-of-text added)."""
         return [int(i) for i in self.encode_documents([text], eot=False)]
 
     def encode_documents(self, texts: list[str], eot: bool = True) -> np.ndarray:
-        """Ids of several documents as one flat uint32 array, each document followed by the
-        end-of-text id when ``eot`` is true."""
+        """Ids of several documents as one flat uint32 array, each document preceded by the bos
+        id (if any) and followed by the end-of-text id when ``eot`` is true."""
         if not texts:
             return np.empty(0, dtype=np.uint32)
         # Every text gives at least one piece (maybe ""), so every document gets its end-of-text.
         pieces, owner = [], []
         for i, text in enumerate(texts):
-            parts = split_for_encoding(text) if len(text) > _PIECE else [text]
+            parts = split_for_encoding(text) if self.cuts_long_texts and len(text) > _PIECE else [text]
             pieces.extend(parts)
             owner.extend([i] * len(parts))
         encoded = self._encode_batch(pieces)
         lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
         flat = np.fromiter(itertools.chain.from_iterable(encoded), dtype=np.uint32, count=int(lengths.sum()))
-        if not eot:
+        # Each document's bos goes before the ids of its first piece, its end-of-text after its last.
+        ends = np.cumsum(lengths)[np.r_[np.diff(owner) != 0, True]]
+        marks = [(np.r_[0, ends[:-1]], self.bos_id)] if self.bos_id is not None else []
+        if eot:
+            marks.append((ends, self.eot_id))
+        if not marks:
             return flat
-        # Each document's end-of-text goes after the ids of its last piece.
-        last_piece = np.r_[np.diff(owner) != 0, True]
-        return np.insert(flat, np.cumsum(lengths)[last_piece], self.eot_id)
+        # document by document (bos, end-of-text, bos, ...): np.insert keeps the order of equal places
+        places = np.stack([where for where, _ in marks], axis=1).ravel()
+        return np.insert(flat, places, np.tile(np.array([token for _, token in marks], dtype=np.uint32), len(ends)))
 
     def describe(self) -> dict:
         """Name, size, end-of-text id and hash, as recorded in a cache's metadata."""
@@ -185,20 +210,34 @@ class GPTNeoTokenizer(Tokenizer):
         return self._enc.decode([int(i) for i in ids])
 
 
-class BPETokenizer(Tokenizer):
+class FileTokenizer(Tokenizer):
+    """A tokenizer that one ``tokenizers`` JSON file defines, kept as its exact text."""
+
+    def __init__(self, tokenizer_json: str) -> None:
+        from tokenizers import Tokenizer as Backend
+
+        self.json = tokenizer_json
+        self._tok = Backend.from_str(tokenizer_json)
+
+    def save(self, path: Path) -> None:
+        """Write the tokenizer's JSON (the exact bytes that :attr:`sha256` hashes)."""
+        atomic_write_text(Path(path), self.json)
+
+    def _encode_batch(self, texts: list[str]) -> list[Sequence[int]]:
+        return [e.ids for e in self._tok.encode_batch_fast(texts, add_special_tokens=False)]
+
+
+class BPETokenizer(FileTokenizer):
     """A byte-level BPE trained with ``tokenizers``: BPE tokens take ids below ``N-1``, ``N-1`` is
     end-of-text (kept out of the BPE so that text can never produce it). Training refuses an ``N``
     that the text cannot fill (too few pairs to merge): the vocabulary is always exactly ``N``, as
     the task's shape (computed from ``bpe:N`` before any data exists) says."""
 
     def __init__(self, vocab_size: int, tokenizer_json: str) -> None:
-        from tokenizers import Tokenizer as HFTokenizer
-
+        super().__init__(tokenizer_json)
         self.spec = f"bpe:{vocab_size}"
         self.vocab_size = vocab_size
         self.eot_id = vocab_size - 1
-        self.json = tokenizer_json
-        self._tok = HFTokenizer.from_str(tokenizer_json)
         if self._tok.get_vocab_size() > vocab_size - 1:
             raise HeadwiseError(
                 f"tokenizer file has {self._tok.get_vocab_size()} tokens, more than {self.spec} allows"
@@ -207,10 +246,10 @@ class BPETokenizer(Tokenizer):
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int) -> "BPETokenizer":
         """Train a byte-level BPE of ``vocab_size`` tokens (end-of-text included) on ``texts``."""
-        from tokenizers import Tokenizer as HFTokenizer
+        from tokenizers import Tokenizer as Backend
         from tokenizers import decoders, models, pre_tokenizers, trainers
 
-        tok = HFTokenizer(models.BPE())
+        tok = Backend(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
         tok.decoder = decoders.ByteLevel()
         trainer = trainers.BpeTrainer(
@@ -228,26 +267,9 @@ class BPETokenizer(Tokenizer):
             )
         return cls(vocab_size, tok.to_str())
 
-    @classmethod
-    def load(cls, path: Path, vocab_size: int) -> "BPETokenizer":
-        """Read a tokenizer saved by :meth:`save`."""
-        try:
-            return cls(vocab_size, Path(path).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise HeadwiseError(f"{path} is missing: the cache's tokenizer is gone") from None
-        except Exception as exc:  # tokenizers raises a bare Exception on a malformed file
-            raise HeadwiseError(f"{path} is not a valid tokenizer file: {str(exc).splitlines()[0]}") from None
-
-    def save(self, path: Path) -> None:
-        """Write the tokenizer's JSON (the exact bytes that :attr:`sha256` hashes)."""
-        atomic_write_text(Path(path), self.json)
-
     @property
     def sha256(self) -> str:
         return hashlib.sha256(f"{self.spec}\n{self.json}".encode()).hexdigest()
-
-    def _encode_batch(self, texts: list[str]) -> list[Sequence[int]]:
-        return [e.ids for e in self._tok.encode_batch_fast(texts, add_special_tokens=False)]
 
     def decode(self, ids: Iterable[int]) -> str:
         out, run = [], []
@@ -260,6 +282,68 @@ class BPETokenizer(Tokenizer):
                 run.append(int(i))
         out.append(self._tok.decode(run))
         return "".join(out)
+
+
+class HFTokenizer(FileTokenizer):
+    """A converted model's own tokenizer: its ``tokenizer.json`` (any file the ``tokenizers``
+    library reads: Llama's, Qwen3's, ...) for a model of ``vocab_size`` embeddings (``hf:N``; the
+    file may give fewer ids, as Qwen3 pads its embeddings). End-of-text is the model's eos,
+    ``eot_id``; the bos that the file's post-processor puts before a text (Llama's; Qwen3 has
+    none) starts each document, so a document's ids are those the original tokenizer gives."""
+
+    # its pre-tokenization may not break where GPT-2's does (Llama's adds a prefix space to each text)
+    cuts_long_texts = False
+
+    def __init__(self, vocab_size: int, tokenizer_json: str, eot_id: int) -> None:
+        super().__init__(tokenizer_json)
+        self.spec, self.vocab_size, self.eot_id = f"hf:{vocab_size}", vocab_size, eot_id
+        size = self._tok.get_vocab_size(with_added_tokens=True)
+        if size > vocab_size:
+            raise HeadwiseError(f"the tokenizer has {size:,} ids, more than the model's {vocab_size:,} embeddings")
+        if self._tok.id_to_token(eot_id) is None:
+            raise HeadwiseError(f"the tokenizer has no token {eot_id}, the model's end-of-text")
+        self._tok.encode_special_tokens = True  # a "</s>" written in a story is text, as everywhere in headwise
+        self.bos_id = _bos_id(self._tok, eot_id)
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(f"{self.spec}\neot {self.eot_id}\n{self.json}".encode()).hexdigest()
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self._tok.decode([int(i) for i in ids], skip_special_tokens=False)
+
+
+def _bos_id(backend: Any, eot_id: int) -> int | None:
+    """The id that a tokenizer's post-processor puts before a text (Llama's bos), or None; it may
+    put the end-of-text after one (headwise ends every document with it), nothing else."""
+    plain = backend.encode("a", add_special_tokens=False).ids
+    full = backend.encode("a", add_special_tokens=True).ids
+    for bos, eos in itertools.product((None, *full[:1]), ([], [eot_id])):
+        if full == [bos] * (bos is not None) + plain + eos:
+            return bos
+    raise HeadwiseError(f"the tokenizer's post-processor turns the ids {plain} of a text into {full}: headwise "
+                        "puts one bos before a document and its end-of-text after it, nothing else")
+
+
+def read_tokenizer(record: dict[str, Any], path: Path) -> Tokenizer:
+    """The tokenizer that a :meth:`Tokenizer.describe` record names, as :meth:`Tokenizer.save`
+    wrote it to ``path`` (GPT-Neo's: the installed one). A saved file that is missing or is not
+    the tokenizer is a HeadwiseError naming it; the caller compares the record's sha256."""
+    spec = record["spec"]
+    n = parse_tokenizer_spec(spec)
+    if n is None:
+        return gpt_neo_tokenizer()
+    eot_id = int(record["eot_id"]) if spec.startswith("hf:") else None
+    try:
+        text = path.read_text(encoding="utf-8")
+        return BPETokenizer(n, text) if eot_id is None else HFTokenizer(n, text, eot_id)
+    except FileNotFoundError:
+        raise HeadwiseError(f"{path} is missing") from None
+    except HeadwiseError as exc:
+        raise HeadwiseError(f"{path} is damaged: {exc}") from None
+    except Exception as exc:  # tokenizers raises a bare Exception on a malformed file
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise HeadwiseError(f"{path} is damaged: it is not a tokenizer file ({reason})") from None
 
 
 @functools.lru_cache(maxsize=1)
