@@ -45,13 +45,9 @@ def _layer_colors(n: int) -> list:
     return list(plt.get_cmap("viridis")(np.linspace(0, 0.9, n)))
 
 
-def _finite(values) -> list[float]:
-    return [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
-
-
 def _log_axis(ax: plt.Axes, values) -> None:
     # Condition numbers span decades across layers and heads: always a log axis (when drawable).
-    if any(v > 0 for v in _finite(values)):
+    if any(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in values):
         ax.set_yscale("log")
 
 

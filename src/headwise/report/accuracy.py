@@ -7,35 +7,25 @@ verdict on it ("reproduced", "not reproduced", "within noise", or the one-seed c
 
 from __future__ import annotations
 
-import math
-from collections import Counter
 from typing import Any, Callable
 
 from headwise.report import stats
 from headwise.report.data import VariantRuns
-from headwise.report.document import LABEL_SIDES, Document, fixed_ticks, fmt, fmt_p, fmt_params, plural
+from headwise.report.document import Document, finish, fixed_ticks, fmt, fmt_p, fmt_params, label_points, plural
 from headwise.report.registry import Layout
-from headwise.report.sections import ALPHA
+from headwise.report.sections import ALPHA, noise_verdict, seed_cell, statuses
 
 
 def accuracy_values(v: VariantRuns, key: str = "accuracy") -> list[float]:
     """A metric of the completed runs, in %."""
-    vals = [r.summary.eval_metrics.get(key) for r in v.done if r.summary is not None]
-    return [100.0 * float(x) for x in vals if isinstance(x, (int, float)) and math.isfinite(x)]
-
-
-def statuses(v: VariantRuns) -> str:
-    """The variant's runs by status: ``2 completed, 1 failed``."""
-    return ", ".join(f"{n} {s}" for s, n in Counter(r.status.value for r in v.runs).items())
+    return [100.0 * x for r in v.done if (x := r.final(key)) is not None]
 
 
 def acc_cell(s: stats.SeedStats, base: stats.SeedStats | None = None) -> str:
     """A mean accuracy (%) with its seed spread; given ``base`` (the baseline's), the difference
     of the means in points, in parentheses, where both have runs."""
-    if s.n == 0:
-        return "–"
-    cell = f"{s.mean:.2f}" if s.n == 1 else f"{s.mean:.2f} ± {s.std:.2f} (n={s.n})"
-    if base is not None and base.n:
+    cell = seed_cell(s, 2)
+    if s.n and base is not None and base.n:
         cell += f" ({s.mean - base.mean:+.2f})"
     return cell
 
@@ -49,12 +39,10 @@ def draw_accuracy(ax: Any, vs: list[VariantRuns], x: list[float], top1: dict[str
     y = [top1[v.name].mean for v in vs]
     yerr = [top1[v.name].std if top1[v.name].n > 1 else 0.0 for v in vs] if seeds else None
     ax.errorbar(x, y, yerr=yerr, marker="o", color=color, capsize=3, label=label)
-    dx, dy, ha = LABEL_SIDES[side % len(LABEL_SIDES)]
-    for v, xi, yi in zip(vs, x, y):
-        # a light box keeps a label legible where it crosses a line or an error bar
-        ax.annotate(fmt_params(v.params), (xi, yi), textcoords="offset points", xytext=(dx, dy), ha=ha,
-                    fontsize=7, color=color, bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.8))
-        rows.append(point(v))
+    # a light box keeps a label legible where it crosses a line or an error bar
+    label_points(ax, x, y, [fmt_params(v.params) for v in vs], color, side,
+                 bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.8))
+    rows.extend(point(v) for v in vs)
     ax.margins(x=0.1)  # room for the labels of the outermost points
 
 
@@ -62,10 +50,7 @@ def finish_heads_panel(ax: Any, x: list[float], title: str) -> None:
     """A panel of accuracy against heads per layer: ticks at the heads drawn, title, grid, legend if any."""
     fixed_ticks(ax, x)
     ax.set_title(title, fontsize=10)
-    ax.set_xlabel("heads per layer")
-    ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
+    finish(ax, "heads per layer", legend=7 if ax.get_legend_handles_labels()[0] else None)
 
 
 def unscored_note(doc: Document, label: str, vs: list[VariantRuns]) -> None:
@@ -73,13 +58,6 @@ def unscored_note(doc: Document, label: str, vs: list[VariantRuns]) -> None:
     if vs:
         doc.add(f"{label} a completed, scored run (left out of the figures and findings): "
                 + "; ".join(f"`{v.name}` ({statuses(v) or 'no run'})" for v in vs) + ".")
-
-
-def noise_verdict(c: stats.Comparison) -> str:
-    """A comparison's cell in the seed-noise table."""
-    if not c.testable:
-        return "no claim (needs >= 2 seeds each)"
-    return "distinguishable from seed noise" if c.p_holm < ALPHA else "within seed noise"
 
 
 def noise_summary(comps: list[stats.Comparison], seeds: int, against: str = "the baseline") -> tuple[str, bool]:

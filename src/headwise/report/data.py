@@ -51,13 +51,19 @@ class RunRecord:
     def config(self) -> dict[str, Any]:
         return self.result.config or {}
 
+    def final(self, metric: str = "loss") -> float | None:
+        """A completed run's final eval ``metric`` (``loss``, else one of its ``eval_metrics``);
+        None for another run, or where the value is missing or not finite."""
+        s = self.summary
+        if self.status is not RunStatus.COMPLETED or s is None:
+            return None
+        value = s.final_eval_loss if metric == "loss" else s.eval_metrics.get(metric)
+        return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
     @property
     def loss(self) -> float | None:
         """The final eval loss of a completed run (None otherwise)."""
-        s = self.summary
-        if self.status is not RunStatus.COMPLETED or s is None or s.final_eval_loss is None:
-            return None
-        return s.final_eval_loss if math.isfinite(s.final_eval_loss) else None
+        return self.final()
 
     @property
     def lr(self) -> float | None:

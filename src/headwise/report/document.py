@@ -80,6 +80,19 @@ def new_figure(width: float = 7.5, height: float = 4.6, ncols: int = 1, nrows: i
     return fig, axes
 
 
+def finish(ax: Any, xlabel: str, ylabel: str = "", title: str = "", legend: int | None = 8) -> None:
+    """An axes' last touches: its labels and title (each where given), a light grid and its
+    legend at font size ``legend`` (None: no legend)."""
+    ax.set_xlabel(xlabel)
+    if ylabel:
+        ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if legend:
+        ax.legend(fontsize=legend)
+
+
 def log2_ticks(ax: Any, values: Iterable[float]) -> None:
     """A log-2 x axis ticked at exactly ``values``."""
     vals = sorted({v for v in values if v and v > 0})
@@ -100,7 +113,6 @@ def fixed_ticks(ax: Any, values: Iterable[float]) -> None:
     ax.xaxis.set_major_locator(FixedLocator(sorted(set(values))))
 
 
-#: Where a point's label goes, one side per series, so that labels of nearby points do not collide.
 def dodge(xs: Iterable[float], k: int, n: int, span: float, share: float = 0.012) -> list[float]:
     """``xs`` of series ``k`` of ``n`` moved sideways by a share of the axis ``span`` per series,
     centred on the true values, so that error bars of series sharing an x value stand side by
@@ -109,7 +121,16 @@ def dodge(xs: Iterable[float], k: int, n: int, span: float, share: float = 0.012
     return [x + offset for x in xs]
 
 
+#: Where a point's label goes, one side per series, so that labels of nearby points do not collide.
 LABEL_SIDES = [(6, 5, "left"), (6, -12, "left"), (-6, -12, "right"), (-6, 5, "right")]
+
+
+def label_points(ax: Any, xs: Iterable[float], ys: Iterable[float], labels: Iterable[str], color: str, side: int,
+                 **style: Any) -> None:
+    """Each point (x, y) labelled, small and in ``color``, on side ``side`` of :data:`LABEL_SIDES`."""
+    dx, dy, ha = LABEL_SIDES[side % len(LABEL_SIDES)]
+    for x, y, text in zip(xs, ys, labels):
+        ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), ha=ha, fontsize=7, color=color, **style)
 
 
 # --------------------------------------------------------------------------- formatting

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Callable, Literal, Mapping, Sequence
 
 import numpy as np
@@ -45,7 +45,7 @@ INTERVAL_METHOD = ("two-sided t interval of the paired differences at confidence
                    "the claim's comparisons (Bonferroni; 95% for one)")
 
 
-class Verdict(str, Enum):
+class Verdict(StrEnum):
     """What a claim's comparison shows, named after the test that decided it."""
 
     #: "better": the interval lies above 0
@@ -60,9 +60,6 @@ class Verdict(str, Enum):
     NOT_EQUIVALENT = "not equivalent"
     #: any test: the interval reaches the bound
     NOT_SHOWN = "not shown at this scale"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 #: the verdicts that support the claim, and those that go against it (the figure's green and red)

@@ -1,7 +1,7 @@
-"""What the layouts that quote a published table share (the vision layout's Table 4, the encoder
-layout's Table 1, the lra layout's Table 3): a model row's shape, parameters and memory, the
-table's rows and claim, and the ``[report]`` keys that name the baseline variant, the headline
-rows and the paper.
+"""What the layouts that quote a published table share (the depth layout's Table 2, the vision
+layout's Table 4, the encoder layout's Table 1, the lra layout's Table 3): a model row's shape,
+parameters and memory, the table's rows and claim, and the ``[report]`` keys that name the
+baseline variant, the headline rows and the paper.
 
 A layout's own row adds what the paper scores (top-1 accuracy, GLUE scores); its reference is
 ``PaperTable[ItsRow]`` and its options ``BaselineOptions[ItsReference]``, so ``[report.paper]`` is
@@ -38,12 +38,12 @@ class PaperTable(PaperReference, Generic[RowT]):
     claim: str = ""
 
 
-TableT = TypeVar("TableT", bound=PaperTable)
+TableT = TypeVar("TableT", bound=PaperReference)
 
 
 class BaselineOptions(LayoutOptions, Generic[TableT]):
     """The ``[report]`` keys of a layout that sets variants against a baseline beside a paper's
-    table (a layout's own :class:`PaperTable`)."""
+    table (a layout's own :class:`PaperTable`, or another :class:`PaperReference`)."""
 
     #: the variant the others are compared against (the original model)
     baseline: str | None = None

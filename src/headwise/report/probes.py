@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from headwise.config import atomic_write_text
 from headwise.errors import HeadwiseError
@@ -78,54 +78,51 @@ class Probes:
     def __init__(self, report_dir: Path) -> None:
         self.cache = ProbeCache(Path(report_dir) / CACHE_FILE)
 
+    def _cached(self, kind: str, run: RunRecord, settings: Any, compute: Callable[[], Any]) -> Any:
+        """The cached value, else ``compute()``'s on one thread, cached unless it is None."""
+        value = self.cache.get(kind, run, settings)
+        if value is None:
+            with one_thread():
+                value = compute()
+            if value is not None:
+                self.cache.put(kind, run, settings, value)
+        return value
+
     def conditioning(self, run: RunRecord) -> dict[str, float] | None:
         """cond_mean, cond_median and rank_deficient of the final model on the first
         :data:`COND_SEQUENCES` sequences of the first eval batch; None without final weights."""
         from headwise.analysis.runs import eval_inputs, final_conditioning
 
-        cached = self.cache.get("cond", run, COND_SEQUENCES)
-        if cached is not None:
-            return cached
-        if not _weights(run).is_file():
-            return None
-        with one_thread():
-            inputs = eval_inputs(run.path, 1)[0][:COND_SEQUENCES]
-            result = final_conditioning(run.path, [inputs])
-        value = {"cond_mean": result.cond_mean, "cond_median": result.cond_median,
-                 "rank_deficient": result.rank_deficient}
-        self.cache.put("cond", run, COND_SEQUENCES, value)
-        return value
+        def measure() -> dict[str, float]:
+            result = final_conditioning(run.path, [eval_inputs(run.path, 1)[0][:COND_SEQUENCES]])
+            return {"cond_mean": result.cond_mean, "cond_median": result.cond_median,
+                    "rank_deficient": result.rank_deficient}
+
+        # a value is cached only with its weights, so none without them (and no torch loaded for nothing)
+        return self._cached("cond", run, COND_SEQUENCES, measure) if _weights(run).is_file() else None
 
     def sample(self, run: RunRecord, prompt: str, temperature: float, tokens: int, untrained: bool = False) -> str:
         """Text continuing ``prompt`` from the run's final model (or a fresh one of its spec),
         sampling seed 0."""
         from headwise.train.generate import generate_text
 
-        kind = "sample-untrained" if untrained else "sample"
-        settings = [prompt, temperature, tokens]
-        text = self.cache.get(kind, run, settings)
-        if text is None:
-            with one_thread():
-                text, _ = generate_text(run.path, prompt, tokens, temperature=temperature, seed=0, untrained=untrained)
-            self.cache.put(kind, run, settings, text)
-        return text
+        return self._cached("sample-untrained" if untrained else "sample", run, [prompt, temperature, tokens],
+                            lambda: generate_text(run.path, prompt, tokens, temperature=temperature, seed=0,
+                                                  untrained=untrained)[0])
 
     def pick_accuracy(self, run: RunRecord) -> float | None:
         """Share of held-out tokens whose output is closest to the right point (first eval
         batch); None when the model cannot be scored."""
         from headwise.train.generate import held_out_predictions, load_run_model, run_config, run_task
 
-        cached = self.cache.get("pick", run, "eval batch 0")
-        if cached is not None:
-            return cached
-        if run.task is None:
-            return None
-        try:
-            with one_thread():
+        def score() -> float | None:
+            if run.task is None:
+                return None
+            try:
                 model, _ = load_run_model(run.path)
                 task = run_task(run.path, run_config(run.path))  # text in the run's saved vocabulary
-                value = float(held_out_predictions(model, task, task.eval_batches()[0])["accuracy"])
-        except HeadwiseError:
-            return None
-        self.cache.put("pick", run, "eval batch 0", value)
-        return value
+                return float(held_out_predictions(model, task, task.eval_batches()[0])["accuracy"])
+            except HeadwiseError:
+                return None
+
+        return self._cached("pick", run, "eval batch 0", score)

@@ -3,7 +3,8 @@ training time and throughput, eval-loss curves, conditioning of the final models
 how to reproduce the study. A layout decides only how variants are grouped and labelled
 (:class:`headwise.report.registry.Layout`). What the layouts that compare variants against a
 baseline share is here too: :func:`comparison_table`, the headline and full tables of
-:func:`baseline_tables`, and their cells (:func:`params_cell`, :func:`memory_cell`).
+:func:`baseline_tables`, and their cells (:func:`seed_cell`, :func:`params_cell`,
+:func:`memory_cell`, :func:`statuses`, :func:`noise_verdict`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import numpy as np
 from headwise.errors import HeadwiseError
 from headwise.report import stats
 from headwise.report.data import RunRecord, StudyRuns, VariantRuns
-from headwise.report.document import Document, fixed_ticks, fmt, fmt_p, fmt_params, heads_str, new_figure, plural, quote
+from headwise.report.document import (Document, finish, fixed_ticks, fmt, fmt_p, fmt_params, heads_str, new_figure,
+                                      plural, quote)
 from headwise.report.probes import COND_SEQUENCES, Probes
 from headwise.report.options import ReportSpec
 from headwise.report.paper import BaselineOptions
@@ -29,14 +31,24 @@ from headwise.study.layout import RESULTS_CSV
 ALPHA = 0.05
 
 
-def loss_cell(v: VariantRuns) -> str:
-    """Final eval loss of a variant: the value with one seed, mean ± sd (n) with several."""
-    s = v.stats
+def seed_cell(s: stats.SeedStats, digits: int = 4) -> str:
+    """A value over seeds (a final eval loss by default): the value with one seed, mean ± sd (n)
+    with several, "–" with none."""
     if s.n == 0:
         return "–"
-    if s.n == 1:
-        return f"{s.mean:.4f}"
-    return f"{s.mean:.4f} ± {s.std:.4f} (n={s.n})"
+    return f"{s.mean:.{digits}f}" if s.n == 1 else f"{s.mean:.{digits}f} ± {s.std:.{digits}f} (n={s.n})"
+
+
+def statuses(v: VariantRuns) -> str:
+    """The variant's runs by status: ``2 completed, 1 failed``."""
+    return ", ".join(f"{n} {s}" for s, n in Counter(r.status.value for r in v.runs).items())
+
+
+def noise_verdict(c: stats.Comparison) -> str:
+    """A comparison's cell in a seed-noise table."""
+    if not c.testable:
+        return "no claim (needs >= 2 seeds each)"
+    return "distinguishable from seed noise" if c.p_holm < ALPHA else "within seed noise"
 
 
 def missing_baseline_note(doc: Document, baseline: str | None, base: VariantRuns | None) -> None:
@@ -126,16 +138,11 @@ def results_table(doc: Document, study: StudyRuns) -> None:
     doc.add("## All runs", "Final eval loss is the mean over seeds ± the sample standard deviation; "
             f"times and {speed} are means over completed seeds; peak memory is CUDA max allocated on a GPU, "
             "peak resident memory of the process on CPU." + per_run)
-    rows = []
-    for v in study.variants:
-        statuses = Counter(r.status.value for r in v.runs)
-        rows.append([
-            f"`{v.name}`", heads_str(v.heads), fmt(v.total_heads), heads_str(v.head_dims), fmt_params(v.params),
-            fmt(v.peak_mb, 0), loss_cell(v), fmt(v.mean("train_time_s"), 1), fmt(v.mean("tokens_per_s"), 0),
-            ", ".join(f"{n} {s}" for s, n in statuses.items()),
-        ])
     doc.table(["variant", "heads per layer", "total heads", "head_dim", "params", "peak memory (MiB)",
-               "final eval loss", "train time (s)", speed, "runs"], rows)
+               "final eval loss", "train time (s)", speed, "runs"],
+              [[f"`{v.name}`", heads_str(v.heads), fmt(v.total_heads), heads_str(v.head_dims), fmt_params(v.params),
+                fmt(v.peak_mb, 0), seed_cell(v.stats), fmt(v.mean("train_time_s"), 1), fmt(v.mean("tokens_per_s"), 0),
+                statuses(v)] for v in study.variants])
 
 
 def comparison_table(doc: Document, seeds: int, comps: list[tuple[VariantRuns, VariantRuns, stats.Comparison]],
@@ -150,14 +157,8 @@ def comparison_table(doc: Document, seeds: int, comps: list[tuple[VariantRuns, V
     findings = ["Measured final eval loss: " + "; ".join(
         f"`{v.name}` {c.percent:+.2f}% vs `{ref.name}` ({v.stats.mean:.4f} vs {ref.stats.mean:.4f})"
         for v, ref, c in comps) + "."] if summarize else []
-    rows = []
-    for v, ref, c in comps:
-        if c.testable:
-            verdict = "distinguishable from seed noise" if c.p_holm < ALPHA else "within seed noise"
-        else:
-            verdict = "no claim (needs >= 2 seeds each)"
-        rows.append([f"`{v.name}`", f"`{ref.name}`", loss_cell(v), loss_cell(ref), f"{c.percent:+.2f}%",
-                     fmt(c.t, 2), fmt_p(c.p), fmt_p(c.p_holm), verdict])
+    rows = [[f"`{v.name}`", f"`{ref.name}`", seed_cell(v.stats), seed_cell(ref.stats), f"{c.percent:+.2f}%",
+             fmt(c.t, 2), fmt_p(c.p), fmt_p(c.p_holm), noise_verdict(c)] for v, ref, c in comps]
     doc.add(f"Each variant against {against}: the difference of mean final eval loss (negative = lower = better), "
             "and Welch's unequal-variance t-test across seeds (two-sided, `scipy.stats.ttest_ind(equal_var=False)`), "
             f"with Holm's correction over the {len(comps)} comparisons; distinguishable means Holm-adjusted p < {ALPHA}.")
@@ -196,8 +197,7 @@ def time_section(doc: Document, study: StudyRuns, layout: Layout) -> None:
     axes[0, 0].set_ylabel("training time (s)")
     axes[0, 1].set_ylabel(f"training throughput ({study.unit}/s)")
     for ax in axes[0]:
-        ax.set_xlabel("total attention heads")
-        ax.grid(alpha=0.3)
+        finish(ax, "total attention heads", legend=None)
     axes[0, 1].legend(fontsize=8, ncols=2 if len(keys) > 6 else 1)
     fig.suptitle("Training time and throughput vs heads")
     doc.add("## Training time and throughput")
@@ -240,13 +240,9 @@ def curves_section(doc: Document, study: StudyRuns, layout: Layout) -> None:
         for i, (v, steps, losses) in enumerate(curves[title]):
             ax.plot(steps, losses, color=f"C{i % 10}", lw=1.3, label=v.name)
         ax.set_title(title, fontsize=10)
-        ax.set_xlabel("training step")
-        ax.set_ylabel("eval loss")
-        ax.grid(alpha=0.3)
+        finish(ax, "training step", "eval loss", legend=None if crowded else 7)
         if crowded:
             ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-        else:
-            ax.legend(fontsize=7)
     for k in range(len(panels), nrows * ncols):
         axes[k // ncols, k % ncols].set_visible(False)
     fig.suptitle("Eval loss during training" + (" (mean over seeds)" if study.record.seeds > 1 else ""))
@@ -305,11 +301,8 @@ def conditioning_section(doc: Document, study: StudyRuns, layout: Layout, probes
             ax.scatter([x for x, _ in pts], [y for _, y in pts], s=12, color=f"C{i % 10}", alpha=0.45)
     ax.set_yscale("log")
     fixed_ticks(ax, [x for pts in groups.values() for x, _ in pts])  # ticks at the heads measured
-    ax.set_xlabel(layout.conditioning_label)
-    ax.set_ylabel("condition number of A (mean over layers)")
-    ax.set_title("Attention-output conditioning of the final models")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    finish(ax, layout.conditioning_label, "condition number of A (mean over layers)",
+           "Attention-output conditioning of the final models")
     doc.add("The condition number sigma_max / sigma_min of each layer's concatenated per-head attention output "
             "A = [A_1 ... A_h] (tokens x attention width, before the output projection), averaged over the first "
             f"{COND_SEQUENCES} sequences of the first evaluation batch and over layers (Leaner Transformers' Fig. 2 "

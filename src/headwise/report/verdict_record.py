@@ -16,8 +16,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from headwise.report.data import load_stage_runs, load_study_runs
-from headwise.report.verdicts import compare_claim
+from headwise.report.verdicts import study_comparisons
 from headwise.study.layout import load_study_record
 
 
@@ -47,16 +46,9 @@ class VerdictRow:
 
 def verdict_rows(study_dir: str | Path) -> list[VerdictRow]:
     """Every comparison of every claim of a finished study, judged as its report judges it."""
-    record = load_study_record(study_dir)
-    runs = load_study_runs(record)
-    stages = load_stage_runs(record)
-    rows = []
-    for claim in record.claims:
-        for c in compare_claim(stages[claim.stage] if claim.stage else runs, claim):
-            j = c.judged
-            rows.append(VerdictRow(claim.name, c.variant.name, c.baseline.name, claim.test, claim.label, j.gain.n,
-                                   j.gain.mean, j.low, j.high, j.confidence, c.baseline_mean, str(j.verdict), j.note))
-    return rows
+    return [VerdictRow(c.claim.name, c.variant.name, c.baseline.name, c.claim.test, c.claim.label, c.judged.gain.n,
+                       c.judged.gain.mean, c.judged.low, c.judged.high, c.judged.confidence, c.baseline_mean,
+                       str(c.judged.verdict), c.judged.note) for c in study_comparisons(study_dir)]
 
 
 def study_entry(study_dir: str | Path, command: str, cpu: str | None = None) -> dict[str, Any]:

@@ -17,10 +17,11 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from headwise.errors import HeadwiseError
-from headwise.report.data import RunRecord, StudyRuns, VariantRuns
+from headwise.report.data import RunRecord, StudyRuns, VariantRuns, load_stage_runs, load_study_runs
 from headwise.report.document import Document, fmt, fmt_p, fmt_params, new_figure
 from headwise.report.paired import (
     AGAINST, ALPHA, INTERVAL_METHOD, POWER, SUPPORTS, Judged, Verdict, judge, paired_gain, seeds_for_power,
@@ -28,6 +29,7 @@ from headwise.report.paired import (
 )
 from headwise.run import RunStatus
 from headwise.study.claims import Claim, metric_problem
+from headwise.study.layout import load_study_record
 
 #: the late-training check looks at evaluations at steps >= this share of the last one ...
 LATE_FROM = 0.75
@@ -37,13 +39,8 @@ LATE_MIN_EVALS = 3
 
 def final_value(run: RunRecord, claim: Claim) -> float | None:
     """A completed run's final value of the claim's metric (x 100 with ``percent``)."""
-    s = run.summary
-    if run.status is not RunStatus.COMPLETED or s is None:
-        return None
-    value = s.final_eval_loss if claim.metric == "loss" else s.eval_metrics.get(claim.metric)
-    if not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value) * (100.0 if claim.percent else 1.0)
+    value = run.final(claim.metric)
+    return None if value is None else value * (100.0 if claim.percent else 1.0)
 
 
 def by_seed(v: VariantRuns, claim: Claim) -> dict[int, float]:
@@ -173,6 +170,17 @@ def compare_claim(study: StudyRuns, claim: Claim) -> list[Comparison]:
             for (v, b, _, mean), j in zip(rows, judged)]
 
 
+def claim_comparisons(study: StudyRuns, claims: list[Claim], stages: Mapping[str, StudyRuns]) -> list[Comparison]:
+    """Every claim's comparisons, each judged on its stage's runs (``claim.stage``) or the study's."""
+    return [c for claim in claims for c in compare_claim(stages[claim.stage] if claim.stage else study, claim)]
+
+
+def study_comparisons(study_dir: str | Path) -> list[Comparison]:
+    """Every comparison of a study folder's claims, judged as its report judges them."""
+    record = load_study_record(study_dir)
+    return claim_comparisons(load_study_runs(record), record.claims, load_stage_runs(record))
+
+
 def _scale(c: Comparison) -> str:
     """The scale the comparison ran at: parameters, steps, data seen, and the data source."""
     run = c.baseline.info
@@ -233,8 +241,7 @@ def verdict_section(doc: Document, study: StudyRuns, claims: list[Claim],
     """The verdict table, its figure and the scale notes; returns the findings: one per
     comparison, plus the seeds an inconclusive one needs and any late-training warning.
     A claim on a stage (``claim.stage``) compares that stage's runs, from ``stages``."""
-    stages = stages or {}
-    comparisons = [c for claim in claims for c in compare_claim(stages[claim.stage] if claim.stage else study, claim)]
+    comparisons = claim_comparisons(study, claims, stages or {})
     doc.add("## Verdicts on the papers' claims",
             "Each comparison pairs the variant's and the baseline's runs seed by seed (seed s fixes the data "
             "order of both). *Gain* is the mean paired difference oriented so that a positive value favours the "

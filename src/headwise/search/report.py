@@ -13,20 +13,16 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 from headwise.errors import HeadwiseError
 from headwise.plans import Plan
-from headwise.report.data import load_stage_runs, load_study_runs
 from headwise.report.document import Document, fmt, heads_str, plural
-from headwise.report.paired import Judged
-from headwise.report.verdicts import compare_claim
+from headwise.report.verdicts import Comparison, study_comparisons
 from headwise.search import figures
 from headwise.search.record import (CONFIRM_DIR, OPTUNA_DB, SEARCH_TOML, STUDY_NAME, TRIALS_JSON, Objective,
                                      SearchRecord, Trial, load_search_record, oriented)
-from headwise.study.claims import Claim
 from headwise.study.layout import load_study_record
 
 REPORT_DIR, REPORT_FILE = "report", "report.md"
@@ -126,37 +122,21 @@ def budget_use(value: float | None, budget: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------- the confirmation
 
 
-@dataclass(frozen=True)
-class Confirmed:
-    """One comparison of the confirmation study, as its report judges it (metric x scale)."""
-
-    claim: Claim
-    variant: str
-    baseline: str
-    judged: Judged
-    plan: Plan | None
-
-    def interval(self) -> str:
-        j = self.judged
-        return f"[{fmt(j.low)}, {fmt(j.high)}]" if j.gain.n > 1 else "(one seed)"
-
-    def line(self) -> str:
-        """``best-1`` vs the baseline: its gain (in points for a percent claim), interval, paired seeds
-        and verdict."""
-        j = self.judged
-        verdict = str(j.verdict) + (f" ({j.note})" if j.note else "")
-        level = f" ({100 * j.confidence:.4g}%)" if j.gain.n > 1 else ""
-        unit = " points" if self.claim.percent else ""
-        return (f"`{self.variant}` vs `{self.baseline}`: gain {fmt(j.gain.mean)}{unit} {self.interval()}{level} on "
-                f"{plural(j.gain.n, 'paired seed')}, verdict {verdict}")
+def _interval(c: Comparison) -> str:
+    """A confirmed comparison's interval at its claim's level."""
+    j = c.judged
+    return f"[{fmt(j.low)}, {fmt(j.high)}]" if j.gain.n > 1 else "(one seed)"
 
 
-def confirmations(confirm_dir: Path) -> list[Confirmed]:
-    """Every judged comparison of the confirmation study's claims (those with completed pairs)."""
-    record = load_study_record(confirm_dir)
-    runs, stages = load_study_runs(record), load_stage_runs(record)
-    return [Confirmed(claim, c.variant.name, c.baseline.name, c.judged, c.variant.plan) for claim in record.claims
-            for c in compare_claim(stages[claim.stage] if claim.stage else runs, claim)]
+def _line(c: Comparison) -> str:
+    """``best-1`` vs the baseline: its gain (in points for a percent claim), interval, paired seeds
+    and verdict."""
+    j = c.judged
+    verdict = str(j.verdict) + (f" ({j.note})" if j.note else "")
+    level = f" ({100 * j.confidence:.4g}%)" if j.gain.n > 1 else ""
+    unit = " points" if c.claim.percent else ""
+    return (f"`{c.variant.name}` vs `{c.baseline.name}`: gain {fmt(j.gain.mean)}{unit} {_interval(c)}{level} on "
+            f"{plural(j.gain.n, 'paired seed')}, verdict {verdict}")
 
 
 def same_plan(plan: Plan | None, t: Trial) -> bool:
@@ -168,15 +148,15 @@ def same_plan(plan: Plan | None, t: Trial) -> bool:
                                                       (plan.mlp_hidden, t.plan.mlp_hidden)))
 
 
-def headline(found: list[Confirmed], best: Trial | None) -> Confirmed | None:
+def headline(found: list[Comparison], best: Trial | None) -> Comparison | None:
     """The comparison the report leads with: the search's best plan against the claim's baseline
     (the plan that is the best trial's, else a variant named best..., else the first)."""
-    mine = [c for c in found if best is not None and same_plan(c.plan, best)]
-    named = [c for c in found if c.variant.startswith("best")]
+    mine = [c for c in found if best is not None and same_plan(c.variant.plan, best)]
+    named = [c for c in found if c.variant.name.startswith("best")]
     return (mine or named or found or [None])[0]
 
 
-def _confirmation(search: SearchRecord, search_dir: Path, best: list[Trial]) -> tuple[list[str], list[Confirmed]]:
+def _confirmation(search: SearchRecord, search_dir: Path, best: list[Trial]) -> tuple[list[str], list[Comparison]]:
     """The verdict on top: the confirmed gain of the best plan over the baseline and how much of the
     search's gain it kept, as lines; and the comparisons, for the best-plans table."""
     not_yet = "**Confirmation: not confirmed yet.**"
@@ -187,7 +167,7 @@ def _confirmation(search: SearchRecord, search_dir: Path, best: list[Trial]) -> 
         return [f"{not_yet} There is no `{CONFIRM_DIR}/` (the search ran with `--no-confirm`, or is still running); "
                 f"to confirm, {CONFIRM_HOWTO}."], []
     try:
-        found = confirmations(search_dir / CONFIRM_DIR)
+        found = study_comparisons(search_dir / CONFIRM_DIR)
     except HeadwiseError as e:
         return [f"{not_yet} `{CONFIRM_DIR}/` cannot be judged: {e}"], []
     top = headline(found, best[0] if best else None)
@@ -198,26 +178,27 @@ def _confirmation(search: SearchRecord, search_dir: Path, best: list[Trial]) -> 
     if top is None:
         return [f"{not_yet} The confirmation study in `{CONFIRM_DIR}/` has no completed pair of runs yet; rerun the "
                 "search to finish it."], []
-    lines = [f"**Confirmation: {top.line()}.** (Claim *{top.claim.name}* of the study in `{CONFIRM_DIR}/`.)"]
+    lines = [f"**Confirmation: {_line(top)}.** (Claim *{top.claim.name}* of the study in `{CONFIRM_DIR}/`.)"]
+    baseline = top.baseline.name
     objective = next((o for o in search.objectives if o.metric == top.claim.metric), None)
-    found_gain = search_gain(search.trials, objective, top.baseline) if objective is not None else None
+    found_gain = search_gain(search.trials, objective, baseline) if objective is not None else None
     if objective is None:
         lines.append(f"The confirmation compares {top.claim.metric}, which is none of the search's objectives: "
                      "no share of the search's gain to compare.")
     elif found_gain is None:
-        note = next((n.get("note") for n in search.named if n.get("name") == top.baseline and n.get("note")), "")
-        lines.append(f"The search has no complete trial of `{top.baseline}` at its fidelity to take the search's "
+        note = next((n.get("note") for n in search.named if n.get("name") == baseline and n.get("note")), "")
+        lines.append(f"The search has no complete trial of `{baseline}` at its fidelity to take the search's "
                      "gain from" + (f" ({note})." if note else "."))
     else:
         win, base, g = found_gain
         # a percent claim's gain is in points; the search's values are not
-        _, sentence = survived(g, top.judged.gain.mean / (100.0 if top.claim.percent else 1.0), top.baseline)
-        lines.append(f"Search's gain at its fidelity (trial {win.number} vs {top.baseline}'s trial {base.number}, one "
+        _, sentence = survived(g, top.judged.gain.mean / (100.0 if top.claim.percent else 1.0), baseline)
+        lines.append(f"Search's gain at its fidelity (trial {win.number} vs {baseline}'s trial {base.number}, one "
                      f"run each, {objective.metric}): {g:+.4g}; {sentence}.")
     if len(found) > 1:
         lines += ["", "Every comparison of the confirmation study (its report: `headwise report confirm`):",
-                  *[f"- {c.claim.name}: {c.line()}" for c in found]]
-    return lines, [c for c in found if c.baseline == top.baseline]
+                  *[f"- {c.claim.name}: {_line(c)}" for c in found]]
+    return lines, [c for c in found if c.baseline.name == baseline]
 
 
 def _confirm_enabled(search: SearchRecord) -> bool:
@@ -337,7 +318,7 @@ def _header(doc: Document, search: SearchRecord, search_dir: Path) -> None:
             "search had already tried (not rerun); a pruned trial stopped early at its last reported value.")
 
 
-def _best_table(doc: Document, search: SearchRecord, best: list[Trial], found: list[Confirmed]) -> None:
+def _best_table(doc: Document, search: SearchRecord, best: list[Trial], found: list[Comparison]) -> None:
     first = search.objectives[0]
     doc.add("## Best plans",
             f"The {plural(len(best), 'best distinct complete plan')} by {first.metric} ({first.direction}), one run "
@@ -350,17 +331,17 @@ def _best_table(doc: Document, search: SearchRecord, best: list[Trial], found: l
     metric = search.budget.get("metric")
     rows = []
     for rank, t in enumerate(best, 1):
-        c = next((c for c in found if same_plan(c.plan, t)), None)
+        c = next((c for c in found if same_plan(c.variant.plan, t)), None)
         named, plan = t.named or names.get(t.plan), t.plan
         rows.append([rank, t.number, f"*{named}*" if named else "searched", plan.n_layers, heads_str(list(plan.heads)),
                      plan.total, heads_str(list(plan.head_dims)), heads_str(list(plan.kv_heads)),
                      heads_str(list(plan.mlp_hidden)), budget_use(t.budget.get(metric) if metric else None, search.budget),
                      *[value_cell(t, o.metric) for o in search.objectives],
-                     f"{fmt(c.judged.gain.mean)} {c.interval()}" if c else "–"])
+                     f"{fmt(c.judged.gain.mean)} {_interval(c)}" if c else "–"])
     doc.table(["rank", "trial", "plan", "depth", "heads per layer", "total heads", "head widths", "KV heads",
                "MLP widths", f"budget use ({metric})" if metric else "budget use",
                *[o.metric for o in search.objectives],
-               "confirmed" + (f" vs {found[0].baseline}" + (" (points)" if found[0].claim.percent else "")
+               "confirmed" + (f" vs {found[0].baseline.name}" + (" (points)" if found[0].claim.percent else "")
                               if found else "")], rows)
 
 

@@ -19,20 +19,17 @@ decoder, as the paper counts them).
 
 from __future__ import annotations
 
-import math
 import numpy as np
 from pydantic import Field
 
 from headwise.families.encoder.metrics import TABLE1_COLUMNS
 from headwise.report import stats
 from headwise.report.accuracy import acc_cell, draw_accuracy
-from headwise.report.accuracy import statuses as _statuses
 from headwise.report.data import VariantRuns, load_study_runs
 from headwise.report.document import Document, fixed_ticks, fmt, fmt_params, new_figure
 from headwise.report.paper import BaselineOptions, PaperRow, PaperTable
 from headwise.report.registry import Layout, register_layout
-from headwise.report.sections import baseline_tables, memory_cell, params_cell
-from headwise.run import RunStatus
+from headwise.report.sections import baseline_tables, memory_cell, params_cell, statuses
 from headwise.study.stages import Stage, saved_stages, stage_record
 
 #: Table 1's column and metric of each GLUE task
@@ -67,12 +64,7 @@ def stage_column(stage: Stage) -> tuple[str, str]:
 
 def seed_scores(v: VariantRuns, metric: str) -> dict[int, float]:
     """Seed -> the metric of the variant's completed run, in points."""
-    out = {}
-    for r in v.runs:
-        value = r.summary.eval_metrics.get(metric) if r.summary is not None else None
-        if r.status is RunStatus.COMPLETED and isinstance(value, (int, float)) and math.isfinite(value):
-            out[r.seed] = 100.0 * float(value)
-    return out
+    return {r.seed: 100.0 * value for r in v.runs if (value := r.final(metric)) is not None}
 
 
 @register_layout
@@ -98,7 +90,7 @@ class EncoderLayout(Layout):
             for v in self.study.variants}
         self.task_stats = {v: {s: stats.seed_stats(list(by_seed.values())) for s, by_seed in per.items()}
                            for v, per in self.scores.items()}
-        self.stage_status = {v.name: {s.name: _statuses(runs[s.name][v.name]) for s in self.stages}
+        self.stage_status = {v.name: {s.name: statuses(runs[s.name][v.name]) for s in self.stages}
                              for v in self.study.variants}
         self.mean = {v: self._mean_over_tasks(per) for v, per in self.scores.items()}
         columns = [stage_column(s)[0] for s in self.stages]
@@ -132,7 +124,7 @@ class EncoderLayout(Layout):
         mean_cell = acc_cell(self.mean[v.name], self.mean[b.name] if b is not None else None)
         width = v.head_dims[0] if v.head_dims else None
         loss = stats.seed_stats([r.loss for r in v.runs])
-        runs = "; ".join([f"pretraining: {_statuses(v) or 'not started'}"]
+        runs = "; ".join([f"pretraining: {statuses(v) or 'not started'}"]
                          + [f"{s.name}: {self.stage_status[v.name][s.name] or 'not started'}" for s in self.stages])
         if not self.mean_column and cells:
             cells[0] = mean_cell

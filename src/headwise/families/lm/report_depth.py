@@ -30,13 +30,14 @@ from typing import Any
 
 from pydantic import Field
 
-from headwise.config import Config
 from headwise.families.lm.report_kv import KVColumns
 from headwise.report import stats
 from headwise.report.data import VariantRuns
-from headwise.report.document import LABEL_SIDES, Document, dodge, fixed_ticks, fmt, fmt_params, new_figure
-from headwise.report.registry import Layout, LayoutOptions, PaperReference, register_layout
-from headwise.report.sections import comparison_table, cpu_memory_note, loss_cell, missing_baseline_note
+from headwise.report.document import Document, dodge, finish, fixed_ticks, fmt_params, label_points, new_figure
+from headwise.report.paper import BaselineOptions, PaperRow
+from headwise.report.registry import Layout, PaperReference, register_layout
+from headwise.report.sections import (comparison_table, cpu_memory_note, memory_cell, missing_baseline_note,
+                                      params_cell, seed_cell)
 
 
 def heads_per_layer(v: VariantRuns) -> float:
@@ -51,12 +52,10 @@ def _spliced(row: list[str], kv: list[str], shown: bool) -> list[str]:
     return row[:2] + kv[:1] + row[2:4] + kv[1:] + row[4:] if shown else row
 
 
-class PaperModel(Config):
-    """One model of a published table."""
+class PaperModel(PaperRow):
+    """One model of a published table, with its loss and (required here) its training memory."""
 
-    shape: str
     loss: float
-    params: float = Field(gt=0)
     memory_gb: float = Field(gt=0)
 
 
@@ -88,14 +87,8 @@ class TableReference(PaperReference):
                 f"{b.loss:g} for {b.shape}, with {dp:+.0f}% parameters and {dm:+.0f}% training memory.")
 
 
-class DepthOptions(LayoutOptions):
-    """The ``[report]`` keys of the depth layout."""
-
-    #: the variant the others are compared against
-    baseline: str | None = None
-    #: the variants of the headline table (None: all), baseline first
-    table: list[str] | None = None
-    paper: TableReference | None = None
+class DepthOptions(BaselineOptions[TableReference]):
+    """The ``[report]`` keys of the depth layout (its headline table: every variant when ``table`` is None)."""
 
 
 @register_layout
@@ -109,8 +102,8 @@ class DepthLayout(Layout):
     conditioning_caption = "heads per layer, one line per depth"
 
     def setup(self) -> None:
-        by_name = {v.name: v for v in self.study.variants}
-        self.base = by_name.get(self.options.baseline or "")
+        self.by_name = {v.name: v for v in self.study.variants}
+        self.base = self.by_name.get(self.options.baseline or "")
         uniform = [v for v in self.study.done if v.uniform and v.head_dims]
         if self.base is not None and self.base.uniform and self.base.head_dims:
             grid_dim = self.base.head_dims[0]
@@ -149,8 +142,7 @@ class DepthLayout(Layout):
         """Table 2: each listed variant's loss, parameters and peak memory against the baseline, with
         its KV heads and KV-cache bytes per token where they tell something (:mod:`.report_kv`)."""
         opts: DepthOptions = self.options
-        by_name = {v.name: v for v in self.study.variants}
-        listed = [by_name[name] for name in opts.table or list(by_name) if name in by_name]
+        listed = [self.by_name[name] for name in opts.table or list(self.by_name) if name in self.by_name]
         # the baseline's precision picks the cache dtype, so it leads wherever the table lists it
         kv = KVColumns.of(sorted(listed, key=lambda v: v is not self.base))
         doc.add("## Table 2: depth for heads",
@@ -176,27 +168,21 @@ class DepthLayout(Layout):
     def _versus_base(self, v: VariantRuns, kv: KVColumns) -> tuple[list[str], str | None]:
         """A variant's row of Table 2 (with its differences from the baseline) and its finding."""
         base, pct = self.base, stats.percent_difference
-        loss, params = loss_cell(v), fmt_params(v.params)
-        memory = (fmt(v.peak_mb, 0) + " MiB") if v.peak_mb else "–"
-        name = f"`{v.name}`" + (" (baseline)" if v is base else "")
-        cells = kv.cells(v, base)
-        if base is None or v is base or not (base.params and v.params):
-            return _spliced([name, self._shape(v), loss, params, memory], cells, kv.shown), None
-        dp = pct(v.params, base.params)
-        dm = pct(v.peak_mb, base.peak_mb) if v.peak_mb and base.peak_mb else None
-        dl = pct(v.stats.mean, base.stats.mean) if v.done and base.done else None
-        dk = kv.difference(v, base) if kv.shown else None
-        row = [name, self._shape(v), loss + (f" ({dl:+.2f}%)" if dl is not None else ""), f"{params} ({dp:+.0f}%)",
-               memory + (f" ({dm:+.0f}%)" if dm is not None else "")]
-        if dl is None:
-            return _spliced(row, cells, kv.shown), None
-        better = "lower" if v.stats.mean < base.stats.mean else "higher"
-        budgets = [f"{dp:+.0f}% parameters"] + ([f"{dk:+.0f}% KV-cache bytes per token"] if dk is not None else [])
-        budgets += [f"{dm:+.0f}% peak memory"] if dm is not None else []
+        # differences only from another baseline, and only where both count their parameters
+        b = base if base is not None and v is not base and base.params and v.params else None
+        dl = pct(v.stats.mean, b.stats.mean) if b is not None and v.done and b.done else None
+        row = _spliced([f"`{v.name}`" + (" (baseline)" if v is base else ""), self._shape(v),
+                        seed_cell(v.stats) + (f" ({dl:+.2f}%)" if dl is not None else ""), params_cell(v, b),
+                        memory_cell(v, b)], kv.cells(v, base), kv.shown)
+        if b is None or dl is None:
+            return row, None
+        dk = kv.difference(v, b) if kv.shown else None
+        budgets = [f"{pct(v.params, b.params):+.0f}% parameters"]
+        budgets += [f"{dk:+.0f}% KV-cache bytes per token"] if dk is not None else []
+        budgets += [f"{pct(v.peak_mb, b.peak_mb):+.0f}% peak memory"] if v.peak_mb and b.peak_mb else []
         listed = ", ".join(budgets[:-1]) + " and " + budgets[-1] if len(budgets) > 1 else budgets[0]
-        return _spliced(row, cells, kv.shown), (
-            f"`{v.name}` ({self._shape(v)}): eval loss {v.stats.mean:.4f} vs {base.stats.mean:.4f} for the baseline "
-            f"({better}, {dl:+.2f}%), with {listed}.")
+        return row, (f"`{v.name}` ({self._shape(v)}): eval loss {v.stats.mean:.4f} vs {b.stats.mean:.4f} for the "
+                     f"baseline ({'lower' if v.stats.mean < b.stats.mean else 'higher'}, {dl:+.2f}%), with {listed}.")
 
     def _csv_row(self, v: VariantRuns, kv: KVColumns) -> dict[str, Any]:
         """A variant's row of the table's CSV: the markdown's numbers, unrounded."""
@@ -235,11 +221,8 @@ class DepthLayout(Layout):
             ax.errorbar(drawn, [v.stats.mean for v in vs],
                         yerr=[v.stats.std if v.stats.n > 1 else 0.0 for v in vs] if self.study.record.seeds > 1
                         else None, marker="o", color=f"C{i}", capsize=3, label=f"{depth} layers")
-            dx, dy, ha = LABEL_SIDES[i % len(LABEL_SIDES)]
-            for v, x in zip(vs, drawn):
-                ax.annotate(fmt_params(v.params), (x, v.stats.mean), textcoords="offset points",
-                            xytext=(dx, dy), ha=ha, fontsize=7, color=f"C{i}")
-                rows.append(self._point_row(v))
+            label_points(ax, drawn, [v.stats.mean for v in vs], [fmt_params(v.params) for v in vs], f"C{i}", i)
+            rows += [self._point_row(v) for v in vs]
         markers = iter("*DPXv^<>")
         for v in (v for v in self.study.done if v not in self.grid):
             ax.scatter([heads_per_layer(v)], [v.stats.mean], marker=next(markers, "s"), s=90, color="k", zorder=4,
@@ -248,12 +231,9 @@ class DepthLayout(Layout):
             rows.append(self._point_row(v))
         if self.base is not None and self.base.done:
             ax.axhline(self.base.stats.mean, color="0.4", ls=":", lw=1, label=f"baseline {self.base.name}")
-        ax.set_xlabel("heads per layer")
         fixed_ticks(ax, [r["heads_per_layer"] for r in rows])
-        ax.set_ylabel("final eval loss")
-        ax.set_title("Final eval loss vs heads per layer, by depth (labels: parameters)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        finish(ax, "heads per layer", "final eval loss",
+               "Final eval loss vs heads per layer, by depth (labels: parameters)")
         doc.add("## Loss vs heads per layer, by depth")
         doc.figure("loss_vs_heads_by_depth", fig, rows, "Final eval loss against heads per layer, one line per depth "
                    "(the grid, at fixed head_dim); black markers are the other variants; the dotted line is the "
@@ -273,10 +253,7 @@ class DepthLayout(Layout):
                             textcoords="offset points", xytext=(4, 3), fontsize=7)
                 rows.append(dict(variant=v.name, n_layers=depth, heads_per_layer=heads_per_layer(v), params=v.params,
                                  loss_mean=v.stats.mean))
-        ax.set_xlabel("parameters (millions)")
-        ax.set_ylabel("final eval loss")
-        ax.set_title("Final eval loss vs parameters (labels: heads per layer)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        finish(ax, "parameters (millions)", "final eval loss",
+               "Final eval loss vs parameters (labels: heads per layer)")
         doc.figure("loss_vs_params", fig, rows, "Final eval loss against parameters: trading depth for heads moves "
                    "left (fewer parameters); lower is better.")

@@ -25,7 +25,7 @@ from pydantic import Field
 from headwise.config import Config
 from headwise.report import stats
 from headwise.report.data import VariantRuns
-from headwise.report.document import LABEL_SIDES, Document, dodge, fmt, new_figure
+from headwise.report.document import Document, dodge, finish, fmt, label_points, new_figure
 from headwise.report.registry import Layout, LayoutOptions, register_layout
 from headwise.report.sections import comparison_table
 
@@ -72,17 +72,10 @@ class HeadsLayout(Layout):
     def setup(self) -> None:
         opts: HeadsOptions = self.options
         self.series = self.study.series(opts.series) if opts.series else None
-        order: list[str] = []
-        for v in self.study.variants:
-            s = self.series_of(v)
-            if s is not None and s not in order:
-                order.append(s)
+        order = list(dict.fromkeys(s for v in self.study.variants if (s := self.series_of(v)) is not None))
         self.base = opts.baseline if opts.baseline in order else None
-        if self.base is not None:  # the baseline is drawn and listed first
-            order.remove(self.base)
-            order.insert(0, self.base)
-        self.order = order
-        self.colors = {s: f"C{i}" for i, s in enumerate(order)}
+        self.order = sorted(order, key=lambda s: s != self.base)  # the baseline is drawn and listed first
+        self.colors = {s: f"C{i}" for i, s in enumerate(self.order)}
 
     def series_of(self, v: VariantRuns) -> str | None:
         """The series of a variant; None until one of its runs has written a summary."""
@@ -135,12 +128,10 @@ class HeadsLayout(Layout):
             multi = any(v.stats.n > 1 for v in vs)
             ax.errorbar(drawn, [v.stats.mean for v in vs], yerr=[v.stats.std if v.stats.n > 1 else 0.0 for v in vs]
                         if multi else None, fmt="o", color=color, capsize=3, label=s, zorder=3)
-            dx, dy, ha = LABEL_SIDES[k % len(LABEL_SIDES)]
+            label_points(ax, drawn, [v.stats.mean for v in vs], [",".join(map(str, v.heads)) for v in vs], color, k)
             for v, x in zip(vs, drawn):
                 if v.stats.n > 1:
                     ax.scatter([x] * v.stats.n, v.losses, color=color, s=8, alpha=0.35, zorder=2)
-                ax.annotate(",".join(map(str, v.heads)), (x, v.stats.mean), textcoords="offset points",
-                            xytext=(dx, dy), ha=ha, fontsize=7, color=color)
                 rows.append(dict(kind="point", series=s, variant=v.name, heads=" ".join(map(str, v.heads)),
                                  total_heads=v.total_heads, loss_mean=v.stats.mean,
                                  loss_sd=v.stats.std if v.stats.n > 1 else None, seeds=v.stats.n))
@@ -153,10 +144,8 @@ class HeadsLayout(Layout):
         if at_heads is not None and fitted:
             ax.axvline(at_heads, color="0.5", ls=":", lw=1)
         name = self.options.series or "series"
-        ax.set_xlabel("total attention heads (all layers)")
-        ax.set_ylabel("final eval loss")
-        ax.set_title("Final eval loss vs total heads" + (" (lines: exponential fits)" if fitted else ""))
-        ax.grid(alpha=0.3)
+        finish(ax, "total attention heads (all layers)", "final eval loss",
+               "Final eval loss vs total heads" + (" (lines: exponential fits)" if fitted else ""), legend=None)
         ax.legend(title=name)
         doc.add("## Loss vs total heads")
         doc.figure("loss_vs_heads", fig, rows, f"Final eval loss against the total number of heads, one colour per "

@@ -27,12 +27,12 @@ from headwise.config import Config
 from headwise.errors import HeadwiseError
 from headwise.report import stats
 from headwise.report.accuracy import (AccuracyLayout, acc_cell, accuracy_values, draw_accuracy, finish_heads_panel,
-                                      statuses, unscored_note, verdict)
+                                      unscored_note, verdict)
 from headwise.report.data import VariantRuns
 from headwise.report.document import Document, fmt, fmt_params, new_figure, plural
 from headwise.report.paper import PaperTable
 from headwise.report.registry import LayoutOptions, register_layout
-from headwise.report.sections import ALPHA, cpu_memory_note, memory_cell, params_cell
+from headwise.report.sections import ALPHA, cpu_memory_note, memory_cell, params_cell, statuses
 from headwise.study.definition import StudyConfig, build_run_config, expand_variants
 
 _SHAPE = re.compile(r"^l(\d+)-h(\d+)$")

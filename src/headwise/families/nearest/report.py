@@ -16,9 +16,9 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 from headwise.report.data import VariantRuns
-from headwise.report.document import Document, fmt, fmt_params, log2_ticks, new_figure, plural
+from headwise.report.document import Document, finish, fmt, fmt_params, log2_ticks, new_figure, plural
 from headwise.report.registry import Layout, register_layout
-from headwise.report.sections import loss_cell
+from headwise.report.sections import seed_cell
 from headwise.families.nearest.task import NearestTaskConfig
 
 
@@ -106,9 +106,7 @@ class RankLayout(Layout):
             ax.axhline(sel[0].baseline, color="k", ls="--", lw=1, label="learned nothing")
             ax.axhline(0, color="0.6", lw=0.6)
             log2_ticks(ax, [p.rank for p in sel])
-            ax.set_xlabel("rank per head (head_dim)")
-            ax.set_title(plural(depth, "layer"))
-            ax.grid(alpha=0.3)
+            finish(ax, "rank per head (head_dim)", title=plural(depth, "layer"), legend=None)
         axes[0, 0].set_ylabel("final eval error")
         axes[0, 0].legend(fontsize=8, loc="center left")
         doc.figure("error_vs_rank", fig, rows, f"Error against rank per head for each width and depth (d = {d}, "
@@ -162,10 +160,8 @@ class RankLayout(Layout):
         ax.plot(ns, [base_line[n] for n in ns], color="k", ls="--", lw=1, label="learned nothing")
         ax.axhline(0, color="0.6", lw=0.6)
         log2_ticks(ax, ns)
-        ax.set_xlabel("points per sample N (sequence length)")
-        ax.set_ylabel("final eval error")
-        ax.set_title(f"Error vs sequence length (d = {pts[0].d})")
-        ax.grid(alpha=0.3)
+        finish(ax, "points per sample N (sequence length)", "final eval error",
+               f"Error vs sequence length (d = {pts[0].d})", legend=None)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         doc.figure("error_vs_seqlen", fig, rows, "Error against the number of points for a full-rank head and for "
                    "low-rank heads, by depth; dashed: the learned-nothing level at each N.")
@@ -189,7 +185,7 @@ class RankLayout(Layout):
             acc = self.probes.pick_accuracy(p.v.done[0])
             rows.append([f"`{p.v.name}`", p.layers, p.heads, p.rank, f"{p.width:g}", p.n]
                         + ([lr[p.v.name]] if show_lr else [])
-                        + [fmt_params(p.v.params), loss_cell(p.v), f"{p.baseline:.3f}", fmt(acc, 3)])
+                        + [fmt_params(p.v.params), seed_cell(p.v.stats), f"{p.baseline:.3f}", fmt(acc, 3)])
         doc.table(["variant", "layers", "heads", "rank", "width", "N"] + (["lr"] if show_lr else [])
                   + ["params", "final error", "learned nothing", "pick accuracy"], rows)
         if self.study.record.seeds < 2:

@@ -29,13 +29,12 @@ from headwise.presets import preset_dict
 from headwise.report import stats
 from headwise.report.accuracy import AccuracyLayout, acc_cell, draw_accuracy, finish_heads_panel, unscored_note, verdict
 from headwise.report.accuracy import accuracy_values as _metric
-from headwise.report.accuracy import statuses as _statuses
 from headwise.report.data import VariantRuns
-from headwise.report.document import (Document, dodge, fixed_ticks, fmt, fmt_p, fmt_params, heads_str, new_figure,
-                                      plural)
+from headwise.report.document import (Document, dodge, finish, fixed_ticks, fmt, fmt_p, fmt_params, heads_str,
+                                      new_figure, plural)
 from headwise.report.paper import BaselineOptions, PaperRow, PaperTable
 from headwise.report.registry import register_layout
-from headwise.report.sections import ALPHA, baseline_tables, memory_cell, params_cell
+from headwise.report.sections import ALPHA, baseline_tables, memory_cell, params_cell, statuses
 
 
 class VisionRow(PaperRow):
@@ -148,7 +147,7 @@ class VisionLayout(AccuracyLayout):
         return [f"`{v.name}`" + (" (baseline)" if self.base is v else ""), fmt(v.n_layers),
                 fmt(v.heads[0]) if v.uniform else heads_str(v.heads),
                 fmt(widths[0]) if len(set(widths)) == 1 else heads_str(widths), top1, acc_cell(self.top5[v.name]),
-                params_cell(v, b), memory_cell(v, b), fmt(v.mean("tokens_per_s"), 0), _statuses(v) or "not started"]
+                params_cell(v, b), memory_cell(v, b), fmt(v.mean("tokens_per_s"), 0), statuses(v) or "not started"]
 
     def _table(self, doc: Document) -> list[str]:
         opts: VisionOptions = self.options
@@ -245,11 +244,8 @@ class VisionLayout(AccuracyLayout):
             self._draw(ax, vs, x, f"C{i}", f"{depth} layers", i, rows)
         self.reference_line(ax, self.base, f"baseline {self.options.baseline}")
         fixed_ticks(ax, [r["mlp_ratio"] for r in rows])
-        ax.set_xlabel("MLP ratio (hidden width / d_model)")
-        ax.set_ylabel("top-1 accuracy (%)")
-        ax.set_title(f"Top-1 accuracy vs MLP ratio at {self.base_heads} heads per layer (labels: parameters)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        finish(ax, "MLP ratio (hidden width / d_model)", "top-1 accuracy (%)",
+               f"Top-1 accuracy vs MLP ratio at {self.base_heads} heads per layer (labels: parameters)")
         doc.add("## Accuracy vs MLP ratio")
         doc.figure("accuracy_vs_mlp", fig, rows, "Top-1 accuracy against the MLP ratio, one line per depth, at the "
                    "baseline's heads per layer; the dashed line is the baseline, as in the paper's Fig. 4.")
@@ -290,10 +286,8 @@ class VisionLayout(AccuracyLayout):
                 rows += [dict(variant=v.name, n_layers=depth, heads_per_layer=v.heads[0], epoch=x, cond_mean=y)
                          for x, y in zip(xs, ys)]
             ax.set_yscale("log")
-            ax.set_xlabel("epoch")
             ax.set_title(f"{depth} layers", fontsize=10)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
+            finish(ax, "epoch", legend=7)
             if len(lines) >= 2:
                 h = [v.heads[0] for v, _, _ in lines]
                 last = [ys[-1] for _, _, ys in lines]
