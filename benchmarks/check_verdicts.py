@@ -28,7 +28,8 @@ from typing import Any
 from headwise.config import atomic_write_text
 from headwise.errors import HeadwiseError, OneLineParser, guarded
 from headwise.report.verdict_record import disagreements, rows_of, study_entry, verdict_rows
-from headwise.search.layout import CONFIRM_DIR, load_saved
+from headwise.search.layout import load_saved
+from headwise.search.record import CONFIRM_DIR
 from headwise.study.layout import load_study_record
 from headwise.train.peak import cpu_model
 

@@ -13,9 +13,9 @@ import pytest
 import tomli_w
 
 from headwise.cli import main
-from headwise.plans import Plan, Scheme
+from headwise.plans import Plan, Scheme, ramp
 from headwise.search import load_search
-from headwise.search.scaled import ScaledSpace, geometric_counts, linear_counts, linear_ratios, snap
+from headwise.search.scaled import ScaledSpace, geometric_counts, linear_counts, snap
 from helpers import one_line_error, one_thread  # noqa: F401  (one torch thread)
 from test_search_space import GPT, LLAMA, assert_feasible_by_construction, search
 
@@ -38,7 +38,7 @@ def test_the_ramps_round_as_openelm_and_snap_as_the_schemes():
     assert [snap([1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 192], t) for t in [12, 40, 68, 96]] == [12, 32, 64, 96]
     # OpenELM's make_divisible never rounds more than 10% down: 2.4 -> 3 (plain rounding: 2)
     assert linear_counts(2, 4, 6) == [2, 3, 3, 3, 4, 4]
-    assert linear_ratios(1.0, 4.0, 3) == [1.0, 2.5, 4.0]
+    assert ramp(1.0, 4.0, 3) == [1.0, 2.5, 4.0]  # the MLP ratios' ramp
     assert geometric_counts(12, 2.0, 4) == [12, 24, 48, 96]
     assert geometric_counts(12, 0.5, 4) == [12, 6, 3, 1.5]
 
@@ -142,7 +142,7 @@ def brute_force(s) -> set[Plan]:
             chosen = [list(opts) for opts in layers]
             for d, (first, second) in numbers.items():
                 if d == "mlp_ratio":
-                    targets = linear_ratios(first, second, depth)
+                    targets = ramp(first, second, depth)
                 elif config.scaling == "linear":
                     targets = linear_counts(first, second, depth)
                 else:

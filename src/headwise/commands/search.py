@@ -52,7 +52,7 @@ def describe(search) -> str:  # noqa: ANN001 - a headwise.search.definition.Sear
     count = space.count()
     budget = config.budget.describe() if config.budget else "none"
     lines = [f"search {search.name}" + (f" (preset {search.preset})" if search.preset else "")
-             + f": {search.n_trials} trials of {search.base['train']['steps']} steps, seed {config.seed}",
+             + f": {search.config.trials} trials of {search.base['train']['steps']} steps, seed {config.seed}",
              f"  space: depth {space.depths[0]}" + (f"..{space.depths[-1]}" if len(space.depths) > 1 else "")
              + f"; {space.size()} plans before the budget; {space.parametrisation()}",
              f"  budget: {budget}; plans that meet it: " + (f"{count}" if count is not None else "more than can be counted")

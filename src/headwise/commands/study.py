@@ -69,9 +69,8 @@ def describe(study) -> str:  # noqa: ANN001 - a headwise.study.definition.Study
     width = max(len(v.name) for v in study.variants)
     for v in study.variants:
         sets = ", ".join(f"{k}={v2}" for k, v2 in v.sets.items())
-        heads = ""
-        if v.plan is not None:
-            heads = f"heads {','.join(map(str, v.plan.heads))} (total {v.plan.total}, {v.plan.scheme})"
+        heads = ("" if v.plan is None
+                 else f"heads {','.join(map(str, v.plan.heads))} (total {v.plan.total}, {v.plan.scheme})")
         lines.append(f"  {v.name:<{width}}  {heads:<40} {sets}")
         lines += [f"  {'':<{width}}  note: {note}" for note in (v.plan.notes if v.plan else ())]
     for stage in study.config.stages:

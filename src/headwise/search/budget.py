@@ -35,13 +35,8 @@ from headwise.spec import ModelSpec
 
 #: the budgets a plan determines, in the order records list them (:func:`headwise.params.plan_budget`'s)
 METRICS = ("params", "flops_per_token", "kv_bytes_per_token", "total_heads")
-#: names a budget cannot take, with why (one line each)
-MEASURED = {
-    "tokens_per_s": "tokens/s is measured by training a model, not computed from its plan",
-    "tokens/s": "tokens/s is measured by training a model, not computed from its plan",
-    "throughput": "throughput is measured by training a model, not computed from its plan",
-    "peak_memory": "peak memory is measured by training a model, not computed from its plan",
-}
+#: names a budget cannot take (measured by training a model, not computed from its plan), as messages say them
+MEASURED = {"tokens_per_s": "tokens/s", "tokens/s": "tokens/s", "throughput": "throughput", "peak_memory": "peak memory"}
 
 
 class BudgetConfig(Config):
@@ -60,8 +55,8 @@ class BudgetConfig(Config):
     @model_validator(mode="after")
     def _check(self) -> "BudgetConfig":
         if self.metric in MEASURED:
-            raise ValueError(f"budget metric {self.metric!r}: {MEASURED[self.metric]}; budget one of "
-                             f"{', '.join(METRICS)}")
+            raise ValueError(f"budget metric {self.metric!r}: {MEASURED[self.metric]} is measured by training a "
+                             f"model, not computed from its plan; budget one of {', '.join(METRICS)}")
         if self.metric not in METRICS:
             raise ValueError(f"unknown budget metric {self.metric!r}; one of {', '.join(METRICS)}")
         if self.target is not None and (self.max is not None or self.min is not None):

@@ -74,10 +74,12 @@ def confirm_raw(search: Search, top: list[tuple[str, Plan]]) -> dict[str, Any]:
         "report": copy.deepcopy(confirm.report),
     }
     if best is not None:
+        sets = search.config.fidelity.describe_set()
+        selected = f" (with {sets})" if sets else ""  # what the trials alone were run with
         claim = {"name": f"the search's best beats {confirm.baseline}",
                  "source": f"headwise search {search.name}" + (f" --preset {search.preset}" if search.preset else "")
                            + f": the best of its trials at {search.base['train']['steps']} steps on seed "
-                             f"{search.config.fidelity.run_seed}{_selected_on(search)}, declared before these runs",
+                             f"{search.config.fidelity.run_seed}{selected}, declared before these runs",
                  "metric": objective.metric, "pairs": [[best, confirm.baseline]]}
         if objective.metric != "loss":
             claim["better"] = "lower" if objective.direction == "minimize" else "higher"
@@ -87,12 +89,6 @@ def confirm_raw(search: Search, top: list[tuple[str, Plan]]) -> dict[str, Any]:
     if confirm.nuisance is not None:
         raw["nuisance"] = copy.deepcopy(confirm.nuisance)
     return raw
-
-
-def _selected_on(search: Search) -> str:
-    """What the trials alone were run with ([fidelity] set), for the claim's source ("" without)."""
-    sets = search.config.fidelity.describe_set()
-    return f" (with {sets})" if sets else ""
 
 
 def confirm_study(search: Search, top: list[tuple[str, Plan]]) -> Study:

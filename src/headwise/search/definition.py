@@ -247,15 +247,11 @@ class Search(Definition):
     #: the same without [fidelity] set: what the confirmation's runs start from
     confirm_base: dict[str, Any]
 
-    @property
-    def n_trials(self) -> int:
-        return self.config.trials
-
     def run_config(self, sets: dict[str, Any]) -> dict[str, Any]:
         """The base run config with ``sets`` (dotted keys) applied."""
         cfg = copy.deepcopy(self.base)
         for key, value in sets.items():
-            set_dotted(cfg, key, copy.deepcopy(value))
+            set_dotted(cfg, key, value)
         return cfg
 
     @property
@@ -278,15 +274,20 @@ class Search(Definition):
         objectives, fidelity with its set, named plans, seed), not how many trials, how fast, or
         the confirmation (its study directory checks its own identity). A [fidelity] without set
         saves none (an empty one neither), so such a search keeps the fingerprint it had."""
-        definition = {k: v for k, v in self.config.to_dict().items()
-                      if k not in ("runner", "confirm", "trials", "description")}
-        return identity(self.name, self.preset, definition)
+        return search_identity(self.name, self.preset, self.config.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
         """The saved form (``search.toml``)."""
         return {"name": self.name, "source": self.source, "preset": self.preset or "",
                 "preset_summary": self.preset_summary, "fingerprint": self.fingerprint(),
                 "definition": self.config.to_dict()}
+
+
+def search_identity(name: str, preset: str | None, definition: dict[str, Any]) -> dict[str, Any]:
+    """The identity of a search from its name, preset and resolved definition (see
+    :meth:`Search.identity`); also how a saved search is compared with a new one."""
+    return identity(name, preset, {k: v for k, v in definition.items()
+                                   if k not in ("runner", "confirm", "trials", "description")})
 
 
 #: search files: the family folders' ``search-NAME.toml``, named NAME
@@ -327,10 +328,10 @@ def resolve_search(raw: dict[str, Any], source: str, preset: str | None = None,
 def _check_trials(search: Search) -> None:
     """Refuse a trial count short of the named plans (they run first), and a pruner whose first rung
     comes after the trials' last evaluation before their end (it would prune none)."""
-    queued, fidelity = sum(n.in_space for n in search.named), search.config.fidelity
+    queued, fidelity, trials = sum(n.in_space for n in search.named), search.config.fidelity, search.config.trials
     steps, every = search.base["train"].get("steps"), int(search.base.get("eval", {}).get("every", 0))
-    if search.n_trials < queued:
-        raise HeadwiseError(f"search {search.name}: {search.n_trials} trial(s) cannot hold its {queued} named plans, which "
+    if trials < queued:
+        raise HeadwiseError(f"search {search.name}: {trials} trial(s) cannot hold its {queued} named plans, which "
                             f"run first: give at least {queued} trials")
     last = (steps - 1) // every * every if every and steps else 0  # the final step's evaluation is never judged
     if fidelity.pruner != "none" and steps and search.first_rung > last:
@@ -443,10 +444,7 @@ def _resolve_named(search: Search, named: NamedPlan) -> Named:
     ratios = _per_layer(named.mlp_ratio, depth)
     if ratios is not None:
         sets["model.mlp_hidden"] = explicit["model.mlp_hidden"] = [int(round(r * d_model)) for r in ratios]
-    try:
-        spec, _ = resolve_run_model(search.run_config({"model.n_layers": depth, **explicit}), source=where)
-    except HeadwiseError as exc:
-        raise HeadwiseError(str(exc)) from None
+    spec, _ = resolve_run_model(search.run_config({"model.n_layers": depth, **explicit}), source=where)
     plan = Plan(Scheme.EXPLICIT, spec.layers())
     budget = search.config.budget
     value = search.budget_of(plan)[budget.metric] if budget is not None else None

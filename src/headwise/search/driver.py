@@ -32,10 +32,9 @@ checkpoints, so its trial stays running in the store for the next driver to resu
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -48,6 +47,7 @@ from headwise.locks import FileLock
 from headwise.plans import Plan
 from headwise.search.trials import write_record
 from headwise.study.definition import RunSpec
+from headwise.study.definition_file import short_hash
 from headwise.errors import sigterm_interrupts
 from headwise.study.jobs import GRACE_S, RunJob
 
@@ -77,11 +77,6 @@ class Timing:
                 "process_overhead": round(time.process_time() / self.trial_s, 5) if self.trial_s else None}
 
 
-def config_key(config: dict[str, Any]) -> str:
-    """A short hash of a run config (two trials with one key train the same run)."""
-    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
 class Driver:
     """Runs the search's trials from the store until the search has its trials."""
 
@@ -98,24 +93,26 @@ class Driver:
         self.runs: list[Launched] = []
         self.failed: list[int] = []
         self.timing = Timing()
-        self.target = search.n_trials
+        self.target = search.config.trials
 
     # ---- the store's count ---------------------------------------------------------------------
 
     def _trials(self, *states: str) -> list[Any]:
         return [t for t in self.study.get_trials(deepcopy=False) if not states or t.state.name in states]
 
+    def _stored(self, number: int) -> Any:
+        """Trial ``number`` as the store has it now."""
+        storage = self.study._storage
+        return storage.get_trial(storage.get_trial_id_from_study_id_trial_number(self.study._study_id, number))
+
     def _want_more(self) -> bool:
         """True while the search needs another trial asked: a named plan still queued, or fewer
         trials finished or running than its count (failures never count; as many failures as
         trials stop it)."""
-        counts: dict[str, int] = {}
-        for t in self._trials():
-            counts[t.state.name] = counts.get(t.state.name, 0) + 1
-        if counts.get("FAIL", 0) >= self.target:
+        counts = Counter(t.state.name for t in self._trials())
+        if counts["FAIL"] >= self.target:
             return False
-        going = counts.get("COMPLETE", 0) + counts.get("PRUNED", 0) + counts.get("RUNNING", 0)
-        return counts.get("WAITING", 0) > 0 or going < self.target
+        return counts["WAITING"] > 0 or counts["COMPLETE"] + counts["PRUNED"] + counts["RUNNING"] < self.target
 
     # ---- the loop ------------------------------------------------------------------------------
 
@@ -175,9 +172,7 @@ class Driver:
         if not claim.acquire():
             return False
         # a trial that ended between the look and the claim is left alone
-        state = self.study._storage.get_trial(self.study._storage.get_trial_id_from_study_id_trial_number(
-            self.study._study_id, number)).state.name
-        if state != "RUNNING":
+        if self._stored(number).state.name != "RUNNING":
             claim.release()
             return False
         self.claims[number] = claim
@@ -232,7 +227,7 @@ class Driver:
         attrs = {"depth": plan.n_layers, "heads": list(plan.heads), "head_dims": list(plan.head_dims),
                  "kv_heads": list(plan.kv_heads) if search.space.sets_kv_heads or search.space.base.kv_heads else [],
                  "mlp_hidden": list(plan.mlp_hidden) if search.space.sets_mlp else [], "budget": budget,
-                 "run_dir": str(paths["run_dir"].relative_to(self.dir)), "config_key": config_key(config)}
+                 "run_dir": str(paths["run_dir"].relative_to(self.dir)), "config_key": short_hash(config)}
         with self.lock:
             for key, value in attrs.items():
                 trial.set_user_attr(key, value)
@@ -277,8 +272,7 @@ class Driver:
         """Wait for the original trial to end and reuse its outcome (None: it failed, so this
         trial runs itself)."""
         while not self.stopping.is_set():
-            t = self.study._storage.get_trial(self.study._storage.get_trial_id_from_study_id_trial_number(
-                self.study._study_id, original))
+            t = self._stored(original)
             if t.state.name == "FAIL":
                 return None
             if t.state.name in ("COMPLETE", "PRUNED"):

@@ -79,10 +79,6 @@ class TrialRun:
         self.watched = objectives[0].metric if len(objectives) == 1 and not objectives[0].from_budget else None
         self.total = int(search.base["train"]["steps"])
 
-    def _stored(self) -> Any:
-        with self.lock:
-            return self.trial.study._storage.get_trial(self.trial._trial_id)
-
     def _prune(self, step: int) -> bool:
         """Ask the pruner at ``step`` (under the lock); a decision to prune is kept in the store
         (``pruned_at``) before the run is stopped, since asking again would not give it
@@ -94,7 +90,8 @@ class TrialRun:
 
     def run(self) -> TrialOutcome:
         t0 = time.monotonic()
-        frozen = self._stored()
+        with self.lock:
+            frozen = self.trial.study._storage.get_trial(self.trial._trial_id)
         reported = dict(frozen.intermediate_values)
         last: dict[str, float] = {}
         if reported and self.watched:
@@ -109,13 +106,11 @@ class TrialRun:
                 if self._prune(step):
                     return TrialOutcome("pruned", last=last, steps=step, note="pruned")
         action = plan_action(self.job.run_dir)
+        outcome = None
         if action is not None:
             self.job.action = action
             outcome = self._train(max(reported, default=-1), last)
-            if outcome is not None:
-                outcome.seconds = time.monotonic() - t0
-                return outcome
-        outcome = self._finish(last)
+        outcome = outcome or self._finish(last)
         outcome.seconds = time.monotonic() - t0
         return outcome
 

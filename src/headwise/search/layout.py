@@ -27,8 +27,9 @@ import tomli_w
 
 from headwise.config import atomic_write_text, read_toml
 from headwise.errors import HeadwiseError
-from headwise.search.definition import Search
-from headwise.search.record import CONFIRM_DIR, SEARCH_TOML, TRIALS_JSON
+from headwise.search.definition import Search, search_identity
+from headwise.search.record import SEARCH_TOML
+from headwise.study.layout import job_paths
 
 DRIVER_JSON = "driver.json"
 #: files a driver makes before anything else (not a search's content)
@@ -41,14 +42,7 @@ def trial_name(number: int) -> str:
 
 def trial_paths(search_dir: Path, number: int) -> dict[str, Path]:
     """Trial ``number``'s run directory, input config, log and lock (a RunJob's paths)."""
-    name = trial_name(number)
-    return {"run_dir": search_dir / "trials" / name, "config_path": search_dir / "configs" / f"{name}.toml",
-            "log_path": search_dir / "logs" / f"{name}.log", "lock_path": search_dir / "locks" / f"{name}.lock"}
-
-
-def default_out_dir(search: Search) -> Path:
-    """``searches_out/NAME-PRESET`` under the current directory."""
-    return Path("searches_out") / (search.name + (f"-{search.preset}" if search.preset else ""))
+    return job_paths(search_dir, search_dir / "trials" / trial_name(number), trial_name(number))
 
 
 def load_saved(search_dir: Path) -> dict[str, Any]:
@@ -78,10 +72,7 @@ def check_search_dir(search: Search, search_dir: Path, new: bool) -> dict[str, A
         return {}
     if new:
         return {}
-    mine = search.identity()
-    theirs = {"name": saved.get("name"), "preset": saved.get("preset") or None,
-              "definition": {k: v for k, v in saved["definition"].items()
-                             if k not in ("runner", "confirm", "trials", "description")}}
+    mine, theirs = search.identity(), search_identity(saved.get("name"), saved.get("preset"), saved["definition"])
     if json.dumps(theirs, sort_keys=True, default=str) != json.dumps(mine, sort_keys=True, default=str):
         changed = sorted(k for k in {*theirs["definition"], *mine["definition"]}
                          if theirs["definition"].get(k) != mine["definition"].get(k))

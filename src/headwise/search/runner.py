@@ -25,7 +25,7 @@ from headwise.locks import FileLock
 from headwise.search.record import OPTUNA_DB
 from headwise.study.definition import RunSpec
 from headwise.study.preflight import check_out_dir
-from headwise.study.runner import BACKENDS, check_environment, default_threads
+from headwise.study.runner import check_environment, check_options, default_threads
 
 
 @dataclass
@@ -62,16 +62,9 @@ def run_search(search: Search, out_dir: str | Path | None = None, *, jobs: int |
     written for bad input."""
     from headwise.search.store import check_store, open_storage
 
-    if backend not in BACKENDS:
-        raise HeadwiseError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
-    if address and backend != "ray":
-        raise HeadwiseError("--address joins a Ray cluster: use it with --backend ray")
-    if jobs is not None and jobs < 1:
-        raise HeadwiseError(f"--jobs {jobs}: give at least 1")
-    if threads is not None and threads < 1:
-        raise HeadwiseError(f"--threads {threads}: give at least 1")
+    check_options(backend, address, jobs, threads)
     jobs = jobs or search.config.runner.jobs or 1
-    search_dir = Path(out_dir) if out_dir is not None else layout.default_out_dir(search)
+    search_dir = Path(out_dir) if out_dir is not None else search.default_out("searches_out")
     saved = layout.check_search_dir(search, search_dir, new)
     if new and saved == {} and not (search_dir / layout.SEARCH_TOML).is_file():
         new = False  # nothing to move aside
@@ -80,10 +73,8 @@ def run_search(search: Search, out_dir: str | Path | None = None, *, jobs: int |
     if worker and not saved:  # it would train every trial with no driver to confirm or report them
         raise HeadwiseError(f"--worker: --out {search_dir} holds no search to join; start the search there without "
                             "--worker first, then add workers")
-    # a Ray task holds one CPU per thread; locally the trials share this machine's cores
-    fallback = default_threads(jobs) if backend == "local" else 1
     environment = check_environment(search_dir, {} if new else saved.get("environment", {}),
-                                    threads or search.config.runner.threads, fallback)
+                                    threads or search.config.runner.threads, default_threads(jobs, backend))
     check_out_dir(search_dir)
     if saved and not new:  # a rerun keeps the store the search started with ("": its own SQLite file)
         kept = saved.get("storage") or None
@@ -140,10 +131,10 @@ def _drive(search: Search, search_dir: Path, saved: dict[str, Any], environment:
             study = open_study(search, open_storage(url), study_name)
             enqueue_named(search, study)
             if main or "n_trials" not in study.user_attrs:
-                study.set_user_attr("n_trials", search.n_trials)
+                study.set_user_attr("n_trials", search.config.trials)
         driver = Driver(search, search_dir, study, jobs=jobs, threads=environment["threads"], main=main, echo=echo,
                         launcher=launcher)
-        driver.target = int(study.user_attrs.get("n_trials", search.n_trials))
+        driver.target = int(study.user_attrs.get("n_trials", search.config.trials))
         done = sum(1 for t in study.get_trials(deepcopy=False) if t.state.name in ("COMPLETE", "PRUNED"))
         echo(f"search {search.name}" + (f" (preset {search.preset})" if search.preset else "")
              + f": {driver.target} trials, {done} already finished, {jobs} at a time"

@@ -48,11 +48,9 @@ from typing import Any, Callable, Iterator, Sequence
 from headwise.errors import HeadwiseError
 from headwise.plans import Plan, Scheme, make_divisible, nearest_count, ramp, scheme_shape
 from headwise.search.budget import BudgetConfig
-from headwise.search.space import LayerOption, PlanSpace, centre, pick
+from headwise.search.space import LayerOption, PlanSpace, centre
 from headwise.spec import ModelSpec
 
-#: the scalings a space may name
-SCALINGS = ("linear", "geometric")
 #: the geometric scaling's ratios when the space gives none: descending, constant, ascending
 RATIOS = (0.5, 1.0, 2.0)
 #: the choices of a layer a scaled space sets, in the order its numbers are drawn
@@ -68,12 +66,6 @@ def linear_counts(first: int, last: int, depth: int) -> list[int]:
     """Whole counts from ``first`` to ``last`` over ``depth`` layers, as OpenELM makes its layers'
     widths: the linear ramp rounded to 2 decimals, each made whole by ``make_divisible(v, 1)``."""
     return [make_divisible(v, 1) for v in ramp(first, last, depth)]
-
-
-def linear_ratios(first: float, last: float, depth: int) -> list[float]:
-    """MLP ratios from ``first`` to ``last`` over ``depth`` layers, as OpenELM ramps its FFN
-    multipliers (rounded to 2 decimals)."""
-    return ramp(first, last, depth)
 
 
 def geometric_counts(first: float, ratio: float, depth: int) -> list[float]:
@@ -188,8 +180,8 @@ class ScaledSpace(PlanSpace):
 
     def _targets(self, level: str, first: Any, second: Any, depth: int, setting: tuple[Any, ...]) -> list[float]:
         """Each layer's value before snapping."""
-        if level == "mlp_ratio":
-            return linear_ratios(first, second, depth)
+        if level == "mlp_ratio":  # as OpenELM ramps its FFN multipliers (rounded to 2 decimals)
+            return ramp(first, second, depth)
         if self.scaling == "linear":
             return linear_counts(first, second, depth)
         # geometric: the heads' ratio is the second number drawn; KV heads grow by it too
@@ -205,10 +197,6 @@ class ScaledSpace(PlanSpace):
             values = sorted(node)
             node = node[choose(name, values) if name in self.drawn else values[0]]
         return node
-
-    def decode(self, draw: Callable[[str], float]) -> Plan:
-        """The plan of the numbers ``draw(name)`` gives (each in [0, 1]): always within budget."""
-        return self._walk(lambda name, values: pick(values, draw(name)))
 
     def encode(self, plan: Plan) -> dict[str, float]:
         """Numbers that :meth:`decode` maps to ``plan``; a HeadwiseError (saying why) when the

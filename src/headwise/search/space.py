@@ -84,8 +84,12 @@ class PlanSpace(ABC):
     # ---- what each space answers: the same questions, with the same meaning ---------------
 
     @abstractmethod
+    def _walk(self, choose: Callable[[str, list[Any]], Any]) -> Plan:
+        """The plan made by ``choose(parameter name, sorted values still leading to a plan)``."""
+
     def decode(self, draw: Callable[[str], float]) -> Plan:
         """The plan of the numbers ``draw(name)`` gives (each in [0, 1]): always within budget."""
+        return self._walk(lambda name, values: pick(values, draw(name)))
 
     @abstractmethod
     def encode(self, plan: Plan) -> dict[str, float]:
@@ -329,13 +333,7 @@ class Space(PlanSpace):
             layers.append(options[0].choice)
         return Plan(Scheme.EXPLICIT, layers)
 
-    def decode(self, draw: Callable[[str], float]) -> Plan:
-        """The plan of the numbers ``draw(name)`` gives (each in [0, 1]): always within budget."""
-        return self._walk(lambda name, values: pick(values, draw(name)))
-
     def encode(self, plan: Plan) -> dict[str, float]:
-        """Numbers that :meth:`decode` maps to ``plan``; a HeadwiseError (saying why) when the
-        plan is not in the space or misses the budget."""
         params: dict[str, float] = {}
 
         def choose(name: str, values: list[Any]) -> Any:

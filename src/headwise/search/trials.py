@@ -27,10 +27,10 @@ from typing import Any
 
 from headwise.config import atomic_write_text
 from headwise.search.definition import Search
-from headwise.search.layout import TRIALS_JSON
+from headwise.search.record import TRIALS_JSON
 
 #: the plan fields a trial carries as Optuna user attributes (and in the record)
-PLAN_FIELDS = ("depth", "heads", "head_dims", "kv_heads", "mlp_hidden", "budget", "run_dir")
+PLAN_FIELDS = ("depth", "heads", "head_dims", "kv_heads", "mlp_hidden", "budget")
 
 
 def _state(trial: Any) -> str | None:
@@ -52,14 +52,11 @@ def trial_record(trial: Any, search: Search) -> dict[str, Any] | None:
         values = dict(zip(metrics, trial.values))
     elif trial.state.name == "PRUNED":
         values = dict(attrs.get("last_values", {}))
-    record = {"number": trial.number, "state": state, "params": dict(trial.params)}
-    record.update({k: attrs.get(k, [] if k not in ("depth", "budget", "run_dir") else None) for k in PLAN_FIELDS})
-    record.update(values=values, steps=int(attrs.get("steps", 0)), duplicate_of=attrs.get("duplicate_of"),
-                  named=attrs.get("named"), note=attrs.get("note", ""))
     # the record's keys in a fixed order, as the docstring lists them
-    order = ["number", "state", "params", "depth", "heads", "head_dims", "kv_heads", "mlp_hidden", "budget", "values",
-             "steps", "run_dir", "duplicate_of", "named", "note"]
-    return {k: record[k] for k in order}
+    return {"number": trial.number, "state": state, "params": dict(trial.params),
+            **{k: attrs.get(k, None if k in ("depth", "budget") else []) for k in PLAN_FIELDS}, "values": values,
+            "steps": int(attrs.get("steps", 0)), "run_dir": attrs.get("run_dir"), "duplicate_of": attrs.get("duplicate_of"),
+            "named": attrs.get("named"), "note": attrs.get("note", "")}
 
 
 def build_record(search: Search, trials: list[Any]) -> dict[str, Any]:
@@ -71,7 +68,7 @@ def build_record(search: Search, trials: list[Any]) -> dict[str, Any]:
         "objectives": [{"metric": o.metric, "direction": o.direction} for o in search.config.objectives],
         "budget": None if budget is None else {"metric": budget.metric, "max": budget.max, "min": budget.min,
                                                "target": budget.target},
-        "n_trials": search.n_trials,
+        "n_trials": search.config.trials,
         "named": [{"name": n.name, "heads": list(n.plan.heads) if n.plan else [], "in_space": n.in_space, "note": n.note}
                   for n in search.named],
         "trials": [r for r in (trial_record(t, search) for t in sorted(trials, key=lambda t: t.number)) if r],

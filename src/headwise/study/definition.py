@@ -79,7 +79,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from headwise.config import Config, apply_overrides, quoting_hints, set_dotted
+from headwise.config import Config, apply_overrides, deep_merge, quoting_hints, set_dotted
 from headwise.errors import HeadwiseError
 from headwise.plans import Plan
 from headwise.presets import preset_dict
@@ -146,13 +146,8 @@ class Axis(Config):
 
     def resolved_values(self) -> list[AxisValue]:
         """Every value as an :class:`AxisValue` (label and the keys it sets)."""
-        out = []
-        for v in self.values:
-            if isinstance(v, dict):
-                out.append(AxisValue.parse(v, source=f"axis {self.name!r}"))
-            else:
-                out.append(AxisValue(label=self.format_label(v), set={self.key: v}))
-        return out
+        return [AxisValue.parse(v, source=f"axis {self.name!r}") if isinstance(v, dict)
+                else AxisValue(label=self.format_label(v), set={self.key: v}) for v in self.values]
 
 
 class Grid(Config):
@@ -213,9 +208,6 @@ class StudyConfig(Config):
                              f"(stages: {', '.join(names) or 'none'})")
         return self
 
-    def all_grids(self) -> list[Grid]:
-        return ([Grid(axes=self.axes)] if self.axes else []) + list(self.grids)
-
 
 @dataclass
 class Variant:
@@ -253,13 +245,8 @@ class Study(Definition):
 
     def runs(self) -> list[RunSpec]:
         """Every (variant, seed), variants in definition order, seeds 0..seeds-1."""
-        out = []
-        for v in self.variants:
-            for s in range(self.seeds):
-                cfg = copy.deepcopy(v.config)
-                cfg.setdefault("train", {})["seed"] = s
-                out.append(RunSpec(v.name, s, dict(v.labels), cfg))
-        return out
+        return [RunSpec(v.name, s, dict(v.labels), deep_merge(v.config, {"train": {"seed": s}}))
+                for v in self.variants for s in range(self.seeds)]
 
     def identity(self) -> dict[str, Any]:
         """What makes two studies the same study: what is run, not how many seeds (they may be
@@ -303,8 +290,7 @@ def _check_name(v: str, what: str) -> str:
 
 
 def _sanitize(text: str) -> str:
-    text = re.sub(r"[^A-Za-z0-9._+=-]+", "_", text).strip("_")
-    return text or "value"
+    return re.sub(r"[^A-Za-z0-9._+=-]+", "_", text).strip("_") or "value"
 
 
 #: study files: any family file but a search's (``search-*.toml``)
@@ -354,13 +340,11 @@ def resolve_study(
 def expand_variants(config: StudyConfig) -> list[Variant]:
     """Every variant of the study, in definition order; names that repeat must set the same keys."""
     seen: dict[str, Variant] = {}
-    for grid in config.all_grids():
+    for grid in ([Grid(axes=config.axes)] if config.axes else []) + config.grids:
         values = [[(a.name, v) for v in a.resolved_values()] for a in grid.axes]
         for combo in product(*values):
             labels = {axis: v.label for axis, v in combo}
-            sets: dict[str, Any] = {}
-            for _, v in combo:
-                sets.update(v.set)
+            sets = {key: value for _, v in combo for key, value in v.set.items()}
             _add(seen, Variant("-".join(labels.values()), labels, sets))
     for ev in config.variants:
         _add(seen, Variant(ev.name, {"variant": ev.name}, dict(ev.set)))
@@ -381,7 +365,7 @@ def build_run_config(base: dict[str, Any], variant: Variant) -> tuple[dict[str, 
     cfg = copy.deepcopy(base)
     for key, value in variant.sets.items():
         try:
-            set_dotted(cfg, key, copy.deepcopy(value))  # variants never share a list
+            set_dotted(cfg, key, value)
         except HeadwiseError as exc:
             raise HeadwiseError(f"variant {variant.name!r}: {exc}") from None
     broadcast_heads(cfg)

@@ -96,8 +96,7 @@ def merge_preset(raw: dict[str, Any], source: str, preset: str | None,
     default = raw.pop("default_preset", None)
     if not isinstance(presets, dict):
         raise HeadwiseError(f"{source}: `presets` must be a table of named presets")
-    if preset is None:
-        preset = default
+    preset = default if preset is None else preset
     if preset is None:
         return raw, None, ""
     if preset not in presets:
@@ -144,14 +143,22 @@ class Definition:
     def name(self) -> str:
         return self.config.name
 
+    def default_out(self, root: str) -> Path:
+        """Where it writes without ``--out``: ``ROOT/NAME-PRESET`` under the current directory."""
+        return Path(root) / (self.name + (f"-{self.preset}" if self.preset else ""))
+
     def identity(self) -> dict[str, Any]:
         """See :func:`identity`; each kind keeps what decides its runs."""
         raise NotImplementedError
 
     def fingerprint(self) -> str:
         """A short hash of :meth:`identity`."""
-        blob = json.dumps(self.identity(), sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        return short_hash(self.identity())
+
+
+def short_hash(data: Any) -> str:
+    """A short hash of JSON-like ``data`` (keys sorted: equal data, equal hash)."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 class Objective(Config):

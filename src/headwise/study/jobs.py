@@ -65,24 +65,20 @@ class RunJob:
             path.parent.mkdir(parents=True, exist_ok=True)
 
 
-def has_checkpoint(run: Path) -> bool:
-    """True when a run directory holds a committed checkpoint (one ``checkpoints/latest`` names;
-    a save cut short leaves only a temporary directory, which does not count)."""
-    try:
-        return latest_checkpoint(run) is not None
-    except HeadwiseError:  # `latest` names a missing checkpoint: --resume will say so
-        return True
-
-
 def plan_action(run: Path) -> str | None:
-    """What to do with one run directory: None (done), "start", "resume" or "restart"."""
+    """What to do with one run directory: None (done), "start", "resume" (it holds a committed
+    checkpoint, one ``checkpoints/latest`` names: a save cut short leaves only a temporary
+    directory) or "restart"."""
     run = Path(run)
     if not run.exists() or not any(run.iterdir()):
         return "start"
     summary = read_summary(run)
     if summary is not None and summary.status in FINAL:
         return None
-    return "resume" if has_checkpoint(run) else "restart"
+    try:
+        return "resume" if latest_checkpoint(run) is not None else "restart"
+    except HeadwiseError:  # `latest` names a missing checkpoint: --resume will say so
+        return "resume"
 
 
 def _unfinished(study: Study, root: Path) -> tuple[list[tuple[RunSpec, dict[str, Path], str]], list[str]]:
@@ -152,11 +148,10 @@ class Progress:
             status = summary.status if summary is not None else RunStatus.FAILED
             if status is RunStatus.RUNNING or (status is RunStatus.COMPLETED and returncode != 0):
                 status = RunStatus.FAILED  # the process died without saying why
-            if status not in FINAL:
-                self.failed.append(job.title)
             loss = summary.final_eval_loss if summary is not None else None
             detail = f", eval loss {loss:.4f}" if loss is not None and status is RunStatus.COMPLETED else ""
             if status not in FINAL:
+                self.failed.append(job.title)
                 detail = f" (exit {returncode}; log {job.log_path})"
             update_results(self.record, self.in_flight)
             self.echo(f"[{self.finished}/{self.total}] {job.title}: {status}{detail} in {seconds:.0f} s")

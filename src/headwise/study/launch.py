@@ -111,9 +111,7 @@ class LocalLauncher:
         with open_log(job) as log:
             return _Process(start_process(job.argv(), log, threads))
 
-    def stop_all(self, runs: list[_Process]) -> None:
-        """Stop ``runs`` (this launcher's): SIGTERM, then SIGKILL after :data:`GRACE_S`."""
-        end_processes(runs)
+    stop_all = staticmethod(end_processes)  # SIGTERM, then SIGKILL after GRACE_S
 
     def close(self) -> None:
         """Nothing to give back."""
@@ -134,24 +132,6 @@ def ray_train(argv: list[str], log_path: str, threads: int) -> int:
             raise
 
 
-def task_options(config: dict[str, Any], cluster_gpus: float, threads: int | None) -> dict[str, Any]:
-    """The Ray task options of a run of ``config``: ``threads`` CPUs (default 1), one GPU when it
-    trains on CUDA (``auto`` on a cluster with GPUs), and no retry (a rerun resumes it)."""
-    device = str(config.get("train", {}).get("device", "auto"))
-    gpu = device == "cuda" or (device == "auto" and cluster_gpus > 0)
-    return {"num_cpus": threads or 1, "num_gpus": 1 if gpu else 0, "max_retries": 0}
-
-
-def submit_run(task: Any, job: RunJob, cluster_gpus: float, threads: int | None) -> Any:
-    """Start ``job``'s worker as the Ray task ``task`` (the remote :func:`ray_train`) on ``threads``
-    CPUs (default 1), after the log's header line as a local run writes it (the task appends the
-    run's output); the task's reference."""
-    with open_log(job):
-        pass
-    return task.options(**task_options(job.spec.config, cluster_gpus, threads)).remote(
-        job.argv(), str(job.log_path), threads or 1)
-
-
 class _RayRun:
     """A run as a Ray task (:func:`ray_train`)."""
 
@@ -170,11 +150,6 @@ class _RayRun:
             return self.ray.get(self.ref)
         except Exception:  # noqa: BLE001 - cancelled, or its node lost: the run's summary says how it ended
             return None
-
-
-def _exists(path: str) -> bool:
-    """The body of the shared-folder probe: whether this node sees ``path``."""
-    return os.path.exists(path)
 
 
 class RayLauncher:
@@ -218,7 +193,7 @@ class RayLauncher:
         while not where.is_dir():  # the folder itself is not made before every check passes
             where = where.parent
         nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
-        probe = ray.remote(_exists)
+        probe = ray.remote(os.path.exists)  # whether the node it runs on sees a path
         fd, path = tempfile.mkstemp(prefix=".headwise-probe-", dir=where)
         os.close(fd)
         try:
@@ -236,9 +211,16 @@ class RayLauncher:
                                 f"the {self.what} folder must be on a filesystem every node sees at the same path")
 
     def launch(self, job: RunJob, threads: int) -> Launched:
-        """Start the job's worker as a Ray task of ``threads`` CPUs, appending to its log."""
+        """Start the job's worker as a Ray task (:func:`ray_train`) of ``threads`` CPUs (default 1),
+        one GPU when it trains on CUDA (``auto`` on a cluster with GPUs) and no retry (a rerun
+        resumes it), after the log's header line as a local run writes it (the task appends to it)."""
         ray = self._connect()
-        return _RayRun(ray, submit_run(self.task, job, self.gpus, threads))
+        with open_log(job):
+            pass
+        device = str(job.spec.config.get("train", {}).get("device", "auto"))
+        gpu = device == "cuda" or (device == "auto" and self.gpus > 0)
+        options = {"num_cpus": threads or 1, "num_gpus": 1 if gpu else 0, "max_retries": 0}
+        return _RayRun(ray, self.task.options(**options).remote(job.argv(), str(job.log_path), threads or 1))
 
     def stop_all(self, runs: list[Launched]) -> None:
         """Cancel ``runs`` (this launcher's) at once: each task stops its run as

@@ -34,23 +34,16 @@ def run_dir(study_dir: Path, variant: str, seed: int) -> Path:
     return Path(study_dir) / "runs" / variant / f"seed{seed}"
 
 
-def config_path(study_dir: Path, variant: str, seed: int) -> Path:
-    return Path(study_dir) / "configs" / f"{variant}-seed{seed}.toml"
-
-
-def log_path(study_dir: Path, variant: str, seed: int) -> Path:
-    return Path(study_dir) / "logs" / f"{variant}-seed{seed}.log"
-
-
-def lock_path(study_dir: Path, variant: str, seed: int) -> Path:
-    return Path(study_dir) / "locks" / f"{variant}-seed{seed}.lock"
+def job_paths(root: Path, run: Path, name: str) -> dict[str, Path]:
+    """A run's directory ``run`` with its input config, log and lock, named ``name`` under ``root``
+    (a :class:`~headwise.study.jobs.RunJob`'s paths, by its field names)."""
+    return {"run_dir": run, "config_path": Path(root) / "configs" / f"{name}.toml",
+            "log_path": Path(root) / "logs" / f"{name}.log", "lock_path": Path(root) / "locks" / f"{name}.lock"}
 
 
 def run_paths(study_dir: Path, variant: str, seed: int) -> dict[str, Path]:
-    """Everything of one run: its directory, input config, log and lock (a
-    :class:`~headwise.study.jobs.RunJob`'s paths, by its field names)."""
-    return {"run_dir": run_dir(study_dir, variant, seed), "config_path": config_path(study_dir, variant, seed),
-            "log_path": log_path(study_dir, variant, seed), "lock_path": lock_path(study_dir, variant, seed)}
+    """Everything of one run of a study: its directory, input config, log and lock."""
+    return job_paths(study_dir, run_dir(study_dir, variant, seed), f"{variant}-seed{seed}")
 
 
 @dataclass
@@ -93,7 +86,7 @@ class StudyRecord:
 
 def save_study(study: Study, study_dir: Path, seeds: int, environment: dict[str, Any] | None = None) -> None:
     """Write ``study.toml`` (atomically) recording ``seeds`` seeds per variant and the
-    ``environment`` its runs ran in (see :func:`headwise.study.runner.resolve_environment`)."""
+    ``environment`` its runs ran in (see :func:`headwise.study.runner.check_environment`)."""
     data = study.to_dict()
     data["seeds"] = seeds
     if environment:

@@ -126,11 +126,8 @@ def overlapping_seeds(nuisance: Nuisance | None, study_seeds: int) -> list[int]:
 def tuning_config(config: dict[str, Any], nuisance: Nuisance, point: Point, seed: int) -> dict[str, Any]:
     """A variant's run config for one tuning run: the point's values, the selection keys and the seed."""
     cfg = copy.deepcopy(config)
-    for key, value in point:
+    for key, value in [*point, *nuisance.selection.items(), ("train.seed", seed)]:
         set_dotted(cfg, key, value)
-    for key, value in nuisance.selection.items():
-        set_dotted(cfg, key, value)
-    cfg.setdefault("train", {})["seed"] = seed
     return cfg
 
 
@@ -152,24 +149,19 @@ def check_tuning(nuisance: Nuisance, variant: str, config: dict[str, Any]) -> No
             raise HeadwiseError(f"[nuisance] selection {key} = {value!r} is what variant {variant!r}'s runs have "
                                 "already, so tuning would choose on the data the report compares on: select on "
                                 "other data (another eval split, a hold-out of the training data)")
-    for point in grid(nuisance.values):
+    # every grid point, then each value an extension past an edge may reach: one that no run
+    # accepts would fail the study midway, on every rerun
+    middle = {key: values[len(values) // 2] for key, values in nuisance.values.items()}
+    points = [(p, ", ".join(f"{key} = {value:g}" for key, value in p), "") for p in grid(nuisance.values)]
+    points += [(tuple(sorted({**middle, key: value}.items())), f"{key} may be extended to {value:g} (extend = "
+                f"{nuisance.extend}), which", "; move the grid away from that bound or lower extend")
+               for key, values in nuisance.values.items() for value in reachable(values, nuisance.extend)]
+    for point, what, hint in points:
         try:
             resolve_run_model(tuning_config(config, nuisance, point, seed), source="tuning run config")
         except HeadwiseError as exc:
-            values = ", ".join(f"{key} = {value:g}" for key, value in point)
-            raise HeadwiseError(f"[nuisance] values: {values} does not make a run of variant {variant!r}: "
-                                f"{exc}") from None
-    # an extension past an edge that no run accepts would fail the study midway, on every rerun
-    middle = {key: values[len(values) // 2] for key, values in nuisance.values.items()}
-    for key, values in nuisance.values.items():
-        for value in reachable(values, nuisance.extend):
-            point = tuple(sorted({**middle, key: value}.items()))
-            try:
-                resolve_run_model(tuning_config(config, nuisance, point, seed), source="tuning run config")
-            except HeadwiseError as exc:
-                raise HeadwiseError(f"[nuisance] values: {key} may be extended to {value:g} (extend = "
-                                    f"{nuisance.extend}), which does not make a run of variant {variant!r}: {exc}; "
-                                    "move the grid away from that bound or lower extend") from None
+            raise HeadwiseError(f"[nuisance] values: {what} does not make a run of variant {variant!r}: "
+                                f"{exc}{hint}") from None
     problem = metric_problem(nuisance.metric, tuned.task)
     if problem:
         raise HeadwiseError(f"[nuisance] metric {nuisance.metric!r}: {problem}")
@@ -245,13 +237,6 @@ def choose(variant: str, axes: dict[str, list[float]], done: set[Point], values:
     if grew:
         return Choice(variant, tried, None, [], dict(extensions), seeds), [p for p in grid(axes) if p not in done]
     return Choice(variant, tried, chosen, at_edge, dict(extensions), seeds), []
-
-
-def tuning_paths(study_dir: Path, variant: str, point: Point, seed: int) -> dict[str, Path]:
-    """Where a tuning run keeps its directory, input config, log and lock."""
-    root, name = Path(study_dir) / TUNING_DIR, f"{label(point)}-seed{seed}"
-    return {"run_dir": root / variant / name, "config_path": root / "configs" / f"{variant}-{name}.toml",
-            "log_path": root / "logs" / f"{variant}-{name}.log", "lock_path": root / "locks" / f"{variant}-{name}.lock"}
 
 
 def write_choices(study_dir: Path, choices: list[Choice]) -> Path:

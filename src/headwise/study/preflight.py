@@ -27,9 +27,7 @@ def check_out_dir(study_dir: Path) -> None:
     """``study_dir`` must be (or be creatable as) a writable folder: its nearest existing parent
     is a writable folder. Writes nothing."""
     parent = study_dir
-    while not parent.exists():
-        if parent.parent == parent:
-            break
+    while not parent.exists() and parent.parent != parent:
         parent = parent.parent
     if parent != study_dir and not parent.is_dir():
         raise HeadwiseError(f"--out {study_dir}: {parent} is a file, so the study directory cannot be made there")
@@ -85,8 +83,6 @@ def check_data(specs: list[RunSpec], echo: Callable[[str], None],
         what = parse_task_config(task).data_description()
         if what is not None:  # None: made on the fly, nothing to prepare
             todo.append((task, n, what))
-    if not todo:
-        return
     for _, _, what in todo:
         echo(f"  preparing data: {what}")
     outcomes = prepare([t for t, _, _ in todo]) if prepare else [prepare_task_data(t, progress=True) for t, _, _ in todo]

@@ -19,7 +19,7 @@ from headwise.errors import HeadwiseError
 from headwise.locks import held
 from headwise.plans import Plan
 from headwise.run import RunDir, RunStatus, RunSummary, read_summary
-from headwise.study.layout import RESULTS_CSV, StudyRecord, lock_path, log_path, run_dir
+from headwise.study.layout import RESULTS_CSV, StudyRecord, run_paths
 
 #: Columns after the variant, the seed and one column per axis; the task's eval metrics
 #: (``eval_accuracy``, ``eval_top5``, ...: whichever the study's runs report) follow
@@ -71,21 +71,9 @@ def last_error(log: Path) -> str:
     return ""
 
 
-def study_run_status(record: StudyRecord, variant: str, seed: int, in_flight: bool = False) -> RunStatus:
-    """:func:`run_status` of one run of a study: live while its worker holds the run's lock,
-    failed when it was started (it has a log) but left no summary."""
-    live = in_flight or held(lock_path(record.path, variant, seed))
-    return run_status(run_dir(record.path, variant, seed), live, attempted=log_path(record.path, variant, seed).is_file())
-
-
 def axis_names(record: StudyRecord) -> list[str]:
     """The axis columns of a study, in the order they first appear."""
-    names: list[str] = []
-    for v in record.variants:
-        for k in v.get("labels", {}):
-            if k != "variant" and k not in names:
-                names.append(k)
-    return names
+    return list(dict.fromkeys(k for v in record.variants for k in v.get("labels", {}) if k != "variant"))
 
 
 def _finite(x: Any) -> float | None:
@@ -156,12 +144,13 @@ class RunResult:
 
 
 def run_result(record: StudyRecord, variant: dict[str, Any], seed: int, in_flight: bool = False) -> RunResult:
-    """One run's result, from whatever its directory holds so far."""
-    rd = run_dir(record.path, variant["name"], seed)
+    """One run's result, from whatever its directory holds so far: live while its worker holds
+    the run's lock, failed when it was started (it has a log) but left no summary."""
+    paths = run_paths(record.path, variant["name"], seed)
+    rd, log = paths["run_dir"], paths["log_path"]
     summary = read_summary(rd)
-    status = study_run_status(record, variant["name"], seed, in_flight)
-    error = (summary.error if summary else None) or (
-        last_error(log_path(record.path, variant["name"], seed)) if status is RunStatus.FAILED else "")
+    status = run_status(rd, in_flight or held(paths["lock_path"]), attempted=log.is_file())
+    error = (summary.error if summary else None) or (last_error(log) if status is RunStatus.FAILED else "")
     return RunResult(variant=variant["name"], seed=seed, labels=dict(variant.get("labels", {})), status=status,
                      run_dir=str(rd.relative_to(record.path)), summary=summary, config=read_run_config(rd),
                      error=str(error).replace("\n", " ")[:300])
@@ -189,13 +178,6 @@ def results_csv(record: StudyRecord, results: list[RunResult]) -> str:
                        ["variant", "seed", *map(axis_column, axes), *COLUMNS[:at], *metrics, *COLUMNS[at:]])
 
 
-def write_results(record: StudyRecord, results: list[RunResult]) -> Path:
-    """Write ``results.csv`` atomically."""
-    path = record.path / RESULTS_CSV
-    atomic_write_text(path, results_csv(record, results))
-    return path
-
-
 def rows_to_csv(rows: list[dict[str, Any]], columns: list[str] | None = None) -> str:
     """Rows as CSV text (None becomes an empty cell)."""
     if columns is None:
@@ -217,7 +199,7 @@ def _cell(v: Any) -> Any:
 
 
 def update_results(record: StudyRecord, in_flight: Iterable[str] = ()) -> list[RunResult]:
-    """Rebuild and write ``results.csv``; returns the results."""
+    """Rebuild and write ``results.csv`` (atomically); returns the results."""
     results = collect_results(record, in_flight)
-    write_results(record, results)
+    atomic_write_text(record.path / RESULTS_CSV, results_csv(record, results))
     return results

@@ -59,12 +59,6 @@ class StudyOutcome:
     report: Path | None = None
 
 
-def default_out_dir(study: Study) -> Path:
-    """``studies_out/NAME-PRESET`` under the current directory."""
-    suffix = f"-{study.preset}" if study.preset else ""
-    return Path("studies_out") / f"{study.name}{suffix}"
-
-
 def prepare_study_dir(study: Study, study_dir: Path, seeds_given: bool) -> int:
     """Check that ``study_dir`` is empty, new, or holds this same study; returns the number of
     seeds to record (a rerun without --seeds keeps the recorded number). Writes nothing."""
@@ -92,29 +86,35 @@ def prepare_study_dir(study: Study, study_dir: Path, seeds_given: bool) -> int:
     return max(record.seeds, study.seeds)
 
 
-def default_threads(jobs: int) -> int:
-    """Torch threads per run when neither the command nor the study says: ``OMP_NUM_THREADS``
-    when the user set it, else the cores shared among the runs that run at once."""
+def check_options(backend: str, address: str | None, jobs: int | None, threads: int | None) -> None:
+    """Refuse an unknown backend, ``--address`` without Ray, and ``--jobs`` or ``--threads`` below 1."""
+    if backend not in BACKENDS:
+        raise HeadwiseError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    if jobs is not None and jobs < 1:
+        raise HeadwiseError(f"--jobs {jobs}: give at least 1")
+    if threads is not None and threads < 1:
+        raise HeadwiseError(f"--threads {threads}: give at least 1")
+    if address and backend != "ray":
+        raise HeadwiseError("--address joins a Ray cluster: use it with --backend ray")
+
+
+def default_threads(jobs: int, backend: str) -> int:
+    """Torch threads per run when neither the command nor the definition says: on Ray 1 (a task
+    holds one CPU per thread); here ``OMP_NUM_THREADS`` when the user set it, else the cores
+    shared among the runs that run at once."""
+    if backend != "local":
+        return 1
     try:
         return max(1, int(os.environ["OMP_NUM_THREADS"]))
     except (KeyError, ValueError):
         return max(1, (os.cpu_count() or 1) // jobs)
 
 
-def resolve_environment(study_dir: Path, threads: int | None, fallback: int) -> dict[str, Any]:
-    """What a study's runs' numbers depend on beyond their configs: torch threads per run and
-    torch's version. A study directory keeps the ones it first ran with; a rerun that would mix
-    in others is refused (``threads``: the one asked for, or None to take the recorded one, else
-    ``fallback``)."""
-    recorded: dict[str, Any] = {}
-    if (study_dir / layout.STUDY_TOML).is_file():
-        recorded = load_study_record(study_dir).environment
-    return check_environment(study_dir, recorded, threads, fallback)
-
-
 def check_environment(study_dir: Path, recorded: dict[str, Any], threads: int | None, fallback: int) -> dict[str, Any]:
-    """:func:`resolve_environment` on the environment a directory recorded (a study's, or a
-    search's: :mod:`headwise.search.layout`): the one to record, or a refusal in one line."""
+    """What the runs' numbers depend on beyond their configs, to record: torch threads per run
+    (``threads``, else the recorded, else ``fallback``) and torch's version. A study's or a
+    search's folder keeps the ones it first ran with: a rerun that would mix in others
+    (``recorded``) is refused in one line."""
     torch_version = installed_version("torch")
     if recorded.get("threads") and threads and threads != recorded["threads"]:
         raise HeadwiseError(f"--out {study_dir} ran its runs with {recorded['threads']} torch thread(s) each, and a "
@@ -144,19 +144,10 @@ def run_stages(study: Study, record: StudyRecord, runner: Any, log: LogConfig,
              + (f", {len(waits)} waiting for a source run that did not complete" if waits else "")
              + (f", {len(diverged)} not run (their source diverged)" if diverged else ""))
         join_group(jobs, log, record.path)
-        _write_inputs(jobs)
         update_results(sub)
-        if jobs:
-            progress = Progress(sub, len(jobs), echo)
-            runner.run(jobs, progress)
-            failed += progress.failed
+        failed += runner.run(jobs, sub, echo)
         update_results(sub)
     return failed
-
-
-def study_log(study: Study) -> LogConfig:
-    """The ``[log]`` table of the study's base run config."""
-    return LogConfig.parse(study.config.base.get("log", {}), source=f"study {study.name} [base.log]")
 
 
 def join_group(jobs: list[RunJob], log: LogConfig, study_dir: Path) -> str:
@@ -169,11 +160,6 @@ def join_group(jobs: list[RunJob], log: LogConfig, study_dir: Path) -> str:
         if keys:
             job.spec.config.setdefault("log", {}).update(keys, name=job.title)
     return group
-
-
-def _write_inputs(jobs: list[RunJob]) -> None:
-    for job in jobs:
-        job.write_inputs()
 
 
 def run_study(
@@ -195,56 +181,46 @@ def run_study(
     something else or when what the runs share is not there (see :mod:`headwise.study.preflight`),
     and RunFailure after the report when some runs failed (rerunning retries them).
     """
-    if backend not in BACKENDS:
-        raise HeadwiseError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
-    if jobs is not None and jobs < 1:
-        raise HeadwiseError(f"--jobs {jobs}: give at least 1")
-    if threads is not None and threads < 1:
-        raise HeadwiseError(f"--threads {threads}: give at least 1")
-    if address and backend != "ray":
-        raise HeadwiseError("--address joins a Ray cluster: use it with --backend ray")
+    check_options(backend, address, jobs, threads)
     jobs = jobs or study.config.runner.jobs
-    study_dir = Path(out_dir) if out_dir is not None else default_out_dir(study)
+    study_dir = Path(out_dir) if out_dir is not None else study.default_out("studies_out")
     recorded_seeds = prepare_study_dir(study, study_dir, seeds_given)
-    # a Ray task holds one CPU per thread; locally the runs share this machine's cores
-    fallback = default_threads(jobs or 1) if backend == "local" else 1
-    environment = resolve_environment(study_dir, threads or study.config.runner.threads, fallback)
+    recorded = load_study_record(study_dir).environment if (study_dir / layout.STUDY_TOML).is_file() else {}
+    environment = check_environment(study_dir, recorded, threads or study.config.runner.threads,
+                                    default_threads(jobs or 1, backend))
     threads = environment["threads"]
     check_out_dir(study_dir)
     study_dir = study_dir.resolve()
-    log = study_log(study)
+    log = LogConfig.parse(study.config.base.get("log", {}), source=f"study {study.name} [base.log]")
     trackers.check_trackers(log)
     todo, done = plan_jobs(study, study_dir)  # reads the run directories only
     where = f"{backend}" + (f" at {address}" if address else "")
     echo(f"study {study.name}" + (f" (preset {study.preset})" if study.preset else "")
          + f": {len(study.runs())} runs, {len(done)} already finished, {len(todo)} to run ({where}) -> {study_dir}")
     launcher = LocalLauncher() if backend == "local" else RayLauncher(address, "study")
-    runner = _Backend(launcher, (jobs or 1) if backend == "local" else jobs, threads, study_dir)
+    runner = _Backend(launcher, (jobs or 1) if backend == "local" else jobs, threads)
     dir_lock = FileLock(study_dir / ".lock")  # one runner per study directory at a time
     try:
         # Nothing is written into the study directory before every run's shared needs are met.
-        runner.preflight([j.spec for j in todo] + tuning_specs(study) + stage_specs(study), echo)
+        specs = [j.spec for j in todo] + tuning_specs(study) + stage_specs(study)
+        if specs:  # the launcher's checks (device, data; on Ray the shared folder)
+            launcher.preflight(specs, study_dir, threads, echo)
         study_dir.mkdir(parents=True, exist_ok=True)
         if not dir_lock.acquire():
             raise HeadwiseError(f"another `headwise study` is running in {study_dir}; wait for it or stop it")
         save_study(study, study_dir, recorded_seeds, environment)
         record = load_study_record(study_dir)
         if study.config.nuisance is not None:
-            tune(study, study_dir, record, runner, _write_inputs, echo)  # sets each variant's best values
+            tune(study, study_dir, record, runner, echo)  # sets each variant's best values
         todo, done = plan_jobs(study, study_dir)
         group = join_group(todo, log, study_dir)
-        _write_inputs(todo)
         update_results(record)
-        failed: list[str] = []
-        if todo:
-            progress = Progress(record, len(todo), echo)
-            runner.run(todo, progress)
-            failed = progress.failed
+        failed = runner.run(todo, record, echo)
         results = update_results(record)
         failed += run_stages(study, record, runner, log, echo)
     finally:
         dir_lock.release()
-        runner.close()
+        launcher.close()
     outcome = StudyOutcome(study_dir, results, [j.key for j in todo], done, failed)
     figures: list[Path] = []
     if report is not None:
@@ -269,21 +245,18 @@ def run_study(
 
 class _Backend:
     """Up to ``jobs`` runs at a time (None: as many as the cluster takes), each started by
-    ``launcher`` (:mod:`headwise.study.launch`) into ``folder``."""
+    ``launcher`` (:mod:`headwise.study.launch`) on ``threads`` torch threads."""
 
-    def __init__(self, launcher: LocalLauncher | RayLauncher, jobs: int | None, threads: int, folder: Path) -> None:
-        self.launcher, self.jobs, self.threads, self.folder = launcher, jobs, threads, folder
+    def __init__(self, launcher: LocalLauncher | RayLauncher, jobs: int | None, threads: int) -> None:
+        self.launcher, self.jobs, self.threads = launcher, jobs, threads
 
-    def preflight(self, specs: list[RunSpec], echo: Callable[[str], None]) -> None:
-        """The launcher's checks (device, data; on Ray the shared folder), when any run is left."""
-        if specs:
-            self.launcher.preflight(specs, self.folder, self.threads, echo)
-
-    def close(self) -> None:
-        self.launcher.close()
-
-    def run(self, jobs: list[RunJob], progress: Progress) -> None:
-        """Run ``jobs`` to their ends; on Ctrl-C or SIGTERM stop the running ones, then re-raise."""
+    def run(self, jobs: list[RunJob], record: StudyRecord, echo: Callable[[str], None]) -> list[str]:
+        """Write ``jobs``' inputs and run them to their ends, keeping ``record``'s results.csv
+        current (:class:`~headwise.study.jobs.Progress`); the titles of those that failed. On
+        Ctrl-C or SIGTERM stop the running ones, then re-raise."""
+        progress = Progress(record, len(jobs), echo)
+        for job in jobs:
+            job.write_inputs()
         queue, running = list(jobs), {}
         with sigterm_interrupts():
             try:
@@ -300,3 +273,4 @@ class _Backend:
                 # Ctrl-C reached local runs too (same process group); SIGTERM only reached us
                 self.launcher.stop_all(list(running))
                 raise
+        return progress.failed

@@ -10,10 +10,10 @@ from typing import Any, Callable
 
 from headwise.config import set_dotted
 from headwise.errors import RunFailure
-from headwise.study.jobs import Progress, RunJob, plan_action
-from headwise.study.layout import StudyRecord
+from headwise.study.jobs import RunJob, plan_action
+from headwise.study.layout import StudyRecord, job_paths
 from headwise.study.nuisance import (
-    Choice, Nuisance, Point, choose, grid, label, mean_selection_value, selection_value, tuning_config, tuning_paths,
+    TUNING_DIR, Choice, Nuisance, Point, choose, grid, label, mean_selection_value, selection_value, tuning_config,
     write_choices,
 )
 from headwise.study.definition import RunSpec, Study, Variant
@@ -29,6 +29,12 @@ def tuning_specs(study: Study) -> list[RunSpec]:
         return []
     return [RunSpec(v.name, seed, dict(v.labels), tuning_config(v.config, nuisance, p, seed))
             for v in study.variants for p in grid(nuisance.values) for seed in nuisance.seeds]
+
+
+def tuning_paths(study_dir: Path, variant: str, point: Point, seed: int) -> dict[str, Path]:
+    """Where a tuning run keeps its directory, input config, log and lock (under ``tuning/``)."""
+    root, name = Path(study_dir) / TUNING_DIR, f"{label(point)}-seed{seed}"
+    return job_paths(root, root / variant / name, f"{variant}-{name}")
 
 
 def _finished(study_dir: Path, variant: str, points: list[Point],
@@ -54,8 +60,7 @@ def _jobs(study_dir: Path, v: Variant, nuisance: Nuisance, point: Point) -> list
     return jobs
 
 
-def tune(study: Study, study_dir: Path, record: StudyRecord, runner: Any, write_inputs: Callable[[list[RunJob]], None],
-         echo: Callable[[str], None]) -> list[Choice]:
+def tune(study: Study, study_dir: Path, record: StudyRecord, runner: Any, echo: Callable[[str], None]) -> list[Choice]:
     """Run the tuning rounds (resuming finished ones from disk), set each variant's chosen
     values in its config, and write ``tuning/tuning.json``. A RunFailure when a tuning run
     failed (rerunning retries it) or when none of a variant's tuning runs completed."""
@@ -81,11 +86,9 @@ def tune(study: Study, study_dir: Path, record: StudyRecord, runner: Any, write_
             break
         echo(f"tuning {', '.join(nuisance.values)}: {len(todo)} runs on seeds "
              f"{', '.join(map(str, nuisance.seeds))}")
-        write_inputs(todo)
-        progress = Progress(record, len(todo), echo)
-        runner.run(todo, progress)
-        if progress.failed:
-            raise RunFailure(f"{len(progress.failed)} tuning runs did not complete: {', '.join(progress.failed[:5])}; "
+        failed = runner.run(todo, record, echo)
+        if failed:
+            raise RunFailure(f"{len(failed)} tuning runs did not complete: {', '.join(failed[:5])}; "
                              f"see {study_dir / 'tuning' / 'logs'}; rerun the same command to finish them")
     write_choices(study_dir, choices)
     lost = [c.variant for c in choices if c.best is None]
