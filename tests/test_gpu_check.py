@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_gpu_check_runs_tiny_on_cpu(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--device", "cpu", "--tiny",
-                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     result = json.loads((tmp_path / "gpu_check.json").read_text())
     names = [m["model"] for m in result["models"]]
