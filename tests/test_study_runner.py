@@ -118,7 +118,9 @@ def test_a_study_keeps_the_thread_count_its_runs_used(tmp_path, capsys, monkeypa
     out = tmp_path / "study"
     run_study(load_study(str(src)), out, threads=1, echo=quiet)
     env = load_study_record(out).environment
-    assert env["threads"] == 1 and env["torch"] == __import__("torch").__version__
+    # the installed package's version (read without importing torch; a CUDA wheel's torch.__version__
+    # adds its build, "+cu130", which the package's metadata does not)
+    assert env["threads"] == 1 and env["torch"] == __import__("importlib.metadata").metadata.version("torch")
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
     # the numbers of a run depend on its thread count: a rerun asking for another is refused
     assert main(["study", str(src), "--out", str(out), "--threads", "2", "--seeds", "2", "--no-report"]) == 2
