@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from headwise.bench import core
-from headwise.bench.sections import section_names
+from headwise.bench.sections import default_section_names
 from headwise.bench.cases import grid_plans, model_spec, plan_label, share_parameters
 from headwise.bench.settings import BenchConfig
 from headwise.bench.report import evaluate_targets, render_markdown, write_results
@@ -141,7 +141,7 @@ def test_shared_models_compute_what_separate_models_compute():
 
 @pytest.fixture(scope="module")
 def tiny_result():
-    return run_sections(TINY, set(section_names()) - {"tokenize"})
+    return run_sections(TINY, set(default_section_names()) - {"tokenize"})
 
 
 def test_tiny_run_measures_every_case_and_derives_consistent_numbers(tiny_result):

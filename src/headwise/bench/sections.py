@@ -63,6 +63,9 @@ class BenchSection:
     targets: Rows | None = None
     #: its markdown, from a result document (its part may be missing: then no lines)
     render: Rows | None = None
+    #: part of a plain ``headwise bench``; False: only when ``--only`` names it (a section that
+    #: takes many minutes beside the others' few)
+    by_default: bool = True
 
 
 def of_part(key: str) -> Callable[[Rows], Rows]:
@@ -98,6 +101,11 @@ def ordered_sections() -> list[BenchSection]:
 def section_names() -> list[str]:
     """The sections' names, in the suite's order."""
     return [s.name for s in ordered_sections()]
+
+
+def default_section_names() -> list[str]:
+    """The sections a plain ``headwise bench`` runs, in the suite's order."""
+    return [s.name for s in ordered_sections() if s.by_default]
 
 
 def once(parts: Iterable[T | None]) -> list[T]:

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from headwise.bench.core import allocator_tuned, load_snapshot, machine_info, now_iso
-from headwise.bench.sections import SuiteRun, once, ordered_sections, section_names
+from headwise.bench.sections import SuiteRun, default_section_names, once, ordered_sections, section_names
 from headwise.bench.settings import BenchConfig
 from headwise.errors import HeadwiseError
 
@@ -39,9 +39,10 @@ def _start(cfg: BenchConfig, sections: set[str]) -> dict[str, Any]:
 
 def run_bench(cfg: BenchConfig, sections: set[str] | None = None,
               log: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Run the chosen sections (all by default) and return the result document (see report)."""
+    """Run the chosen sections (those run by default when None) and return the result document
+    (see report)."""
     names = section_names()
-    sections = set(names) if sections is None else set(sections)
+    sections = set(default_section_names()) if sections is None else set(sections)
     unknown = sections - set(names)
     if unknown:
         raise HeadwiseError(f"unknown benchmark section(s) {sorted(unknown)}; known: {', '.join(names)}")

@@ -46,7 +46,8 @@ def _positive(text: str) -> int:
 def _epilog() -> str:
     from headwise.bench.sections import ordered_sections
 
-    return "sections: " + "; ".join(f"{s.name}: {s.help}" for s in ordered_sections())
+    return "sections: " + "; ".join(f"{s.name}: {s.help}" + ("" if s.by_default else " (only with --only)")
+                                    for s in ordered_sections())
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -74,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         from headwise.bench.sections import ordered_sections
 
         for section in ordered_sections():
-            print(f"{section.name:10} {section.help}")
+            print(f"{section.name:10} {section.help}" + ("" if section.by_default else " (only with --only)"))
         return 0
     import dataclasses
 
