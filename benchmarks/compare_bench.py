@@ -10,13 +10,15 @@ two sides alternated in one sitting on an idle machine (docs/speed.md).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from headwise.errors import HeadwiseError, OneLineParser, guarded
 
 SECTIONS = ("training", "generation", "tokenize", "llama", "decode", "vision", "nystrom", "encoder")
 
@@ -47,20 +49,33 @@ def ratios(before: list[Any], after: list[Any]) -> dict[str, list[float]]:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def _load(path: Path) -> Any:
+    """One ``latest.json``; a missing or unreadable file is bad input, in one line."""
+    try:
+        result = json.loads(path.read_text())
+        return result, f"torch {result['machine']['torch']}, {result['machine']['cpu']}"
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise HeadwiseError(f"{path} is not a headwise bench result (latest.json): {exc}") from None
+
+
+@guarded("compare_bench")
+def main(argv: list[str] | None = None) -> int:
+    """Print the ratios of the ``--after`` runs over the ``--before`` runs; the exit status."""
+    parser = OneLineParser(prog="compare_bench.py", description=__doc__.splitlines()[0])
     parser.add_argument("--before", nargs="+", type=Path, required=True, help="latest.json of the old side's runs")
     parser.add_argument("--after", nargs="+", type=Path, required=True, help="latest.json of the new side's runs")
-    args = parser.parse_args()
-    load = lambda paths: [json.loads(p.read_text()) for p in paths]  # noqa: E731
-    for side in ("before", "after"):
-        for p, r in zip(getattr(args, side), load(getattr(args, side))):
-            print(f"{side}: {p} (torch {r['machine']['torch']}, {r['machine']['cpu']})")
+    args = parser.parse_args(argv)
+    runs = {side: [(p, *_load(p)) for p in getattr(args, side)] for side in ("before", "after")}
+    for side, loaded in runs.items():
+        for path, _, machine in loaded:
+            print(f"{side}: {path} ({machine})")
     print("| section | cases | geometric mean | lowest | highest |\n|---|---|---|---|---|")
-    for section, rs in ratios(load(args.before), load(args.after)).items():
+    before, after = ([r for _, r, _ in runs[side]] for side in ("before", "after"))
+    for section, rs in ratios(before, after).items():
         mean = math.exp(statistics.mean(math.log(x) for x in rs))
         print(f"| {section} | {len(rs)} | {mean:.2f} | {min(rs):.2f} | {max(rs):.2f} |")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

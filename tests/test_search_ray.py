@@ -61,7 +61,7 @@ def test_a_pruned_trial_on_ray_is_cancelled_and_checkpoints(cluster, tmp_path):
     assert not launcher.started_here and cluster.is_initialized()  # a cluster it joined is left running
     assert outcome.state == "pruned" and outcome.steps == 20
     summary = read_summary(job.run_dir)  # the task ended once its run had checkpointed and stopped
-    assert summary.status is RunStatus.INTERRUPTED and 20 <= summary.steps < 2000
+    assert summary.status is RunStatus.INTERRUPTED and 20 <= summary.steps < 20000
     assert (job.run_dir / "checkpoints" / "latest").exists()
 
 

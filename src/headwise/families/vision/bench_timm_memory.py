@@ -14,7 +14,10 @@ lazily) and a weightless build of the same model on the meta device (which impor
 - CUDA: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``, less what was
   allocated at the baseline: the bytes of live tensors at their peak.
 - CPU: torch has no allocator statistics for the CPU, so the process's peak resident set size
-  (``getrusage``'s ``ru_maxrss``) less its resident size at the baseline, with glibc's mmap
+  since the baseline less its resident size there: on Linux the kernel's high-water mark is reset
+  at the baseline (``/proc/self/clear_refs``) and read as ``VmHWM``; ``getrusage``'s
+  ``ru_maxrss`` is no measure there, since a process started from a large one (a test runner)
+  inherits that one's high-water mark across ``exec``. Elsewhere ``ru_maxrss``. With glibc's mmap
   threshold fixed at 128 KiB (``GLIBC_TUNABLES``): every tensor of 128 KiB or more is then its own
   mapping, returned to the kernel when freed, so the high-water mark follows the live tensors
   rather than the heap's fragmentation (glibc's default moves the threshold up and keeps freed
@@ -40,6 +43,7 @@ import importlib
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -132,7 +136,19 @@ def _resident_bytes() -> int:
     return psutil.Process().memory_info().rss
 
 
+_STATUS, _CLEAR_REFS = Path("/proc/self/status"), Path("/proc/self/clear_refs")
+
+
+def _reset_peak_resident() -> None:
+    """Start the kernel's high-water mark of this process's resident size afresh (Linux: "5")."""
+    if _CLEAR_REFS.exists():
+        _CLEAR_REFS.write_text("5")
+
+
 def _peak_resident_bytes() -> int:
+    """The peak resident size since :func:`_reset_peak_resident` (Linux), else since the start."""
+    if _STATUS.exists():
+        return int(re.search(r"VmHWM:\s+(\d+) kB", _STATUS.read_text()).group(1)) * 1024
     import resource
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -157,6 +173,8 @@ def measure_job(job: Job) -> dict[str, int]:
     if cuda:
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
+    else:
+        _reset_peak_resident()
     baseline = torch.cuda.memory_allocated(device) if cuda else _resident_bytes()
     model = build_timm_model(job.model, changes, num_classes=job.num_classes, image_size=job.image_size)
     model = model.to(device).train()
