@@ -197,3 +197,31 @@ def plot_theory(grid: list[dict[str, Any]], sweep: list[dict[str, Any]], path: s
     ax2.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
     return _save(fig, path)
+
+
+def plot_head_scores(methods: dict[str, list[list[float]]], path: str | Path, title: str = "") -> Path:
+    """A heat map per scoring method, layers x query heads, from each method's per-layer head
+    scores (:mod:`headwise.analysis.head_importance`); a layer with fewer heads leaves its
+    right-hand cells blank. A small map writes each score in its cell."""
+    rows = max(map(len, methods.values()))
+    fig, axes = plt.subplots(1, len(methods), figsize=(4.2 * len(methods), 0.6 * rows + 1.6), squeeze=False)
+    for ax, (method, layers) in zip(axes[0], methods.items()):
+        width = max(map(len, layers))
+        grid = np.full((len(layers), width), np.nan)
+        for i, scores in enumerate(layers):
+            grid[i, :len(scores)] = scores
+        image = ax.imshow(np.ma.masked_invalid(grid), aspect="auto", cmap="viridis")
+        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+        if grid.size <= 64:  # small enough to read each score
+            for (i, h), value in np.ndenumerate(grid):
+                if math.isfinite(value):
+                    light = image.norm(value) > 0.6  # viridis turns yellow: dark text there
+                    ax.text(h, i, f"{value:.3g}", ha="center", va="center", fontsize=7,
+                            color="black" if light else "white")
+        ax.set_xticks(range(width))
+        ax.set_yticks(range(len(layers)), [f"layer {i} ({len(s)})" for i, s in enumerate(layers)])
+        ax.set_xlabel("query head")
+        ax.set_title(method)
+    fig.suptitle(title or "Head importance")
+    fig.tight_layout()
+    return _save(fig, path)
