@@ -151,7 +151,7 @@ def test_named_plans_run_first_and_a_plan_run_before_is_not_trained_again(tmp_pa
 
 
 def trial_pruned_at_step_20(tmp_path, launcher=None):
-    """One trial of a 20,000-step search whose pruner stops it at its step-20 evaluation, run by
+    """One trial of a 2,000-step search whose pruner stops it at its step-20 evaluation, run by
     ``launcher`` (None: locally); its outcome, Optuna study and job."""
     import optuna
 
@@ -165,7 +165,7 @@ def trial_pruned_at_step_20(tmp_path, launcher=None):
         def prune(self, study, trial):
             return max(trial.intermediate_values, default=0) >= 20
 
-    long = {**BASE, "train": {**BASE["train"], "steps": 20000}, "checkpoint": {"every": 500, "keep": 1}}
+    long = {**BASE, "train": {**BASE["train"], "steps": 2000}, "checkpoint": {"every": 500, "keep": 1}}
     raw, source = load_search_file(str(write_search(tmp_path / "s.toml", base=long)))
     search = resolve_search(raw, source)
     study = optuna.create_study(pruner=AtTwenty())
@@ -183,7 +183,7 @@ def test_a_pruned_trial_stops_its_run_at_the_prune_point(tmp_path):
     assert outcome.state == "pruned" and outcome.steps == 20 and set(outcome.last) == {"loss"}
     assert sorted(study.trials[0].intermediate_values) == [10, 20]
     summary = read_summary(job.run_dir)
-    assert summary.status is RunStatus.INTERRUPTED and summary.steps < 20000  # stopped, with a checkpoint
+    assert summary.status is RunStatus.INTERRUPTED and summary.steps < 2000  # stopped, with a checkpoint
 
 
 @pytest.mark.slow
