@@ -29,11 +29,12 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # no torch, no headwise beyond each other; the families package only lists the families
     ("base", ("headwise.errors", "headwise.registry", "headwise.paths", "headwise.config", "headwise.locks",
               "headwise.lazy", "headwise.families")),
-    # what a spec is, what checking and counting one needs: the parts' declarations (their counts
+    # what a spec is, what checking and counting one needs (another library's model source too): the parts' declarations (their counts
     # too), the attention kinds, output gates and block features (their model code imported inside
     # their functions), plans, presets, exact counts; no torch at import. The model package's
     # __init__ loads its names on first use, so importing a kind loads no model.
     ("spec", ("headwise.layer_shape", "headwise.parts", "headwise.spec", "headwise.plans", "headwise.presets",
+              "headwise.model_sources",
               "headwise.params", "headwise.model.attention*", "headwise.model.features",
               "headwise.model")),
     ("model", ("headwise.model.*",)),

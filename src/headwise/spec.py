@@ -289,6 +289,46 @@ class ModelSpec(Config):
         """The resolved key/value heads of every layer (its query heads where ``kv_heads`` is None)."""
         return [s.kv_heads for s in self.layers()]
 
+    # What a run does with its model's spec, the same for a model another library builds
+    # (:mod:`headwise.model_sources`): the trainer and checkpoints call only these.
+
+    def build(self):
+        """The :class:`~headwise.model.transformer.Transformer` of this spec (loads torch)."""
+        from headwise.model.transformer import Transformer
+
+        return Transformer(self)
+
+    def parameter_count(self) -> int:
+        """The model's parameters, counted from the spec (:func:`headwise.params.count_params`)."""
+        from headwise.params import count_params
+
+        return count_params(self)
+
+    def flops_per_token(self, seq_len: int) -> int:
+        """Training FLOPs per token at ``seq_len`` (:func:`headwise.params.flops_per_token`)."""
+        from headwise.params import flops_per_token
+
+        return flops_per_token(self, seq_len)
+
+    def kv_cache_budget(self) -> dict[str, int] | None:
+        """A causal model's key/value cache per token (:func:`headwise.params.kv_cache_budget`);
+        None for a bidirectional one, which decodes nothing."""
+        from headwise.params import kv_cache_budget
+
+        return kv_cache_budget(self) if self.causal else None
+
+    def attention_metrics(self, model, inputs) -> dict[str, float]:
+        """The trainer's analysis metrics of ``model`` (this spec's) on one batch of ``inputs``
+        (:func:`headwise.analysis.conditioning.training_metrics`)."""
+        from headwise.analysis.conditioning import training_metrics
+
+        return training_metrics(model, inputs)
+
+    def heads_line(self) -> str:
+        """``heads [..]``, with the key/value heads where they differ: how a run announces its model."""
+        kv = self.kv_heads_per_layer
+        return f"heads {self.heads}" + ("" if kv == self.heads else f" (key/value heads {kv})")
+
 
 def _option_fields() -> dict[str, Any]:
     """The options of the positions settings and of the built-in attention kinds as ModelSpec

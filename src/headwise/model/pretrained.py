@@ -22,6 +22,7 @@ from safetensors.torch import load_model, save_model
 from headwise.config import atomic_write_text, sha256_file
 from headwise.errors import HeadwiseError
 from headwise.model.transformer import Transformer
+from headwise.model_sources import read_source_spec
 from headwise.spec import ModelSpec
 
 SPEC_FILE = "spec.json"
@@ -119,7 +120,8 @@ def check_safetensors(path: str | Path) -> None:
 
 
 def read_spec(path: str | Path) -> ModelSpec:
-    """The spec saved in a ``spec.json`` (a file that does not parse is DamagedFile)."""
+    """The spec saved in a ``spec.json``, a headwise model's or another library's
+    (:mod:`headwise.model_sources`); a file that does not parse is DamagedFile."""
     path = Path(path)
     try:
         data = json.loads(path.read_bytes().decode("utf-8"))
@@ -128,7 +130,7 @@ def read_spec(path: str | Path) -> ModelSpec:
     if not isinstance(data, dict):
         raise DamagedFile(path, "it is not a JSON object")
     try:
-        return ModelSpec.parse(data, source=str(path))
+        return read_source_spec(data, str(path)) or ModelSpec.parse(data, source=str(path))
     except HeadwiseError as exc:
         raise DamagedFile(path, f"it is not a model spec ({exc})") from None
 
@@ -178,7 +180,7 @@ def load_pretrained(directory: str | Path, map_location: str | torch.device = "c
         raise HeadwiseError(f"{directory} is not a saved headwise model (no {SPEC_FILE} or {WEIGHTS_FILE})")
     if verify:
         verify_model_dir(directory)
-    model = Transformer(read_spec(spec_path))
+    model = read_spec(spec_path).build()
     try:
         load_model(model, str(weights_path), strict=True, device=str(map_location))
     except (SafetensorError, OSError) as exc:

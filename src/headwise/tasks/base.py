@@ -52,6 +52,9 @@ class Task(ABC):
     outputs: str
     #: what the trainer counts (``tokens`` in the summary and logs): tokens, points, images
     unit: str = "tokens"
+    #: the keywords the model's forward takes besides the inputs: a vocabulary's logits padded
+    #: (a task without one, whose model may be another library's, passes none)
+    forward_options: dict[str, Any] = {"pad_vocab": True}
 
     @property
     @abstractmethod
@@ -77,16 +80,16 @@ class Task(ABC):
 
     def train_loss(self, model: Callable[..., Tensor], batch: Batch) -> Tensor:
         """The loss the trainer minimises on ``batch``: by default :meth:`loss` of
-        ``model(batch.inputs, pad_vocab=True)``. ``model`` is the trainer's forward (the
+        ``model(batch.inputs, **forward_options)``. ``model`` is the trainer's forward (the
         Transformer, or its DDP or ``torch.compile`` wrapper). A task that scores only part of
         the outputs may compute only that part here (a masked LM decodes its masked positions)."""
-        return self.loss(model(batch.inputs, pad_vocab=True), batch.targets)
+        return self.loss(model(batch.inputs, **self.forward_options), batch.targets)
 
     def evaluate(self, model: Callable[..., Tensor], batch: Batch) -> tuple[Tensor, dict[str, Tensor]]:
         """The loss and :meth:`metrics` of ``model`` on a held-out ``batch``, which the trainer's
-        evaluation averages: by default both from ``model(batch.inputs, pad_vocab=True)`` (no
+        evaluation averages: by default both from ``model(batch.inputs, **forward_options)`` (no
         metrics when :attr:`metric_names` is empty); see :meth:`train_loss`."""
-        outputs = model(batch.inputs, pad_vocab=True)
+        outputs = model(batch.inputs, **self.forward_options)
         return self.loss(outputs, batch.targets), (self.metrics(outputs, batch) if self.metric_names else {})
 
     @abstractmethod

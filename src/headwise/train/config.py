@@ -19,6 +19,7 @@ from pydantic import Field, create_model, field_validator, model_validator
 
 from headwise.config import Config
 from headwise.errors import HeadwiseError
+from headwise.model_sources import MODEL_SOURCES, source_table
 from headwise.plans import Plan, Scheme, plan_heads, plan_kv_heads
 from headwise.presets import preset_dict
 from headwise.spec import ModelSpec, front_ends
@@ -57,6 +58,8 @@ ModelConfig = create_model(
     __doc__="``[model]``: an optional preset, any ModelSpec field overriding it, an optional plan.",
     preset=(Optional[str], None),
     plan=(Optional[PlanConfig], None),
+    # a model another library builds (headwise.model_sources): its own table, read by its source
+    timm=(Optional[dict[str, Any]], None),
     **{name: (Optional[field.annotation], None) for name, field in ModelSpec.model_fields.items()},
 )
 
@@ -219,8 +222,11 @@ def resolve_spec(model: Any, task: TaskShape | Task, source: str = "config") -> 
     shape = task.shape() if isinstance(task, Task) else task
     given = {k: getattr(model, k) for k in model.model_fields_set if k not in ("preset", "plan")}
     fields: dict[str, Any] = preset_dict(model.preset) if model.preset else {}
-    fields.update(given)
     where = f"{source} [model]"
+    table = source_table({**fields, **given})
+    if table is not None:
+        return _resolve_source(table, model, fields, given, shape, where)
+    fields.update(given)
     for key in ("inputs", "outputs"):
         wanted = getattr(shape, key)
         if given.get(key) is not None and given[key] != wanted:
@@ -268,6 +274,19 @@ def resolve_spec(model: Any, task: TaskShape | Task, source: str = "config") -> 
         )
     plan = Plan.explicit(spec.heads) if plan is None else plan
     return spec, plan.with_head_dims(spec.head_dims)
+
+
+def _resolve_source(table: str, model: Any, preset: dict[str, Any], given: dict[str, Any], shape: TaskShape,
+                    where: str) -> tuple[Any, Plan]:
+    """The spec of a model another library builds (``[model.<table>]``, over a preset's table),
+    refusing ModelSpec's fields and a head plan, which it does not read."""
+    others = sorted((set(preset) | set(given)) - {table})
+    if others or model.plan is not None:
+        name = others[0] if others else "plan"
+        raise HeadwiseError(f"{where}: {name} does not apply to a model of [model.{table}]: set what its table "
+                            f"takes there, or remove {name}")
+    fields = {**preset.get(table, {}), **(given.get(table) or {})}
+    return MODEL_SOURCES[table].resolve(fields, shape, where)
 
 
 def resolve_run_model(cfg: dict[str, Any], source: str = "run config") -> tuple[ModelSpec, Plan]:

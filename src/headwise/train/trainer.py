@@ -22,10 +22,8 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from headwise.analysis.conditioning import training_metrics
 from headwise.errors import HeadwiseError, RunFailure
-from headwise.model import Transformer, save_pretrained
-from headwise.params import count_params, flops_per_token, kv_cache_budget
+from headwise.model import save_pretrained
 from headwise.run import RunDir, RunStatus, RunSummary, write_summary
 from headwise.run.tokenizer import task_tokenizer, tokenizer_record
 from headwise.tasks.base import Task
@@ -98,6 +96,9 @@ class Trainer:
         self.task, self.tokenizer = task, task_tokenizer(task)
         self.spec, self.plan = resolve_spec(cfg.model, self.task)
         self.layout = batch_layout(cfg.train, self.task, ctx.world_size)
+        # counted once: another library's model is counted on a meta build
+        self.params = self.spec.parameter_count()
+        self.flops_per_token = self.spec.flops_per_token(self.layout.seq_len)
         self.cfg = resolved_config(cfg, self.spec)
         self.eval_set = self.task.eval_batches()
         t = self.cfg.train
@@ -162,7 +163,7 @@ class Trainer:
             # every step: a bf16 step of the bench's 4 x 12 model took 0.77 s with glibc's default,
             # 0.59 s tuned (fp32 1.56 and 1.51 s; 2 threads, best of 4 steps, two runs each).
             tune_cpu_allocator()
-        self.model = Transformer(self.spec).to(self.device)
+        self.model = self.spec.build().to(self.device)
         if self.init_source is not None:
             load_encoder(self.model, self.init_source)
         self.optimizer = build_optimizer(self.model, cfg.optim, self.device)
@@ -244,10 +245,8 @@ class Trainer:
             self.progress.message(f"warning: {self.run_dir.metrics} had {self.metrics.dropped} damaged line(s); "
                                   "dropped them, kept the rows that read back")
         where = f"resuming at step {self.step}" if self.resume_from is not None else "starting"
-        kv_heads = self.spec.kv_heads_per_layer
-        kv = "" if kv_heads == self.spec.heads else f" (key/value heads {kv_heads})"
         self.progress.message(
-            f"{where}: {count_params(self.spec):,} parameters, heads {self.spec.heads}{kv}, {lay.steps} steps x "
+            f"{where}: {self.params:,} parameters, {self.spec.heads_line()}, {lay.steps} steps x "
             f"{lay.tokens_per_step:,} {self.task.unit} (micro-batch {lay.micro_batch} x accumulation {lay.grad_accum} x "
             f"{lay.world_size} processes), {self.device.type} {self.cfg.train.precision}"
         )
@@ -402,7 +401,7 @@ class Trainer:
         return values[0]
 
     def _analyse(self) -> dict[str, float]:
-        return training_metrics(self.model, self.eval_set[0].inputs.to(self.device))
+        return self.spec.attention_metrics(self.model, self.eval_set[0].inputs.to(self.device))
 
     def _save(self) -> None:
         """Checkpoint the current step (all processes take part; rank 0 writes)."""
@@ -454,7 +453,7 @@ class Trainer:
         """The run's summary as it stands."""
         train_time = self.prior_train_time + self.train_time
         tokens_per_s = self.tokens / train_time if train_time > 0 else None
-        fpt = flops_per_token(self.spec, self.layout.seq_len)
+        fpt = self.flops_per_token
         mfu = None
         if tokens_per_s and self.peak_flops:
             mfu = fpt * tokens_per_s / (self.peak_flops * self.ctx.world_size)
@@ -463,7 +462,7 @@ class Trainer:
             final_eval_loss=self.last_eval if self.status is RunStatus.COMPLETED else None,
             last_eval_loss=self.last_eval,
             eval_metrics=self.last_metrics,
-            params=count_params(self.spec),
+            params=self.params,
             d_model=self.spec.d_model,
             plan=self.plan,
             wall_time_s=self.prior_wall_time + time.perf_counter() - self.wall_t0,
@@ -473,7 +472,7 @@ class Trainer:
             peak_memory_bytes=peak_memory_bytes(self.device),
             mfu=mfu,
             flops_per_token=fpt,
-            kv_cache_bytes_per_token=kv_cache_budget(self.spec) if self.spec.causal else None,
+            kv_cache_bytes_per_token=self.spec.kv_cache_budget(),
             peak_flops=self.peak_flops,
             peak_flops_source=self.peak_source,
             steps=self.step,

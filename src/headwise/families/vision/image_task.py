@@ -60,6 +60,8 @@ class ImageTask(ClassificationTask):
 
     inputs = "images"
     unit = "images"
+    # images have no vocabulary to pad, and a timm model's forward takes the images alone
+    forward_options: dict[str, Any] = {}
 
     def __init__(self, cache: ImageCache, *, train_examples: int | None = None, eval_examples: int | None = None,
                  eval_batch_size: int = 256, crop_padding: int = 0, flip: bool = False, holdout: int = 0,

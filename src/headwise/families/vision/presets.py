@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from headwise.families.vision.timm_presets import PRESETS as TIMM_PRESETS
 from headwise.presets import register_preset
 
 # ViT (Dosovitskiy et al.; DeiT's training recipe): bidirectional pre-LN blocks, exact GELU, 1/sqrt
@@ -26,3 +27,8 @@ register_preset("vit-tiny-28", {**_VIT, "image_size": 28, "patch_size": 4, "chan
                                 "d_model": 64, "n_layers": 4, "heads": [4] * 4, "mlp_ratio": 4.0})
 register_preset("vit-small-32", {**_VIT, "image_size": 32, "patch_size": 4, "channels": 3, "num_classes": 10,
                                  "d_model": 192, "n_layers": 6, "heads": [3] * 6, "mlp_ratio": 4.0})
+
+# Leaner's Tables 4-5 on timm, each original and reduced ([model] preset = "timm-xcit-m-reduced"):
+# the model is timm's, with the changes the paper's counts point to (families/vision/timm_presets.py).
+for _preset in TIMM_PRESETS:
+    register_preset(_preset.name, _preset.model_table())

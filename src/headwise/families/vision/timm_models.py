@@ -42,6 +42,8 @@ class TimmChanges:
     mlp_ratio: float | tuple[float, ...] | None = None
     embed_dim: PerStage | None = None
     head_dim: int | None = None
+    #: not one of Leaner's changes: the patch side, for small images (a CPU study's scaled-down model)
+    patch_size: int | None = None
 
     def describe(self) -> str:
         """``depth=7 heads=16 ...``: the changes set, in field order (empty when none is)."""
@@ -67,6 +69,8 @@ class Family:
     #: the image side must be a multiple of ``patch_size`` times this (VOLO halves once more);
     #: ``None``: no ``img_size`` argument, any side (DaViT pads its windows)
     patch_scale: int | None = 1
+    #: the patch sides the family's patch embedding can make (None: any)
+    patch_sizes: tuple[int, ...] | None = None
 
 
 _VIT = dict(label="ViT/DeiT", cls="VisionTransformer", depth="depth", heads="num_heads", width="embed_dim",
@@ -74,7 +78,9 @@ _VIT = dict(label="ViT/DeiT", cls="VisionTransformer", depth="depth", heads="num
 FAMILIES: dict[str, Family] = {f.module: f for f in (
     Family(module="vision_transformer", builder="_create_vision_transformer", **_VIT),
     Family(module="deit", builder="_create_deit", **_VIT),
-    Family("XCiT", "xcit", "_create_xcit", "Xcit", "depth", "num_heads", "embed_dim", held_width="xca"),
+    # XCiT's convolutional patch embedding has stems for 8 and 16 only
+    Family("XCiT", "xcit", "_create_xcit", "Xcit", "depth", "num_heads", "embed_dim", held_width="xca",
+           patch_sizes=(8, 16)),
     Family("TNT", "tnt", "_create_tnt", "TNT", "depth", "num_heads_outer", "embed_dim"),
     Family("VOLO", "volo", "_create_volo", "VOLO", "layers", "num_heads", "embed_dims", staged=True,
            mlp_per_stage=True, patch_scale=2),
@@ -93,11 +99,21 @@ def timm_family(name: str) -> Family | None:
     import timm
 
     if not timm.is_model(name):
-        close = difflib.get_close_matches(name, timm.list_models(), n=3, cutoff=0.6)
+        close = _closest(name, timm.list_models())
         hint = f" (closest: {', '.join(close)})" if close else ""
         raise HeadwiseError(f"unknown timm model {name!r}{hint}")
     module = timm.models.model_entrypoint(name).__module__.rpartition(".")[2]
     return FAMILIES.get(module)
+
+
+def _closest(name: str, names: list[str], n: int = 3) -> list[str]:
+    """The ``n`` names closest to ``name``: first by their beginning (timm's names grow by suffixes:
+    ``deit_tiny`` means ``deit_tiny_patch16_224``), then whole; none that is not close at all."""
+    def score(other: str) -> tuple[float, float]:
+        return (difflib.SequenceMatcher(None, name, other[:len(name)]).ratio(),
+                difflib.SequenceMatcher(None, name, other).ratio())
+
+    return [m for m in sorted(names, key=score, reverse=True)[:n] if score(m)[0] >= 0.6]
 
 
 @cache
@@ -162,10 +178,33 @@ def timm_arguments(name: str, family: Family, changes: TimmChanges) -> dict[str,
         ratios = _values("mlp_ratio", changes.mlp_ratio, stages if several and family.mlp_per_stage else 1,
                          family, name, float)
         out["mlp_ratio"] = tuple(map(float, ratios)) if several else float(ratios[0])
+    if changes.patch_size is not None:
+        if "patch_size" not in base:
+            raise HeadwiseError(f"{family.label} {name!r} has no patch size to change (timm's {family.cls} "
+                                "takes no patch_size)")
+        out["patch_size"] = _values("patch_size", changes.patch_size, 1, family, name)[0]
+        if family.patch_sizes is not None and out["patch_size"] not in family.patch_sizes:
+            raise HeadwiseError(f"{family.label} {name!r} takes patch_size {' or '.join(map(str, family.patch_sizes))}, "
+                                f"got {out['patch_size']}")
     widths = _per_stage(out.get(family.width, base[family.width]))
     heads = _per_stage(out.get(family.heads, base[family.heads]))
     _check_head_width(name, family, widths, heads, changes.head_dim)
     return out
+
+
+def block_layout(name: str, changes: TimmChanges = TimmChanges()) -> list[tuple[int, int, int]]:
+    """``(heads, head width, model width)`` of each block of ``name`` with ``changes``, stage after
+    stage (a model of no family above has none: it takes no changes and headwise does not read its
+    blocks). Refuses what :func:`timm_arguments` refuses."""
+    family = timm_family(name)
+    if family is None:
+        return []
+    merged = {**base_arguments(name, family), **timm_arguments(name, family, changes)}
+    depths, heads, widths = (_per_stage(merged[arg]) for arg in (family.depth, family.heads, family.width))
+    if len(widths) == 1:  # an unstaged model: one width and head count for every block
+        heads, widths = heads * len(depths), widths * len(depths)
+    held = changes.head_dim if family.held_width is not None else None
+    return [(h, held or w // h, w) for d, h, w in zip(depths, heads, widths) for _ in range(d)]
 
 
 def _check_head_width(name: str, family: Family, widths: tuple, heads: tuple, head_dim: int | None) -> None:
@@ -199,15 +238,16 @@ def _check_image(name: str, family: Family, base: dict[str, Any], image_size: in
 
 
 def build_timm_model(name: str, changes: TimmChanges = TimmChanges(), *, num_classes: int = 1000,
-                     image_size: int = 224, in_chans: int = 3):
+                     image_size: int = 224, in_chans: int = 3, drop_path: float = 0.0):
     """timm model ``name`` with ``changes``, for ``num_classes`` classes of ``image_size`` px
-    images with ``in_chans`` channels, on torch's default device (``with torch.device("meta")``
-    builds it without weights). Refuses, in one line, what the model cannot take."""
+    images with ``in_chans`` channels, stochastic depth rising to ``drop_path`` (timm's
+    ``drop_path_rate``), on torch's default device (``with torch.device("meta")`` builds it
+    without weights). Refuses, in one line, what the model cannot take."""
     family = timm_family(name)
     if family is None:
-        return _build_unchanged(name, changes, num_classes, image_size, in_chans)
+        return _build_unchanged(name, changes, num_classes, image_size, in_chans, drop_path)
     arguments = timm_arguments(name, family, changes)
-    base = base_arguments(name, family)
+    base = {**base_arguments(name, family), **arguments}
     _check_image(name, family, base, image_size, in_chans)
     if changes.head_dim is not None and family.held_width == "native":
         from headwise.families.vision.timm_attention import held_width_attention
@@ -218,7 +258,8 @@ def build_timm_model(name: str, changes: TimmChanges = TimmChanges(), *, num_cla
     variant, registered = _registered(name, family)
     builder = getattr(importlib.import_module(f"timm.models.{family.module}"), family.builder)
     model = builder(variant, pretrained=False,
-                    **{**dict(registered), **arguments, "num_classes": num_classes, "in_chans": in_chans})
+                    **{**dict(registered), **arguments, "num_classes": num_classes, "in_chans": in_chans,
+                       "drop_path_rate": drop_path})
     if changes.head_dim is not None and family.held_width == "xca":
         _hold_xca_width(model, changes.head_dim)
     return model
@@ -236,7 +277,8 @@ def _hold_xca_width(model, head_dim: int) -> None:
             block.attn.apply(model._init_weights)
 
 
-def _build_unchanged(name: str, changes: TimmChanges, num_classes: int, image_size: int, in_chans: int):
+def _build_unchanged(name: str, changes: TimmChanges, num_classes: int, image_size: int, in_chans: int,
+                     drop_path: float):
     """A model of no family above: timm's, refusing every change; ``img_size`` is passed only
     where it differs from the model's own input size (convolutional models take none)."""
     import timm
@@ -247,7 +289,9 @@ def _build_unchanged(name: str, changes: TimmChanges, num_classes: int, image_si
     own = timm.models.get_pretrained_cfg_value(name, "input_size")
     size = {} if own is None or own[-1] == image_size else {"img_size": image_size}
     try:
-        return timm.create_model(name, pretrained=False, num_classes=num_classes, in_chans=in_chans, **size)
+        # only when asked: not every timm model takes drop_path_rate
+        extra = {**size, **({"drop_path_rate": drop_path} if drop_path else {})}
+        return timm.create_model(name, pretrained=False, num_classes=num_classes, in_chans=in_chans, **extra)
     except TypeError as exc:
         raise HeadwiseError(f"timm model {name!r} cannot take {image_size} px images: {exc}") from None
 

@@ -16,7 +16,7 @@ for XCiT-L, TNT-B, VOLO and DaViT, whose reduced counts match only that way.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from headwise.errors import HeadwiseError
 from headwise.families.vision.timm_models import TimmChanges, build_timm_model, count_parameters
@@ -40,6 +40,13 @@ class TimmPreset:
     def construction(self) -> str:
         """``model changes``, as a listing prints it."""
         return f"{self.model} {self.changes.describe()}".rstrip()
+
+    def model_table(self) -> dict[str, object]:
+        """The preset as ``[model]`` holds it (a ``[model.timm]`` table): the model, its changes,
+        and the paper's 224 px RGB images (ImageNet-1k's)."""
+        changes = {f.name: list(v) if isinstance(v, tuple) else v for f in fields(self.changes)
+                   if (v := getattr(self.changes, f.name)) is not None}
+        return {"timm": {"name": self.model, **changes, "image_size": 224, "channels": 3}}
 
 
 _NONE = TimmChanges()
