@@ -4,11 +4,16 @@ back as the same timm model, and what a timm model cannot take is refused in one
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
 from headwise.errors import HeadwiseError
+from headwise.families.vision.cache import ImageCache
 from headwise.families.vision.model_source_timm import TimmSpec
+from headwise.families.vision.timm_export import export_timm_run, pretrained_overlay
+from headwise.hf.export import export_hf
 from headwise.model.pretrained import load_pretrained, read_spec
 from headwise.run import read_metrics
 from headwise.train import RunConfig, run_training
@@ -54,6 +59,18 @@ def test_a_timm_deit_learns_and_resumes_exactly(tmp_path, idx_folder, cache_dir)
     again = load_pretrained(out / "model")
     images = torch.randn(3, 1, 16, 16)
     assert torch.equal(again.eval()(images), model.eval()(images))
+
+    # exported in timm's convention: timm.create_model loads it to the same logits, normalised as trained
+    folder, name = export_timm_run(tmp_path / "whole", tmp_path / "exported")
+    record = json.loads((folder / "headwise.json").read_text())
+    timm = pytest.importorskip("timm")
+    loaded = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=pretrained_overlay(folder),
+                               **record["create_model"]).eval()
+    assert torch.equal(loaded(images), model(images))
+    assert loaded.pretrained_cfg["mean"] == pytest.approx(ImageCache.open(whole.task["cache"]).mean)
+    with pytest.raises(HeadwiseError, match="is a run of a timm model: export it with --timm"):
+        export_hf(tmp_path / "whole", tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
 
 
 @pytest.mark.parametrize("table", [

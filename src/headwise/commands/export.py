@@ -6,6 +6,7 @@
     headwise export runs/laguna --hf exports/laguna              # LagunaForCausalLM: per-layer query heads
     headwise export runs/vit --hf exports/vit                    # HeadwiseForImageClassification
     headwise export runs/lm-tiny --hf exports/lm-tiny-neo --gpt-neo
+    headwise export runs/deit --timm exports/deit                # a [model.timm] run, as timm.create_model loads it
     python -c "from transformers import AutoModelForCausalLM as A; A.from_pretrained('exports/lm-tiny', trust_remote_code=True)"
 """
 
@@ -17,7 +18,7 @@ import sys
 from pathlib import Path
 
 NAME = "export"
-HELP = "write a run's model as a Hugging Face folder (its Auto class, tokenizer, model card)"
+HELP = "write a run's model as a Hugging Face folder (its Auto class, tokenizer, model card), or a timm model's as timm loads it"
 
 
 #: ``--native`` choices (:data:`headwise.hf.native.CHOICES`, kept here so the parser needs no torch)
@@ -28,7 +29,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR",
                    help="a run written by headwise train: a language model, a masked-LM encoder, or a text or "
                         "image classifier")
-    p.add_argument("--hf", required=True, metavar="OUT_DIR",
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--timm", metavar="OUT_DIR",
+                        help="a run of a timm model ([model.timm]): the folder timm.create_model(name, pretrained=True, "
+                             "pretrained_cfg_overlay=..., **the changes) loads to the same logits: model.safetensors, "
+                             "config.json (timm's), headwise.json (the create_model arguments and the overlay)")
+    target.add_argument("--hf", metavar="OUT_DIR",
                    help="the folder to write (must not exist, or be empty): config.json, model.safetensors, the "
                         "modelling code (loads with trust_remote_code=True without headwise), a language model's or "
                         "masked LM's tokenizer, a language model's generation config, model card")
@@ -47,8 +53,11 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from headwise.hf.export import export_hf
     from headwise.paths import refuse_unwritable_parent
+
+    if args.timm is not None:
+        return _export_timm(args)
+    from headwise.hf.export import export_hf
 
     # the folder is written beside OUT_DIR and renamed into place: its parent takes the writes
     refuse_unwritable_parent("--hf", Path(args.hf), "the export")
@@ -60,4 +69,14 @@ def run(args: argparse.Namespace) -> int:
     config = json.loads((out / "config.json").read_text(encoding="utf-8"))
     remote = " (load with trust_remote_code=True)" if "auto_map" in config else ""
     print(f"wrote {out}: {config['architectures'][0]}{remote}")
+    return 0
+
+
+def _export_timm(args: argparse.Namespace) -> int:
+    from headwise.families.vision.timm_export import export_timm_run
+    from headwise.paths import refuse_unwritable_parent
+
+    refuse_unwritable_parent("--timm", Path(args.timm), "the export")
+    out, name = export_timm_run(Path(args.run_dir), Path(args.timm), checkpoint=args.checkpoint)
+    print(f"wrote {out}: timm {name}; its create_model arguments and overlay are in {out / 'headwise.json'}")
     return 0

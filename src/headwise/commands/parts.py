@@ -235,15 +235,19 @@ def _layers_accepted(kind: Any) -> str:
 def preset_table() -> tuple[list[str], list[list[str]]]:
     """Presets: name, family, layers x heads, d_model, parts, parameters."""
     from headwise.families import import_family_modules
-    from headwise.params import count_params
-    from headwise.presets import PRESETS, spec_from_preset
+    from headwise.model_sources import read_source_spec
+    from headwise.presets import PRESETS, preset_dict, spec_from_preset
 
     origin = _constant_owners(import_family_modules("presets"))
     rows = []
     for name in PRESETS.names():
-        spec = spec_from_preset(name)
-        rows.append([code(name), family_of_module(origin.get(name, "?")), _layers_by_heads(spec.heads),
-                     str(spec.d_model), f"`{spec.inputs}` -> `{spec.output_head}`", f"{count_params(spec):,}"])
+        # another library's model (a timm preset) is counted at ImageNet's 1,000 classes unless it sets its own
+        source = read_source_spec(preset_dict(name), f"preset {name}")
+        spec = (source.model_copy(update={"num_classes": source.num_classes or 1000}) if source is not None
+                else spec_from_preset(name))
+        heads = [h for h, _, _ in spec.layout] if source is not None else spec.heads
+        rows.append([code(name), family_of_module(origin.get(name, "?")), _layers_by_heads(heads),
+                     str(spec.d_model), f"`{spec.inputs}` -> `{spec.output_head}`", f"{spec.parameter_count():,}"])
     return ["preset", "family", "layers x heads", "d_model", "inputs -> outputs", "parameters"], rows
 
 

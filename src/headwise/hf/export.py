@@ -177,6 +177,8 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path |
     _check_out_dir(out_dir)
     cfg = run_config(run_dir)
     model, source, eot_id = run_model(run_dir, checkpoint)
+    if not isinstance(model.spec, ModelSpec):
+        raise HeadwiseError(f"{run_dir} is a run of a timm model: export it with --timm OUT_DIR (nothing was written)")
     if checkpoint is not None:
         _check_own_checkpoint(model.spec, run_spec(run_dir, cfg), Path(checkpoint), run_dir)
     auto, cls = hf_class(model.spec)

@@ -20,6 +20,7 @@ from headwise.errors import HeadwiseError
 from headwise.model import SPEC_FILE, WEIGHTS_FILE, SequenceTooLong, Transformer, load_pretrained
 from headwise.model.pretrained import DamagedFile
 from headwise.parts import FRONT_END_PARTS
+from headwise.model_sources import read_source_spec
 from headwise.spec import ModelSpec
 from headwise.tasks.base import Batch, Task
 from headwise.train.checkpoint import latest_checkpoint
@@ -116,7 +117,7 @@ def load_run_model(run_dir: Path, checkpoint: Path | None = None, untrained: boo
     if untrained:
         cfg = run_config(run_dir)
         torch.manual_seed(cfg.train.seed if seed is None else seed)
-        return Transformer(run_spec(run_dir, cfg)), "untrained (fresh initialisation)"
+        return run_spec(run_dir, cfg).build(), "untrained (fresh initialisation)"
     if checkpoint is not None:
         model = _load(checkpoint, "pass another --checkpoint")
         _check_same_data(model.spec, run_spec(run_dir, run_config(run_dir)), checkpoint, run_dir)
@@ -146,10 +147,11 @@ def load_run_model(run_dir: Path, checkpoint: Path | None = None, untrained: boo
 
 
 def run_spec(run_dir: Path, cfg: RunConfig) -> ModelSpec:
-    """The model spec of a run, from its saved config."""
+    """The model spec of a run, from its saved config (another library's, :mod:`headwise.model_sources`, too)."""
     # A run's saved config holds its model as a full, resolved spec (beside the plan it came from).
     fields = {k: v for k, v in cfg.model.to_dict().items() if k not in ("plan", "preset")}
-    return ModelSpec.parse(fields, source=f"{RunDir(run_dir).config} [model]")
+    where = f"{RunDir(run_dir).config} [model]"
+    return read_source_spec(fields, where) or ModelSpec.parse(fields, source=where)
 
 
 #: The spec fields the data fixes (what the model reads and what it answers): a model that

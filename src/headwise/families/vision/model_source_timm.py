@@ -140,9 +140,12 @@ class TimmSpec(Config):
         """The first block's width (staged models widen stage by stage)."""
         return self.layout[0][2]
 
-    @property
-    def causal(self) -> bool:
-        return False
+    # what a run's commands ask of any spec: the data it reads and answers (no vocabulary)
+    causal = property(lambda self: False)
+    inputs = property(lambda self: "images")
+    output_head = property(lambda self: "classes")
+    vocab_size = property(lambda self: None)
+    pad_id = property(lambda self: None)
 
     def to_dict(self) -> dict[str, Any]:
         """``{"timm": fields}``: the spec as a resolved run config's ``[model]`` and a checkpoint's

@@ -36,7 +36,7 @@ from typing import Any, Sequence
 from unittest import mock
 
 from headwise.errors import HeadwiseError
-from headwise.families.vision.timm_models import (Family, TimmChanges, _check_image, base_arguments, timm_arguments,
+from headwise.families.vision.timm_models import (Family, TimmChanges, base_arguments, check_image, timm_arguments,
                                                   timm_family)
 
 WEIGHTS = "model.safetensors"
@@ -56,7 +56,7 @@ def create_model_arguments(name: str, changes: TimmChanges = TimmChanges(), *, n
         return _unchanged_arguments(name, changes, num_classes, image_size, in_chans)
     arguments = timm_arguments(name, family, changes)
     merged = {**base_arguments(name, family), **arguments}
-    _check_image(name, family, merged, image_size, in_chans)
+    check_image(name, family, merged, image_size, in_chans)
     if _holds_width(family, merged, changes.head_dim):
         if family.held_width == "xca":
             raise HeadwiseError(f"{family.label} {name!r} with head_dim={changes.head_dim}: timm.create_model cannot "
@@ -216,3 +216,34 @@ def pretrained_overlay(folder: str | os.PathLike) -> dict[str, Any]:
     folder = Path(folder)
     cfg = json.loads((folder / "config.json").read_text())["pretrained_cfg"]
     return {**cfg, "file": str(folder / WEIGHTS)}
+
+
+def export_timm_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike,
+                    checkpoint: str | os.PathLike | None = None) -> tuple[Path, str]:
+    """Export a run of a timm model (``[model.timm]``) with :func:`export_timm`: its final weights
+    (else its latest checkpoint, or ``checkpoint``), normalised as it was trained (its image
+    cache's mean and std, when the cache is still there). Returns the folder and the timm name;
+    a run of headwise's own model is refused in one line (``headwise export --hf`` writes it)."""
+    from headwise.data.cache_files import CacheInvalid
+    from headwise.families.vision.cache import ImageCache
+    from headwise.families.vision.model_source_timm import TimmSpec
+    from headwise.run import read_summary
+    from headwise.train.generate import load_run_model
+
+    model, _ = load_run_model(Path(run_dir), Path(checkpoint) if checkpoint is not None else None)
+    spec = model.spec
+    if not isinstance(spec, TimmSpec):
+        raise HeadwiseError(f"{run_dir} is a run of headwise's own model, not a timm model: export it with --hf "
+                            "(nothing was written)")
+    summary = read_summary(run_dir)
+    cache = Path((summary.task if summary is not None else {}).get("cache") or "")
+    mean = std = None
+    if str(cache) != "." and cache.is_dir():
+        try:
+            images = ImageCache.open(cache)
+            mean, std = images.mean, images.std
+        except CacheInvalid:  # rebuilt or damaged since: export without the normalisation
+            pass
+    folder = export_timm(model.eval(), spec.name, spec.changes(), num_classes=spec.num_classes,
+                         image_size=spec.image_size, in_chans=spec.channels, out_dir=out_dir, mean=mean, std=std)
+    return folder, spec.name

@@ -225,7 +225,7 @@ def _check_head_width(name: str, family: Family, widths: tuple, heads: tuple, he
                                 f"{family.width}={w}{why}")
 
 
-def _check_image(name: str, family: Family, base: dict[str, Any], image_size: int, in_chans: int) -> None:
+def check_image(name: str, family: Family, base: dict[str, Any], image_size: int, in_chans: int) -> None:
     """Refuse images the model cannot take: a side that is not a whole number of its patches."""
     if in_chans < 1 or image_size < 1:
         raise HeadwiseError(f"{name!r}: images need a positive size and channel count, got "
@@ -248,7 +248,7 @@ def build_timm_model(name: str, changes: TimmChanges = TimmChanges(), *, num_cla
         return _build_unchanged(name, changes, num_classes, image_size, in_chans, drop_path)
     arguments = timm_arguments(name, family, changes)
     base = {**base_arguments(name, family), **arguments}
-    _check_image(name, family, base, image_size, in_chans)
+    check_image(name, family, base, image_size, in_chans)
     if changes.head_dim is not None and family.held_width == "native":
         from headwise.families.vision.timm_attention import held_width_attention
 
