@@ -246,7 +246,9 @@ def preset_table() -> tuple[list[str], list[list[str]]]:
         spec = (source.model_copy(update={"num_classes": source.num_classes or 1000}) if source is not None
                 else spec_from_preset(name))
         heads = [h for h, _, _ in spec.layout] if source is not None else spec.heads
-        rows.append([code(name), family_of_module(origin.get(name, "?")), _layers_by_heads(heads),
+        # a preset registered in a loop names no constant: its source's family owns it
+        owner = origin.get(name) or (type(source).__module__ if source is not None else "?")
+        rows.append([code(name), family_of_module(owner), _layers_by_heads(heads),
                      str(spec.d_model), f"`{spec.inputs}` -> `{spec.output_head}`", f"{spec.parameter_count():,}"])
     return ["preset", "family", "layers x heads", "d_model", "inputs -> outputs", "parameters"], rows
 
