@@ -1,7 +1,12 @@
-"""``headwise heads``: the attention heads of a trained language run, scored one by one.
+"""``headwise heads``: the attention heads of a trained language run, scored one by one, and
+pruned to a budget as a new, smaller run.
 
     headwise heads score runs/lm-tiny                                  -> runs/lm-tiny/heads/
     headwise heads score runs/llama --method gradient,ablation --tokens 4096 --out scores/
+    headwise heads prune runs/lm-tiny --to heads:4 --out runs/lm-tiny-pruned
+    headwise heads prune runs/llama --to params:1.2M --scope per-layer --scores runs/llama/heads/head_scores.json \
+        --out runs/llama-uniform
+    headwise train runs/lm-tiny-pruned/config.toml --out runs/healed --set train.init_from=runs/lm-tiny-pruned
 """
 
 from __future__ import annotations
@@ -16,6 +21,12 @@ from headwise.paths import nearest_existing
 
 if TYPE_CHECKING:
     from headwise.analysis.head_importance import HeadScores
+    from torch import nn
+
+    from headwise.search.budget import BudgetConfig
+    from headwise.spec import ModelSpec
+    from headwise.text.tokenizer import Tokenizer
+    from headwise.train.config import RunConfig
 
 NAME = "heads"
 HELP = "per-head importance of a language run's model (gradient, activation, ablation)"
@@ -24,6 +35,14 @@ HELP = "per-head importance of a language run's model (gradient, activation, abl
 SCORES_JSON, SCORES_PNG = "head_scores.json", "head_scores.png"
 #: heads named at each end of a method's ranking (at most half the heads each)
 SHOWN = 5
+#: what ``prune`` writes in the new run besides a run's files
+PRUNED_JSON = "pruned.json"
+#: ``--to KIND:AMOUNT``: each kind's budget metric, as ``headwise search`` names and counts it
+#: (:mod:`headwise.search.budget`); an amount alone is parameters
+BUDGET_KINDS = {"heads": "total_heads", "params": "params", "flops": "flops_per_token",
+                "kv-bytes": "kv_bytes_per_token"}
+#: an amount's suffixes: thousands, millions, billions
+SCALE = {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "B": 10**9}
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -42,6 +61,30 @@ def configure(p: argparse.ArgumentParser) -> None:
                        help="validation tokens to score on, in sequences of the run's block size (default "
                             "%(default)s)")
     score.add_argument("--out", type=Path, help=f"output folder (default RUN/heads): {SCORES_JSON}, {SCORES_PNG}")
+    prune = sub.add_parser("prune", help="remove the lowest-scoring heads to a budget, as a new run",
+                           description="Remove a language run's lowest-scoring attention heads until the model meets "
+                                       "a budget, and write the smaller model as a new run (its weights those of the "
+                                       "heads that stay) that headwise trains (train.init_from), evaluates, exports "
+                                       "and searches like any other. A grouped-query layer keeps its key/value heads "
+                                       "and loses one query head from every group at a time; every layer keeps at "
+                                       "least one head.")
+    prune.add_argument("run_dir", metavar="RUN", help="a language run directory")
+    prune.add_argument("--to", required=True, metavar="BUDGET",
+                       help="the budget, a cap: heads:N (heads over the layers), params:N (or N alone), flops:N "
+                            "(training FLOPs per token), kv-bytes:N (fp32 key/value cache bytes per token); N may end "
+                            "in k, M or G (params:1.2M)")
+    prune.add_argument("--out", required=True, type=Path, metavar="NEW_RUN",
+                       help=f"the new run folder (must not exist, or be empty): a run's files and {PRUNED_JSON}")
+    prune.add_argument("--method", default="gradient",
+                       help="the score that ranks the heads: gradient (default), activation or ablation")
+    prune.add_argument("--scope", default="global", choices=("global", "per-layer"),
+                       help="global (default): heads compete across layers, which gives a per-layer allocation; "
+                            "per-layer: the same number of heads goes from every layer (the uniform baseline)")
+    prune.add_argument("--scores", type=Path, metavar="FILE",
+                       help=f"rank by the scores of a {SCORES_JSON} that headwise heads score wrote for this run "
+                            "(default: score the run now)")
+    prune.add_argument("--tokens", type=int, default=8192,
+                       help="without --scores: validation tokens to score on (default %(default)s)")
 
 
 def _methods(text: str) -> tuple[str, ...]:
@@ -64,7 +107,12 @@ def _check_out(out: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``heads score`` (the one action so far)."""
+    """``heads score`` or ``heads prune``."""
+    return prune_run(args) if args.action == "prune" else score_run(args)
+
+
+def score_run(args: argparse.Namespace) -> int:
+    """``heads score``: every head's scores, as a table, a heat map and a JSON record."""
     from headwise.analysis.head_importance import head_shapes, mean_loss, score_heads, validation_sample
     from headwise.analysis.plots import plot_head_scores
     from headwise.config import atomic_write_text
@@ -111,3 +159,140 @@ def format_scores(headline: str, scores: dict[str, HeadScores]) -> str:
         for label, part in (("top", ranked[:n]), ("bottom", ranked[::-1][:n])):
             lines.append(f"{label:>6}: " + ", ".join(f"L{i}.H{h} {v:.3g}" for v, i, h in part))
     return "\n".join(lines)
+
+
+def parse_budget(text: str) -> BudgetConfig:
+    """``--to``'s budget as a search's ``[budget]`` with that cap: ``KIND:AMOUNT`` (a kind of
+    :data:`BUDGET_KINDS`) or an amount of parameters, the amount a whole number that may end in
+    one of :data:`SCALE` (``params:1.2M`` is 1,200,000)."""
+    from decimal import Decimal, InvalidOperation
+
+    from headwise.search.budget import BudgetConfig
+
+    kind, sep, amount = text.strip().rpartition(":")
+    kind = kind if sep else "params"
+    if kind not in BUDGET_KINDS:
+        raise HeadwiseError(f"--to {text}: unknown budget {kind!r}; give {', '.join(f'{k}:N' for k in BUDGET_KINDS)} "
+                            "(N alone: parameters)")
+    scale = SCALE.get(amount[-1:], 1)
+    try:
+        value = Decimal(amount[:-1] if amount[-1:] in SCALE else amount) * scale
+    except InvalidOperation:
+        value = Decimal("NaN")
+    if not value.is_finite() or value != value.to_integral_value() or value < 1:
+        raise HeadwiseError(f"--to {text}: {amount!r} is not a whole number of at least 1 (e.g. {kind}:24, "
+                            f"{kind}:1.2M)")
+    return BudgetConfig(metric=BUDGET_KINDS[kind], max=int(value))
+
+
+def prune_run(args: argparse.Namespace) -> int:
+    """``heads prune``: the run's lowest-scoring heads removed to the budget, written as a new run."""
+    from headwise.analysis.head_importance import head_shapes, score_heads, validation_sample
+    from headwise.analysis.head_pruning import plan_pruning, prune_model, read_scores
+    from headwise.hf.importer import _check_out
+    from headwise.params import plan_budget
+    from headwise.paths import refuse_unwritable_parent
+    from headwise.train.generate import load_run_model, run_config
+
+    budget = parse_budget(args.to)
+    methods = _methods(args.method)
+    if len(methods) != 1:
+        raise HeadwiseError(f"--method {args.method}: heads are pruned by one method's scores; name one")
+    if args.tokens < 1:
+        raise HeadwiseError(f"--tokens {args.tokens}: give at least 1")
+    out, run_dir = Path(args.out), Path(args.run_dir)
+    _check_out(out)
+    refuse_unwritable_parent("--out", out, "the run")  # written beside it, then renamed into place
+    cfg = run_config(run_dir)
+    if not cfg.task.family.generates_text:
+        raise HeadwiseError(f"{run_dir} is a {cfg.task.kind!r} run: heads are pruned in a language run "
+                            "(nothing was written)")
+    tokenizer = cfg.task.run_tokenizer(run_dir)
+    model, source = load_run_model(run_dir)
+    shapes = head_shapes(model)
+    if args.scores is not None:
+        scores, scored = read_scores(args.scores, methods[0], shapes), {"file": str(args.scores)}
+    else:
+        inputs, targets, loss = validation_sample(run_dir, cfg, args.tokens)
+        scores, scored = score_heads(model, inputs, targets, loss, methods)[methods[0]], {"tokens": inputs.numel()}
+    seq_len = cfg.task.shape().seq_len
+
+    def measure(spec: ModelSpec) -> int:
+        return plan_budget(spec, seq_len, budget.dtype)[budget.metric]
+
+    removed = plan_pruning(model.spec, scores, args.scope, measure, budget.max, budget.describe())
+    smaller = prune_model(model, removed)
+    spec = smaller.spec
+    record = {"source": str(run_dir.resolve()), "model": source, "method": methods[0], "scores": scored,
+              "scope": args.scope, "budget": budget.describe(), "removed": [list(r) for r in removed],
+              "before": _counts(model.spec, seq_len), "after": _counts(spec, seq_len),
+              "head_scores": scores.to_dict()}
+    _write_pruned(out, smaller, _pruned_config(cfg, spec), tokenizer, record)
+    gone = ", ".join(f"L{i}.H{h}" for i, r in enumerate(removed) for h in r)
+    print(f"wrote {out}: {model.spec.heads_line()} -> {spec.heads_line()} by {methods[0]} scores ({args.scope}); "
+          f"removed {gone}; {budget.metric} {measure(model.spec)} -> {measure(spec)} (budget {budget.describe()})")
+    return 0
+
+
+def _counts(spec: ModelSpec, seq_len: int) -> dict:
+    """A spec's layers and every budget metric of it, as ``headwise search`` counts them."""
+    from headwise.params import plan_budget
+
+    layers = [{"heads": s.heads, "kv_heads": s.kv_heads, "head_dim": s.head_dim} for s in spec.layers()]
+    return {"layers": layers, **plan_budget(spec, seq_len)}
+
+
+def _pruned_config(cfg: RunConfig, spec: ModelSpec) -> RunConfig:
+    """The source run's config with the pruned model as ``[model]`` (no preset or plan: the heads are
+    the pruning's) and no ``init_from`` (the weights are the new run's), checked as ``headwise
+    train`` resolves it: training this config builds exactly the pruned model."""
+    from headwise.train.config import RunConfig, resolve_run_model, resolved_config
+
+    data = cfg.to_dict()
+    data["model"] = spec.to_dict()
+    for key in ("init_from", "init_checkpoint"):
+        data["train"].pop(key, None)
+    pruned = RunConfig.parse(data, source="the pruned run's config")
+    resolved, _ = resolve_run_model(pruned.to_dict(), source="the pruned run's config")
+    if resolved != spec:
+        raise HeadwiseError("the run's task changes the pruned model when its config is resolved: nothing was written")
+    return resolved_config(pruned, spec)
+
+
+def _write_pruned(out: Path, model: nn.Module, cfg: RunConfig, tokenizer: Tokenizer | None, record: dict) -> None:
+    """The pruned run's files (as ``headwise convert`` writes a run: config, tokenizer, model, a
+    step-0 checkpoint, a summary of 0 steps) and ``pruned.json``, written in a folder beside
+    ``out`` and renamed into place, so a failure leaves nothing."""
+    import shutil
+    import tempfile
+
+    from headwise.hf.export import _make_folders
+    from headwise.hf.importer import _write_run
+    from headwise.plans import Plan
+    from headwise.run.summary import RunStatus, RunSummary
+    from headwise.run.tokenizer import tokenizer_record
+
+    spec = model.spec
+    plan = Plan.explicit(spec.heads, spec.head_dims)
+    plan = plan.with_kv_heads(spec.kv_heads_per_layer) if spec.kv_heads is not None else plan
+    facts = {k: record[k] for k in ("source", "model", "method", "scope", "budget", "removed")}
+    summary = RunSummary(status=RunStatus.COMPLETED, params=spec.parameter_count(), d_model=spec.d_model, plan=plan,
+                         steps=0, total_steps=0, kv_cache_bytes_per_token=spec.kv_cache_budget(),
+                         task={"task": cfg.task.kind, "data": f"pruned from {record['source']} by headwise heads "
+                                                              "prune; not trained since", "pruned_from": facts},
+                         tokenizer=tokenizer_record(tokenizer))
+    made = _make_folders(out.parent)
+    tmp: Path | None = None
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        _write_run(tmp, model, cfg, tokenizer, summary)
+        (tmp / PRUNED_JSON).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        if out.exists():
+            out.rmdir()
+        tmp.rename(out)
+    except BaseException:  # nothing half-written stays: the folder, and the folders made above it
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        for folder in reversed(made):
+            folder.rmdir()
+        raise
