@@ -1,5 +1,6 @@
 """The 22 presets of Leaner Transformers' Tables 4-5 as data, without torch or timm: names, tables,
-lookup and the images a preset refuses (the counts are tests/test_timm_models.py's)."""
+the paper's columns as printed, lookup and the images a preset refuses (the counts are
+tests/test_timm_models.py's)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,33 @@ def test_each_reduced_model_has_fewer_parameters_and_the_same_timm_model(model):
     assert reduced.model == original.model
     assert reduced.params < original.params
     assert float(reduced.paper_params) < float(original.paper_params)
+
+
+# rows hand-copied from Tables 4 and 5: (Depth, Heads) MLP dim., Top-1, Top-5, Params (M), Memory (GB)
+PRINTED = {
+    "timm-vit-b": ("(12, 12) 3072", "80.1", "94.2", "86.6", "178.4"),
+    "timm-deit-b-reduced": ("(7, 16) 1536", "80.8", "95.3", "40.1", "101.6"),
+    "timm-xcit-m-reduced": ("(12, 16) 2048", "81.7", "95.6", "59.0", "196"),
+    "timm-volo-d3": ("([8, 8, 16, 4], [8, 16, 16, 16]) (1024, 2048, 2048, 2048)", "82.6", "95.6", "86", "209.2"),
+    "timm-vit-l": ("(24, 16) 4096", "80.6", "94.4", "203.6", "200.0"),
+    "timm-davit-l-reduced": ("([1, 1, 5, 1], [6, 12, 48, 48]) (768, 1536, 3072, 6144)", "83.6", "96.6", "140.0",
+                             "186.4"),
+}
+
+
+@pytest.mark.parametrize("name", PRINTED)
+def test_a_presets_paper_columns_are_its_row_as_printed(name):
+    p = timm_preset(name)
+    assert (p.row, p.paper_top1, p.paper_top5, p.paper_params, p.paper_memory_gb) == PRINTED[name]
+
+
+@pytest.mark.parametrize("model", TABLE_4 + TABLE_5)
+def test_each_reduced_model_trains_in_less_memory_at_no_lower_top1_in_the_paper(model):
+    original, reduced = timm_preset(f"timm-{model}"), timm_preset(f"timm-{model}-reduced")
+    assert float(reduced.paper_memory_gb) < float(original.paper_memory_gb)
+    assert float(reduced.paper_top1) >= float(original.paper_top1)
+    assert float(reduced.paper_top5) >= float(original.paper_top5)
+    assert 70 < float(reduced.paper_top1) < float(reduced.paper_top5) < 100
 
 
 def test_a_construction_reads_as_the_timm_model_and_its_changes():

@@ -7,7 +7,7 @@ spec is a typed config that resolves once against a task's shape (:meth:`ModelSo
 builds its model, counts it, and saves as ``{table: fields}``: in a resolved run config's
 ``[model]`` and in a checkpoint's ``spec.json``. The trainer, checkpoints and resume then treat
 every model through the few methods :class:`ModelSpec <headwise.spec.ModelSpec>` has too
-(``build``, ``parameter_count``, ``flops_per_token``, ``kv_cache_budget``, ``attention_metrics``,
+(``build``, ``parameter_count``, ``flops_per_token``, ``kv_cache_budget``, ``analyze``,
 ``heads_line``, ``d_model``). Importing this module imports no family and no torch.
 """
 

@@ -317,12 +317,12 @@ class ModelSpec(Config):
 
         return kv_cache_budget(self) if self.causal else None
 
-    def attention_metrics(self, model, inputs) -> dict[str, float]:
-        """The trainer's analysis metrics of ``model`` (this spec's) on one batch of ``inputs``
-        (:func:`headwise.analysis.conditioning.training_metrics`)."""
-        from headwise.analysis.conditioning import training_metrics
+    def analyze(self, model, batches):
+        """Condition numbers, entropies and effective ranks of ``model``'s (this spec's) attention
+        on ``batches`` (:func:`headwise.analysis.conditioning.analyze_model`)."""
+        from headwise.analysis.conditioning import analyze_model
 
-        return training_metrics(model, inputs)
+        return analyze_model(model, batches)
 
     def heads_line(self) -> str:
         """``heads [..]``, with the key/value heads where they differ: how a run announces its model."""

@@ -23,7 +23,6 @@ from typing import Any, Callable
 
 from torch import Tensor
 
-from headwise.analysis.conditioning import analyze_model
 from headwise.config import atomic_write_text, read_toml
 from headwise.errors import HeadwiseError
 from headwise.model import WEIGHTS_FILE, load_pretrained
@@ -98,7 +97,7 @@ def analyze_run(
             skipped.append(f"skipped checkpoint {path.name}: {exc}")
             (progress or _stderr)(f"warning: {skipped[-1]}")
             continue
-        result = analyze_model(model, inputs)
+        result = model.spec.analyze(model, inputs)
         for row in result.rows():
             rows.append({"step": step, **row})
         if progress:
@@ -146,7 +145,8 @@ def final_model_dir(run_dir: str | Path) -> tuple[int | None, Path]:
 def final_conditioning(run_dir: str | Path, inputs: list[Tensor], device: str = "cpu") -> FinalConditioning:
     """Measure the final model of a run (:func:`final_model_dir`) on ``inputs``."""
     step, model_dir = final_model_dir(run_dir)
-    result = analyze_model(load_pretrained(model_dir, map_location=device), inputs)
+    model = load_pretrained(model_dir, map_location=device)
+    result = model.spec.analyze(model, inputs)
     overall = result.rows()[-1]
     return FinalConditioning(step, result.cond_mean, result.cond_median, overall["rank_deficient"],
                              overall["entropy"], overall["erank"])

@@ -401,7 +401,7 @@ class Trainer:
         return values[0]
 
     def _analyse(self) -> dict[str, float]:
-        return self.spec.attention_metrics(self.model, self.eval_set[0].inputs.to(self.device))
+        return self.spec.analyze(self.model, [self.eval_set[0].inputs.to(self.device)]).metrics()
 
     def _save(self) -> None:
         """Checkpoint the current step (all processes take part; rank 0 writes)."""

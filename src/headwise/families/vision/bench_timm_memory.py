@@ -63,15 +63,6 @@ from headwise.families.vision.bench import make_image_step
 from headwise.families.vision.timm_models import TimmChanges, build_timm_model
 from headwise.families.vision.timm_presets import PRESETS, TimmPreset, timm_preset
 
-#: the paper's Memory column (GB, as printed) of Tables 4 and 5, by preset
-PAPER_MEMORY_GB: dict[str, float] = {
-    "timm-vit-b": 178.4, "timm-vit-b-reduced": 101.6, "timm-deit-b": 178.4, "timm-deit-b-reduced": 101.6,
-    "timm-xcit-m": 320.8, "timm-xcit-m-reduced": 196.0, "timm-tnt-b": 266.4, "timm-tnt-b-reduced": 200.8,
-    "timm-volo-d3": 209.2, "timm-volo-d3-reduced": 144.8, "timm-davit-b": 294.4, "timm-davit-b-reduced": 233.6,
-    "timm-vit-l": 200.0, "timm-vit-l-reduced": 115.2, "timm-deit-l": 200.0, "timm-deit-l-reduced": 115.2,
-    "timm-xcit-l": 275.2, "timm-xcit-l-reduced": 160.8, "timm-volo-d4": 294.4, "timm-volo-d4-reduced": 188.8,
-    "timm-davit-l": 238.4, "timm-davit-l-reduced": 186.4,
-}
 #: the paper's batch per GPU (Table 6: 1,024 base and 512 large over 8 A100s), by table
 PAPER_GPU_BATCH = {4: 128, 5: 64}
 #: glibc's mmap threshold for the measured process (see the module doc)
@@ -245,7 +236,7 @@ def bench_timm_memory(sizes: MemorySizes, device: torch.device, log: Callable[[s
         if "failed" not in row:
             row["ratio"] = row["reduced_bytes"] / row["original_bytes"]
             row["params_ratio"] = row["reduced_params"] / row["original_params"]
-        row["paper_gb"] = [PAPER_MEMORY_GB[row["original"]], PAPER_MEMORY_GB[row["reduced"]]]
+        row["paper_gb"] = [float(timm_preset(row[side]).paper_memory_gb) for side in ("original", "reduced")]
         row["paper_ratio"] = row["paper_gb"][1] / row["paper_gb"][0]
         pairs.append(row)
     measure_text = ("torch.cuda.max_memory_allocated over the baseline" if device.type == "cuda" else

@@ -124,12 +124,12 @@ class TimmSpec(Config):
         """None: an image model decodes nothing."""
         return None
 
-    def attention_metrics(self, model, inputs) -> dict[str, float]:
-        """Condition numbers and entropies of the model's attention on one batch of images, through
-        timm's attention modules (:mod:`~headwise.families.vision.timm_analysis`)."""
-        from headwise.families.vision.timm_analysis import timm_training_metrics
+    def analyze(self, model, batches):
+        """Condition numbers, entropies and effective ranks of the model's attention on ``batches``
+        of images, through timm's attention modules (:mod:`~headwise.families.vision.timm_analysis`)."""
+        from headwise.families.vision.timm_analysis import analyze_timm_model
 
-        return timm_training_metrics(model, inputs)
+        return analyze_timm_model(model, batches)
 
     def heads_line(self) -> str:
         """``timm NAME, heads per block [...]``: how a run announces its model."""
