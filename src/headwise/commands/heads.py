@@ -6,7 +6,8 @@ pruned to a budget as a new, smaller run.
     headwise heads prune runs/lm-tiny --to heads:4 --out runs/lm-tiny-pruned
     headwise heads prune runs/llama --to params:1.2M --scope per-layer --scores runs/llama/heads/head_scores.json \
         --out runs/llama-uniform
-    headwise train runs/lm-tiny-pruned/config.toml --out runs/healed --set train.init_from=runs/lm-tiny-pruned
+    headwise train runs/lm-tiny-pruned/config.toml --out runs/healed --set train.init_from=runs/lm-tiny-pruned \
+        --set train.distill.teacher=runs/lm-tiny
 """
 
 from __future__ import annotations
@@ -189,10 +190,10 @@ def prune_run(args: argparse.Namespace) -> int:
     """``heads prune``: the run's lowest-scoring heads removed to the budget, written as a new run."""
     from headwise.analysis.head_importance import head_shapes, score_heads, validation_sample
     from headwise.analysis.head_pruning import plan_pruning, prune_model, read_scores
-    from headwise.hf.importer import _check_out
     from headwise.params import plan_budget
     from headwise.paths import refuse_unwritable_parent
     from headwise.train.generate import load_run_model, run_config
+    from headwise.train.run_folder import check_new_run_folder
 
     budget = parse_budget(args.to)
     methods = _methods(args.method)
@@ -201,7 +202,7 @@ def prune_run(args: argparse.Namespace) -> int:
     if args.tokens < 1:
         raise HeadwiseError(f"--tokens {args.tokens}: give at least 1")
     out, run_dir = Path(args.out), Path(args.run_dir)
-    _check_out(out)
+    check_new_run_folder(out)
     refuse_unwritable_parent("--out", out, "the run")  # written beside it, then renamed into place
     cfg = run_config(run_dir)
     if not cfg.task.family.generates_text:
@@ -263,14 +264,10 @@ def _write_pruned(out: Path, model: nn.Module, cfg: RunConfig, tokenizer: Tokeni
     """The pruned run's files (as ``headwise convert`` writes a run: config, tokenizer, model, a
     step-0 checkpoint, a summary of 0 steps) and ``pruned.json``, written in a folder beside
     ``out`` and renamed into place, so a failure leaves nothing."""
-    import shutil
-    import tempfile
-
-    from headwise.hf.export import _make_folders
-    from headwise.hf.importer import _write_run
     from headwise.plans import Plan
     from headwise.run.summary import RunStatus, RunSummary
     from headwise.run.tokenizer import tokenizer_record
+    from headwise.train.run_folder import write_run_atomically
 
     spec = model.spec
     plan = Plan.explicit(spec.heads, spec.head_dims)
@@ -281,18 +278,4 @@ def _write_pruned(out: Path, model: nn.Module, cfg: RunConfig, tokenizer: Tokeni
                          task={"task": cfg.task.kind, "data": f"pruned from {record['source']} by headwise heads "
                                                               "prune; not trained since", "pruned_from": facts},
                          tokenizer=tokenizer_record(tokenizer))
-    made = _make_folders(out.parent)
-    tmp: Path | None = None
-    try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-        _write_run(tmp, model, cfg, tokenizer, summary)
-        (tmp / PRUNED_JSON).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        if out.exists():
-            out.rmdir()
-        tmp.rename(out)
-    except BaseException:  # nothing half-written stays: the folder, and the folders made above it
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-        for folder in reversed(made):
-            folder.rmdir()
-        raise
+    write_run_atomically(out, model, cfg, tokenizer, summary, {PRUNED_JSON: json.dumps(record, indent=2) + "\n"})

@@ -33,8 +33,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,21 +42,18 @@ from pydantic import ValidationError
 
 from headwise.config import apply_overrides, describe_validation_error, read_toml
 from headwise.errors import HeadwiseError
-from headwise.hf.export import _make_folders
 from headwise.hf.convert import Architecture
 from headwise.hf.native import targets
-from headwise.model import SPEC_FILE, WEIGHTS_FILE, Transformer, save_pretrained
-from headwise.model.pretrained import MANIFEST_FILE, first_line
+from headwise.model import Transformer
+from headwise.model.pretrained import first_line
 from headwise.params import count_params, kv_cache_budget
-from headwise.paths import nearest_existing
 from headwise.plans import Plan
-from headwise.run.layout import RunDir
-from headwise.run.summary import RunStatus, RunSummary, write_summary
-from headwise.run.tokenizer import save_run_tokenizer, tokenizer_record
+from headwise.run.summary import RunStatus, RunSummary
+from headwise.run.tokenizer import tokenizer_record
 from headwise.spec import ModelSpec
 from headwise.text.tokenizer import Tokenizer
-from headwise.train.checkpoint import step_dir_name
 from headwise.train.config import RunConfig, resolve_run_model, resolved_config
+from headwise.train.run_folder import check_new_run_folder, write_run_atomically
 
 #: ``--class`` choices besides ``auto``: the native targets that have a ``from_hf``
 CLASSES = ("llama", "qwen3", "laguna", "gpt-neo")
@@ -283,34 +278,6 @@ def _summary(spec: ModelSpec, tokenizer: Tokenizer | None, facts: dict[str, Any]
                       task={"task": "lm", "data": data, "converted_from": facts}, tokenizer=record)
 
 
-def _check_out(out: Path) -> None:
-    """``out`` must be a new or empty folder that can be made."""
-    if out.exists() and not out.is_dir():
-        raise HeadwiseError(f"--out {out} is a file: give a new folder for the run (nothing was written)")
-    if out.is_dir() and any(out.iterdir()):
-        raise HeadwiseError(f"--out {out} already exists and is not empty: give a new folder (nothing was written)")
-    if not nearest_existing(out).is_dir():
-        raise HeadwiseError(f"--out {out}: {nearest_existing(out)} is a file, so the folder cannot be made there "
-                            "(nothing was written)")
-
-
-def _write_run(tmp: Path, model: Transformer, cfg: RunConfig, tokenizer: Tokenizer | None,
-               summary: RunSummary) -> None:
-    """The run's files in ``tmp``."""
-    run = RunDir(tmp)
-    cfg.save(run.config)
-    save_run_tokenizer(tmp, tokenizer)
-    save_pretrained(model, run.model)
-    step = run.checkpoints / step_dir_name(0)
-    step.mkdir(parents=True)
-    for name in (WEIGHTS_FILE, SPEC_FILE, MANIFEST_FILE):
-        try:
-            os.link(run.model / name, step / name)  # the same bytes: no second copy of a large model
-        except OSError:
-            shutil.copyfile(run.model / name, step / name)
-    write_summary(tmp, summary)
-
-
 def _read_source(src: str, cls: str) -> tuple[Path, bool, Architecture, Any, ModelSpec]:
     """The folder of ``src``, whether it came from the hub, its converter, its ``transformers``
     config and the spec of that config: everything refused before any weight is read."""
@@ -354,7 +321,7 @@ def convert(src: str, out: str | Path, cls: str = "auto", overrides: list[str] |
     import transformers
 
     out, notes = Path(out), notes if notes is not None else []
-    _check_out(out)
+    check_new_run_folder(out)
     folder, hub, target, hf_config, spec = _read_source(src, cls)
     tokenizer, why = _tokenizer(folder, spec.vocab_size)
     if why is not None:
@@ -374,18 +341,5 @@ def convert(src: str, out: str | Path, cls: str = "auto", overrides: list[str] |
              "class": target.model_class, "transformers": transformers.__version__,
              "tokenizer_note": why, "check": {"random_ids": 2 * min(CHECK_IDS, spec.max_seq_len),
                                               "max_logits_diff_of_largest": diff}}
-    made = _make_folders(out.parent)
-    tmp: Path | None = None
-    try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-        _write_run(tmp, model, cfg, tokenizer, _summary(spec, tokenizer, facts))
-        if out.exists():
-            out.rmdir()
-        tmp.rename(out)
-    except BaseException:  # nothing half-written stays: the folder, and the folders made above it
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-        for made_folder in reversed(made):
-            made_folder.rmdir()
-        raise
+    write_run_atomically(out, model, cfg, tokenizer, _summary(spec, tokenizer, facts))
     return Converted(out, target.model_class, spec, tokenizer.spec if tokenizer is not None else None, diff)

@@ -6,6 +6,7 @@ torchrun) from a :class:`RunConfig`.
 - :mod:`~headwise.train.run_folder`, :mod:`~headwise.train.checkpoint`,
   :mod:`~headwise.train.resume`: the run folder, crash-safe checkpoints and exact resume;
 - :mod:`~headwise.train.init_from`: fine-tuning from a pretrained run;
+- :mod:`~headwise.train.distill`: a teacher run's logits mixed into the loss (healing a pruned model);
 - :mod:`~headwise.train.optim`: AdamW and the learning-rate schedule;
 - :mod:`~headwise.train.distributed`: data parallelism under ``torchrun``;
 - :mod:`~headwise.train.metrics`, :mod:`~headwise.train.peak`, :mod:`~headwise.train.trackers`:

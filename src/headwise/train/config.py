@@ -2,10 +2,11 @@
 
 Tables: ``[model]`` (an optional ``preset`` plus any :class:`~headwise.spec.ModelSpec` field,
 and an optional ``[model.plan]`` that sets ``heads``), ``[task]``, ``[optim]``, ``[schedule]``,
-``[train]``, ``[eval]``, ``[checkpoint]``, ``[analysis]``, ``[log]`` (the trackers' own
-:class:`~headwise.train.trackers.LogConfig`). What depends on the task (the vocabulary, the
-number of steps, gradient accumulation) is settled by :func:`resolve_spec` and
-:func:`batch_layout`; :func:`resolved_config` gives the config that reproduces a run.
+``[train]`` (with an optional ``[train.distill]``), ``[eval]``, ``[checkpoint]``, ``[analysis]``,
+``[log]`` (the trackers' own :class:`~headwise.train.trackers.LogConfig`). What depends on the
+task (the vocabulary, the number of steps, gradient accumulation) is settled by
+:func:`resolve_spec` and :func:`batch_layout`; :func:`resolved_config` gives the config that
+reproduces a run.
 """
 
 from __future__ import annotations
@@ -110,6 +111,24 @@ class ScheduleConfig(Config):
         return self
 
 
+class DistillConfig(Config):
+    """``[train.distill]``: distillation from a teacher run (:mod:`headwise.train.distill`), e.g. the
+    unpruned model healing its pruned copy. Each micro-batch's loss is ``(1 - alpha) * task_loss +
+    alpha * temperature**2 * KL(teacher || student)`` over the next-token distributions at the
+    temperature (Hinton et al. 2015); the logged ``train_loss`` is that mix, ``eval_loss`` the task's."""
+
+    #: the teacher's run folder: its final model, or ``teacher_checkpoint`` (a folder name in its checkpoints/)
+    teacher: str
+    teacher_checkpoint: str | None = None
+    temperature: float = Field(default=2.0, gt=0)
+    alpha: float = Field(default=0.5, ge=0, le=1)
+
+    @field_validator("teacher")
+    @classmethod
+    def _absolute(cls, run: str) -> str:
+        return os.path.abspath(run)  # as train.init_from: resume and export read it from anywhere
+
+
 class TrainConfig(Config):
     """``[train]``: batch, duration, precision, device and logging."""
 
@@ -134,6 +153,7 @@ class TrainConfig(Config):
     #: setting, not a [model] one: the model is still built from [model] (see headwise.train.init_from).
     init_from: str | None = None
     init_checkpoint: str | None = None
+    distill: DistillConfig | None = None
 
     @model_validator(mode="after")
     def _check(self) -> "TrainConfig":

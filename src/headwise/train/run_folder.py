@@ -8,24 +8,34 @@ bad input found in the first steps. A run refused before it has saved a checkpoi
 what its own invocation created (:class:`NewFolder`), so that the corrected command is not
 refused as "holds a different run" and ``--resume`` is not offered a run with nothing to resume;
 a resume puts its run's config back (:class:`ResumedConfig`).
+
+A run whose model was not trained here (``headwise convert``'s, ``headwise heads prune``'s) is
+written whole by :func:`write_run_atomically` into a folder :func:`check_new_run_folder` allowed.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from headwise.config import atomic_write_text
 from headwise.errors import HeadwiseError
-from headwise.run import RunDir
+from headwise.model import SPEC_FILE, WEIGHTS_FILE, save_pretrained
+from headwise.model.pretrained import MANIFEST_FILE
+from headwise.paths import nearest_existing
+from headwise.run import RunDir, RunSummary, write_summary
 from headwise.run.tokenizer import check_resumed_tokenizer, save_run_tokenizer
 from headwise.spec import ModelSpec
-from headwise.train.checkpoint import clean_uncommitted
+from headwise.train.checkpoint import clean_uncommitted, step_dir_name
 from headwise.train.config import RunConfig
 from headwise.train.resume import ResumePoint, check_resume, commit_fallback, config_difference, saved_config
 
 if TYPE_CHECKING:
+    from torch import nn
+
     from headwise.text.tokenizer import Tokenizer
 
 
@@ -123,3 +133,54 @@ def prepare_run_dir(run_dir: RunDir, cfg: RunConfig, tokenizer: "Tokenizer | Non
         undo.take_back()
         raise
     return undo, notes
+
+
+def check_new_run_folder(out: Path) -> None:
+    """``--out`` of a run written whole (:func:`write_run_atomically`): a new or empty folder that
+    can be made, refused before anything is read or written."""
+    if out.exists() and not out.is_dir():
+        raise HeadwiseError(f"--out {out} is a file: give a new folder for the run (nothing was written)")
+    if out.is_dir() and any(out.iterdir()):
+        raise HeadwiseError(f"--out {out} already exists and is not empty: give a new folder (nothing was written)")
+    if not nearest_existing(out).is_dir():
+        raise HeadwiseError(f"--out {out}: {nearest_existing(out)} is a file, so the folder cannot be made there "
+                            "(nothing was written)")
+
+
+def write_run_atomically(out: Path, model: nn.Module, cfg: RunConfig, tokenizer: Tokenizer | None,
+                         summary: RunSummary, extra: dict[str, str] | None = None) -> None:
+    """Write a run of a model not trained here into ``out`` (a new or empty folder): its config,
+    tokenizer, final model, a step-0 checkpoint of the same files (``headwise analyze`` measures
+    checkpoints; no trainer state: such a run is trained on with ``train.init_from``, never
+    resumed), its summary and ``extra`` files (name: text). Everything is written into a folder
+    beside ``out`` and renamed into place last, so a failure leaves nothing, nor the folders it
+    made above ``out``."""
+    made = [p for p in (out.parent, *out.parent.parents) if not p.exists()][::-1]
+    for folder in made:
+        folder.mkdir()
+    tmp: Path | None = None
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        run = RunDir(tmp)
+        cfg.save(run.config)
+        save_run_tokenizer(tmp, tokenizer)
+        save_pretrained(model, run.model)
+        step = run.checkpoints / step_dir_name(0)
+        step.mkdir(parents=True)
+        for name in (WEIGHTS_FILE, SPEC_FILE, MANIFEST_FILE):
+            try:
+                os.link(run.model / name, step / name)  # the same bytes: no second copy of a large model
+            except OSError:
+                shutil.copyfile(run.model / name, step / name)
+        write_summary(tmp, summary)
+        for name, text in (extra or {}).items():
+            (tmp / name).write_text(text, encoding="utf-8")
+        if out.exists():
+            out.rmdir()
+        tmp.rename(out)
+    except BaseException:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        for folder in reversed(made):
+            folder.rmdir()
+        raise

@@ -31,6 +31,7 @@ from headwise.tasks.union import build_task
 from headwise.train.allocator import tune_cpu_allocator
 from headwise.train.checkpoint import latest_checkpoint, rng_state, save_checkpoint, set_rng_state
 from headwise.train.config import RunConfig, batch_layout, min_lr, resolve_spec, resolved_config, warmup_steps
+from headwise.train.distill import load_distiller
 from headwise.train.distributed import DistContext, init_distributed, resolve_device
 from headwise.train.init_from import check_init_source, load_encoder
 from headwise.train.metrics import MetricsLog, Progress, peak_memory_bytes
@@ -113,6 +114,9 @@ class Trainer:
         # Made (a missing extra refused) before anything is written, by every process so that
         # all refuse alike; rank 0 starts them in run().
         self.trackers = open_trackers(self.cfg.log, out)
+        # before _build seeds the generators (building the teacher draws weights); a resume loads it again
+        self.distiller = (load_distiller(t.distill, self.spec, self.task, self.tokenizer, self.device)
+                          if t.distill else None)
         self.resume_notes: list[str] = []
         self._init_progress()
         # The model, the init_from weights and the data streams too: what they refuse (a damaged
@@ -317,7 +321,7 @@ class Trainer:
             sync = self.forward.no_sync() if self.ctx.enabled and not last else contextlib.nullcontext()
             with sync:
                 with self.autocast:
-                    loss = self.task.train_loss(self.forward, batch)
+                    loss = (self.distiller or self.task).train_loss(self.forward, batch)
                 (loss / accum).backward()
             step_loss += loss.detach()
         step_loss /= accum
