@@ -306,7 +306,8 @@ def conditioning_section(doc: Document, study: StudyRuns, layout: Layout, probes
     doc.add("The condition number sigma_max / sigma_min of each layer's concatenated per-head attention output "
             "A = [A_1 ... A_h] (tokens x attention width, before the output projection), averaged over the first "
             f"{COND_SEQUENCES} sequences of the first evaluation batch and over layers (Leaner Transformers' Fig. 2 "
-            "quantity), measured in float64 on the final weights with `headwise.analysis.conditioning.analyze_model`. "
+            "quantity), measured in float64 on the final weights with `headwise.analysis.conditioning.analyze_model` (a "
+            "timm model's through its own attention modules: `headwise.families.vision.timm_analysis`). "
             f"`headwise analyze {path}` gives the same over all checkpoints and more sequences.")
     doc.figure("conditioning_vs_heads", fig, rows, "Mean condition number of the attention output against "
                + layout.conditioning_caption + " (with several seeds: the line joins the means over seeds, the "
