@@ -26,18 +26,16 @@ and width (its entrypoints fix them: timm raises on an override; its MLP ratios 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Sequence
-from unittest import mock
 
 from headwise.errors import HeadwiseError
-from headwise.families.vision.timm_models import (Family, TimmChanges, base_arguments, check_image, timm_arguments,
-                                                  timm_family)
+from headwise.families.vision.timm_models import (Family, TimmChanges, base_arguments, check_image, entry_arguments,
+                                                  timm_arguments, timm_family, unchanged_arguments)
 
 WEIGHTS = "model.safetensors"
 #: what the name's registered weights say of themselves, untrue of headwise's
@@ -53,7 +51,7 @@ def create_model_arguments(name: str, changes: TimmChanges = TimmChanges(), *, n
     ``create_model`` cannot express (see the module's docstring)."""
     family = timm_family(name)
     if family is None:
-        return _unchanged_arguments(name, changes, num_classes, image_size, in_chans)
+        return unchanged_arguments(name, changes, num_classes, image_size, in_chans)
     arguments = timm_arguments(name, family, changes)
     merged = {**base_arguments(name, family), **arguments}
     check_image(name, family, merged, image_size, in_chans)
@@ -80,36 +78,11 @@ def _holds_width(family: Family, merged: dict[str, Any], head_dim: int | None) -
     return merged[family.width] != merged[family.heads] * head_dim
 
 
-def _unchanged_arguments(name: str, changes: TimmChanges, num_classes: int, image_size: int,
-                         in_chans: int) -> dict[str, Any]:
-    """A model of no family: timm's own, with ``img_size`` only where it differs from the model's
-    input size, as headwise builds it."""
-    import timm
-
-    if changes != TimmChanges():
-        raise HeadwiseError(f"timm model {name!r} takes no changes ({changes.describe()})")
-    own = timm.models.get_pretrained_cfg_value(name, "input_size")
-    size = {} if own is None or own[-1] == image_size else {"img_size": image_size}
-    return dict(num_classes=num_classes, in_chans=in_chans, **size)
-
-
-def _builder_arguments(name: str, family: Family, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The arguments ``name``'s entrypoint, given ``kwargs`` as ``create_model`` gives them, hands
-    its family's builder (which is swapped for one that records them)."""
-    import timm
-
-    seen: list[dict[str, Any]] = []
-    module = importlib.import_module(f"timm.models.{family.module}")
-    with mock.patch.object(module, family.builder, lambda variant, pretrained=False, **kw: seen.append(kw)):
-        timm.models.model_entrypoint(name)(**kwargs)
-    return seen[0]
-
-
 def _check_passed_through(name: str, family: Family, arguments: dict[str, Any], changes: TimmChanges) -> None:
     """Refuse arguments that ``name``'s entrypoint rejects or does not hand on unchanged."""
-    registered = _builder_arguments(name, family, {})
+    registered = entry_arguments(name, family)[1]
     try:
-        passed = _builder_arguments(name, family, arguments)
+        passed = entry_arguments(name, family, arguments)[1]
     except TypeError as exc:  # an entrypoint that fixes an argument: "got multiple values for keyword ..."
         raise HeadwiseError(f"{family.label} {name!r}: timm.create_model cannot express {changes.describe()} "
                             f"(its entrypoint fixes the architecture: {exc})") from None

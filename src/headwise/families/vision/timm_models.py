@@ -116,24 +116,31 @@ def _closest(name: str, names: list[str], n: int = 3) -> list[str]:
     return [m for m in sorted(names, key=score, reverse=True)[:n] if score(m)[0] >= 0.6]
 
 
-@cache
-def _registered(name: str, family: Family) -> tuple[str, tuple[tuple[str, Any], ...]]:
-    """The variant and the arguments ``name``'s entrypoint hands its family's builder (frozen)."""
+def entry_arguments(name: str, family: Family, kwargs: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    """The variant and the arguments ``name``'s entrypoint, called with ``kwargs`` as
+    ``timm.create_model`` calls it, hands its family's builder (swapped for one that records them:
+    nothing is built)."""
     import timm
 
     module = importlib.import_module(f"timm.models.{family.module}")
     seen: list[tuple[str, dict[str, Any]]] = []
 
-    def capture(variant, pretrained=False, **kwargs):
-        seen.append((variant, kwargs))
+    def capture(variant, pretrained=False, **arguments):
+        seen.append((variant, arguments))
 
     with mock.patch.object(module, family.builder, capture):
-        timm.models.model_entrypoint(name)()
+        timm.models.model_entrypoint(name)(**(kwargs or {}))
     if not seen:
         raise HeadwiseError(f"timm model {name!r} is not built by {family.module}.{family.builder}: "
                             f"headwise cannot read its arguments")
-    variant, kwargs = seen[0]
-    return variant, tuple(kwargs.items())
+    return seen[0]
+
+
+@cache
+def _registered(name: str, family: Family) -> tuple[str, tuple[tuple[str, Any], ...]]:
+    """:func:`entry_arguments` of ``name`` as registered (no arguments given), frozen."""
+    variant, arguments = entry_arguments(name, family)
+    return variant, tuple(arguments.items())
 
 
 def base_arguments(name: str, family: Family) -> dict[str, Any]:
@@ -277,10 +284,10 @@ def _hold_xca_width(model, head_dim: int) -> None:
             block.attn.apply(model._init_weights)
 
 
-def _build_unchanged(name: str, changes: TimmChanges, num_classes: int, image_size: int, in_chans: int,
-                     drop_path: float):
-    """A model of no family above: timm's, refusing every change; ``img_size`` is passed only
-    where it differs from the model's own input size (convolutional models take none)."""
+def unchanged_arguments(name: str, changes: TimmChanges, num_classes: int, image_size: int,
+                        in_chans: int) -> dict[str, Any]:
+    """The ``create_model`` arguments of a model of no family above: timm's, refusing every change;
+    ``img_size`` only where it differs from the model's own input size (convolutional models take none)."""
     import timm
 
     if changes != TimmChanges():
@@ -288,10 +295,19 @@ def _build_unchanged(name: str, changes: TimmChanges, num_classes: int, image_si
                             f"ViT, DeiT, XCiT, TNT, VOLO and DaViT only")
     own = timm.models.get_pretrained_cfg_value(name, "input_size")
     size = {} if own is None or own[-1] == image_size else {"img_size": image_size}
+    return dict(num_classes=num_classes, in_chans=in_chans, **size)
+
+
+def _build_unchanged(name: str, changes: TimmChanges, num_classes: int, image_size: int, in_chans: int,
+                     drop_path: float):
+    """A model of no family above, as :func:`unchanged_arguments` gives it."""
+    import timm
+
+    arguments = unchanged_arguments(name, changes, num_classes, image_size, in_chans)
     try:
         # only when asked: not every timm model takes drop_path_rate
-        extra = {**size, **({"drop_path_rate": drop_path} if drop_path else {})}
-        return timm.create_model(name, pretrained=False, num_classes=num_classes, in_chans=in_chans, **extra)
+        return timm.create_model(name, pretrained=False, **arguments,
+                                 **({"drop_path_rate": drop_path} if drop_path else {}))
     except TypeError as exc:
         raise HeadwiseError(f"timm model {name!r} cannot take {image_size} px images: {exc}") from None
 
