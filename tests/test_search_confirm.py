@@ -34,7 +34,7 @@ def test_the_confirmation_is_a_study_of_the_best_and_the_named_plans_on_fresh_se
                          _trial(3, [4], 0.5, search, "duplicate"), _trial(4, [2, 2], 0.4, search, "pruned"),
                          _trial(5, [1, 1], 0.7, search)]}
     top = top_plans(search, record)
-    assert [(name, plan.heads) for name, plan in top] == [("best-1", (4,)), ("best-2", (1, 1))]  # distinct, complete
+    assert [(t.name, t.plan.heads) for t in top] == [("best-1", (4,)), ("best-2", (1, 1))]  # distinct, complete
     study = confirm_study(search, top)
     assert [v.name for v in study.variants] == ["best-1", "best-2", "one-two", "two-one"]
     assert study.variants[0].config["model"]["heads"] == [4] and study.variants[0].config["model"]["n_layers"] == 1
@@ -51,7 +51,7 @@ def test_the_confirmation_is_a_study_of_the_best_and_the_named_plans_on_fresh_se
     assert claim.test == "better" and claim.metric == "loss"
     # a top plan that is a named one keeps its name, and is not run twice
     named_best = top_plans(search, {"trials": [_trial(0, [2, 1], 0.1, search), _trial(1, [4], 0.5, search)]})
-    assert [name for name, _ in named_best] == ["two-one", "best-1"]
+    assert [t.name for t in named_best] == ["two-one", "best-1"]
     assert [v.name for v in confirm_study(search, named_best).variants] == ["two-one", "best-1", "one-two"]
     assert confirm_study(search, named_best).config.claims[0].pairs == [("best-1", "two-one")]
 

@@ -19,6 +19,7 @@ import tomli_w
 
 from headwise.cli import main
 from headwise.run import RunStatus, read_summary
+from headwise.search.store import draw
 from headwise.search.trials import read_record
 from helpers import one_thread, wait_for  # noqa: F401  (one_thread: one torch thread)
 
@@ -170,7 +171,7 @@ def trial_pruned_at_step_20(tmp_path, launcher=None):
     search = resolve_search(raw, source)
     study = optuna.create_study(pruner=AtTwenty())
     trial = study.ask()
-    plan = search.space.decode(lambda name: trial.suggest_float(name, 0.0, 1.0))
+    plan, _ = draw(search, trial)
     job = RunJob(spec=RunSpec("t", 100, {}, search.trial_config(plan)), action="start", **trial_paths(tmp_path, 0))
     outcome = TrialRun(search, job, trial, threading.RLock(), 1, search.budget_of(plan), threading.Event(),
                        lambda run: None, launcher).run()
@@ -212,7 +213,7 @@ def test_a_trial_pruned_before_its_driver_died_stays_pruned_when_taken_up(tmp_pa
         assert not earlier.should_prune()
         study.tell(earlier, 0.0)
     trial = study.ask()
-    plan = search.space.decode(lambda name: trial.suggest_float(name, 0.0, 1.0))
+    plan, _ = draw(search, trial)
 
     def run(t):
         job = RunJob(spec=RunSpec("t", 100, {}, search.trial_config(plan)), action="start", **trial_paths(tmp_path, 0))
@@ -256,7 +257,7 @@ def test_the_pruners_stop_trials_on_their_eval_curves(tmp_path, pruner):
     states = []
     for n in range(12):
         trial = study.ask()
-        search.space.decode(lambda name: trial.suggest_float(name, 0.0, 1.0))
+        draw(search, trial)
         for step in range(10, 100, 10):
             trial.report(1.0 + n / 10 + 1 / step, step)  # each trial worse than the last
             if step < 90 and trial.should_prune():
@@ -340,7 +341,7 @@ def test_a_stopping_driver_does_not_spin_on_its_trials_metrics(tmp_path, monkeyp
     search = resolve_search(raw, source)
     study = optuna.create_study()
     trial = study.ask()
-    plan = search.space.decode(lambda name: trial.suggest_float(name, 0.0, 1.0))
+    plan, _ = draw(search, trial)
     job = RunJob(spec=RunSpec("t", 100, {}, search.trial_config(plan)), action="start", **trial_paths(tmp_path, 0))
     reads = []
     monkeypatch.setattr(execute, "read_metrics", lambda run_dir: reads.append(1) or [])

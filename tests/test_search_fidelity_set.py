@@ -18,7 +18,7 @@ from bad_input_harness import c, run_case
 from headwise.config import read_toml
 from headwise.errors import HeadwiseError
 from headwise.search import load_search
-from headwise.search.confirm import confirm_raw, confirm_study
+from headwise.search.confirm import Top, confirm_raw, confirm_study
 from headwise.search.definition import resolve_search
 from headwise.search.layout import SEARCH_TOML, check_search_dir, save_search
 from headwise.train.config import RunConfig
@@ -37,7 +37,7 @@ def with_set(raw: dict, sets: dict) -> dict:
 
 
 def _example(search):
-    return [("best-1", next(search.space.plans(limit=1)))]
+    return [Top("best-1", next(search.space.plans(limit=1)))]
 
 
 # --------------------------------------------------------------------------- trials, not the confirmation

@@ -15,8 +15,8 @@ from headwise.search.trials import read_record
 from test_search_driver import trial_pruned_at_step_20, write_search
 
 #: the keys of a trial in trials.json, in order (headwise.search.trials)
-RECORD_KEYS = ["number", "state", "params", "depth", "heads", "head_dims", "kv_heads", "mlp_hidden", "budget", "values",
-               "steps", "run_dir", "duplicate_of", "named", "note"]
+RECORD_KEYS = ["number", "state", "params", "depth", "heads", "head_dims", "kv_heads", "mlp_hidden", "budget", "lr",
+               "repaired", "values", "steps", "run_dir", "duplicate_of", "named", "note"]
 
 
 @pytest.fixture(scope="module")

@@ -208,6 +208,16 @@ def test_an_unconfirmed_search_s_report(tmp_path):
     assert [float(r["best_so_far"]) for r in history if r["state"] == "complete"] == [3.0, 2.9, 2.9, 2.8, 2.8, 2.8]
 
 
+def test_a_searched_learning_rate_is_shown_beside_each_plan(tmp_path):
+    trials = [{**t, "lr": 0.001 * (t["number"] + 1)} for t in TRIALS]
+    text = write_search_report(write_search(tmp_path, trials)).read_text()
+    header = next(line for line in text.splitlines() if line.startswith("| rank |"))
+    assert "| budget use (total_heads) | lr | loss |" in header
+    rows = [r for r in table_rows(text, "## Best plans") if r[0].isdigit()]
+    assert [(r[1], r[10]) for r in rows] == [("3", "0.0040"), ("1", "0.0020"), ("8", "0.0090"), ("0", "0.0010"),
+                                             ("2", "0.0030")]
+
+
 def test_importances_per_param_and_per_layer_in_the_report(tmp_path):
     text = write_search_report(write_search(tmp_path, TRIALS, optuna_trials=30)).read_text()
     params = {r[0].strip("`"): float(r[1]) for r in table_rows(text, "| param |")}

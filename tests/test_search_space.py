@@ -67,15 +67,20 @@ def test_every_number_decodes_to_a_feasible_plan_and_every_feasible_plan_is_reac
 
 
 def assert_feasible_by_construction(s, feasible, check=lambda plan, draws: None):
-    """Every feasible plan is reachable (numbers decode to it), and 300 random draws (edges
-    included) decode to feasible plans whose predicted budget is the spec's; ``check(plan, draws)``
-    adds a space's own checks."""
+    """Every feasible plan is reachable (its own values decode to it), and 300 random draws over
+    each parameter's range (edges included) decode to feasible plans whose predicted budget is the
+    spec's; ``check(plan, draws)`` adds a space's own checks."""
     for plan in feasible:
         assert s.space.decode(s.space.encode(plan).__getitem__) == plan
     rng = random.Random(0)
+
+    def value(name):
+        low, high = s.space.choices(name)[0], s.space.choices(name)[-1]
+        return rng.choice([low, high, rng.uniform(low, high)])
+
     for _ in range(300):
         draws: dict[str, float] = {}
-        plan = s.space.decode(lambda name: draws.setdefault(name, rng.choice([0.0, 1.0, rng.random()])))
+        plan = s.space.decode(lambda name: draws.setdefault(name, value(name)))
         assert plan in feasible
         assert s.space.predicted(plan) == s.budget_of(plan)[s.config.budget.metric]
         check(plan, draws)

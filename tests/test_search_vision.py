@@ -26,7 +26,7 @@ from headwise.families import family_files
 from headwise.params import count_params
 from headwise.plans import Plan, Scheme
 from headwise.search import load_search
-from headwise.search.confirm import confirm_raw, confirm_study
+from headwise.search.confirm import Top, confirm_raw, confirm_study
 from headwise.search.definition import SEARCH_PREFIX, builtin_searches, resolve_search
 from headwise.search.report import write_search_report
 from headwise.search.trials import read_record
@@ -100,7 +100,7 @@ def test_the_verdict_confirms_against_the_baseline_on_fresh_seeds_at_tuned_rates
     search = load_search(NAME, preset="verdict")
     confirm = search.config.confirm
     assert confirm.enabled and confirm.baseline == "l6-h4-m4" and confirm.seeds == 5
-    top = [("best-1", next(search.space.plans(limit=1)))]
+    top = [Top("best-1", next(search.space.plans(limit=1)))]
     raw = confirm_raw(search, top)
     assert raw["report"]["kind"] == "vision" and raw["nuisance"]["values"] == {"optim.lr": [5e-4, 1e-3, 2e-3]}
     (claim,) = confirm_study(search, top).config.claims
@@ -137,7 +137,8 @@ def test_the_quick_space_holds_exactly_the_plans_under_the_cap():
 def test_every_plan_the_tiny_search_draws_keeps_the_cap():
     search = load_search(NAME, preset="tiny")
     rng, cap = random.Random(0), search.config.budget.max
-    plans = [search.space.decode(lambda name: rng.random()) for _ in range(300)]
+    plans = [search.space.decode(lambda name: rng.uniform(search.space.choices(name)[0], search.space.choices(name)[-1]))
+             for _ in range(300)]
     assert {p.n_layers for p in plans} == set(range(2, 9))  # every depth is drawn
     assert all(search.budget_of(p)["params"] <= cap for p in plans)
     deepest = max(plans, key=lambda p: (p.n_layers, search.budget_of(p)["params"]))

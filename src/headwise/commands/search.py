@@ -58,7 +58,7 @@ def describe(search) -> str:  # noqa: ANN001 - a headwise.search.definition.Sear
              f"  budget: {budget}; plans that meet it: " + (f"{count}" if count is not None else "more than can be counted")
              + (f" (depths {', '.join(map(str, space.feasible_depths))})" if len(space.depths) > 1 else ""),
              "  objectives: " + ", ".join(f"{o.metric} ({o.direction})" for o in config.objectives)
-             + ("; NSGA-II" if len(config.objectives) > 1 else "; TPE")
+             + "; " + {"tpe": "TPE", "nsga2": "NSGA-II", "random": "random sampling"}[config.sampler_kind]
              + (f"; pruner {config.fidelity.pruner}" if config.fidelity.pruner != "none" else "")]
     if config.fidelity.set:
         lines.append(f"  trials only (not the confirmation): {config.fidelity.describe_set()}")

@@ -14,44 +14,66 @@ confirmation the evaluation data the search never chose by (the winner's curse o
 seeds). It runs with :func:`headwise.study.runner.run_study` into ``SEARCH_DIR/confirm`` and
 resumes like any study; its report has the verdict.
 
-The top plans are ranked by the first measured objective at the trials' fidelity (several
-objectives: by that one alone, within the budget's cap).
+The top plans are the best by the first measured objective at the trials' fidelity; with several
+objectives they are taken along the Pareto front instead (:func:`top_plans`). Where the search
+draws each trial's learning rate, a top plan trains at its trial's unless the study tunes
+``optim.lr`` itself; the named plans train at the base's, or at their tuned ones.
 """
 
 from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from headwise.errors import HeadwiseError, RunFailure
 from headwise.report.document import plural
 from headwise.plans import Plan
-from headwise.search.definition import Search
+from headwise.search.definition import LR, Search
+from headwise.search.pareto import pareto_select
+from headwise.search.record import oriented
 from headwise.study.definition import Study, resolve_study
 from headwise.study.nuisance import DEFAULT_SEEDS
 
 
-def top_plans(search: Search, record: dict[str, Any]) -> list[tuple[str, Plan]]:
-    """The top-k distinct plans of the complete trials, best first, each under its variant name:
-    the named plan's name when it is one, else ``best-N``."""
-    objective = next(o for o in search.config.objectives if not o.from_budget)
-    sign = 1 if objective.direction == "minimize" else -1
-    done = [t for t in record["trials"] if t["state"] in ("complete", "duplicate") and objective.metric in t["values"]]
-    done.sort(key=lambda t: (sign * t["values"][objective.metric], t["number"]))
+class Top(NamedTuple):
+    """A plan the confirmation takes from the trials: its variant name, the plan, and the learning
+    rate its trial drew (None: the base's)."""
+
+    name: str
+    plan: Plan
+    lr: float | None = None
+
+
+def top_plans(search: Search, record: dict[str, Any]) -> list[Top]:
+    """The top-k distinct plans of the complete trials, best first by the first measured objective
+    (ties: the earlier trial), each with its best trial's learning rate, under its variant name:
+    the named plan's name when it is one, else ``best-N``. With several objectives the k are
+    chosen along the Pareto front (:func:`~headwise.search.pareto.pareto_select`: whole fronts
+    while they fit, then the most isolated plans of the next), not by the first objective alone."""
+    objectives = search.config.objectives
+    first = next(o for o in objectives if not o.from_budget)
+    metrics = [o.metric for o in objectives]
+    done = [t for t in record["trials"] if t["state"] in ("complete", "duplicate")
+            and all(m in t["values"] for m in metrics)]
+    done.sort(key=lambda t: (oriented(t["values"][first.metric], first.direction), t["number"]))
+    best: dict[Plan, dict[str, Any]] = {}
+    for t in done:  # each plan's best trial, best plan first
+        best.setdefault(search.space.decode(lambda name, p=t["params"]: p[name]), t)
+    plans, k = list(best), search.config.confirm.top_k
+    if len(objectives) > 1:
+        keep = set(pareto_select([[best[p]["values"][m] for m in metrics] for p in plans],
+                                 [o.direction for o in objectives], k))
+        plans = [p for i, p in enumerate(plans) if i in keep]
     named = {n.plan: n.name for n in search.named if n.plan is not None}
-    out: list[tuple[str, Plan]] = []
-    for t in done:
-        plan = search.space.decode(lambda name, p=t["params"]: p[name])
-        if plan in (p for _, p in out):
-            continue
-        out.append((named.get(plan, f"best-{sum(1 for n, _ in out if n.startswith('best-')) + 1}"), plan))
-        if len(out) == search.config.confirm.top_k:
-            break
+    out: list[Top] = []
+    for plan in plans[:k]:
+        out.append(Top(named.get(plan, f"best-{sum(1 for t in out if t.name.startswith('best-')) + 1}"), plan,
+                       best[plan].get("lr")))
     return out
 
 
-def confirm_raw(search: Search, top: list[tuple[str, Plan]]) -> dict[str, Any]:
+def confirm_raw(search: Search, top: list[Top]) -> dict[str, Any]:
     """The confirmation study as a study file's tables."""
     confirm = search.config.confirm
     base = copy.deepcopy(search.confirm_base)  # without [fidelity] set: the trials' own data stays theirs
@@ -59,14 +81,19 @@ def confirm_raw(search: Search, top: list[tuple[str, Plan]]) -> dict[str, Any]:
     base["train"].pop("seed", None)            # the study sets each run's seed
     if confirm.steps is not None:
         base["train"]["steps"] = confirm.steps
-    variants = [{"name": name, "set": search.space.run_sets(plan)} for name, plan in top]
+    # a plan's searched learning rate, unless the study tunes it for every variant
+    searched = {t.name: t.lr for t in top if t.lr is not None and LR not in (confirm.nuisance or {}).get("values", {})}
+    variants = [{"name": t.name, "set": {**search.space.run_sets(t.plan), **({LR: searched[t.name]}
+                                                                            if t.name in searched else {})}}
+                for t in top]
     variants += [{"name": n.name, "set": n.sets} for n in search.named if n.name not in {v["name"] for v in variants}]
     objective = next(o for o in search.config.objectives if not o.from_budget)
-    best = next((name for name, _ in top if name != confirm.baseline), None)
+    best = next((t.name for t in top if t.name != confirm.baseline), None)
     raw: dict[str, Any] = {
         "name": f"{search.name}-confirm",
         "description": f"The confirmation of search {search.name}: the best {plural(confirm.top_k, 'plan')} of its "
-                       f"trials (at {search.base['train']['steps']} steps) against its named plans, each trained "
+                       f"trials (at {search.base['train']['steps']} steps" + (", each at the learning rate its trial "
+                       "drew" if searched else "") + f") against its named plans, each trained "
                        f"{base['train']['steps']} steps on fresh paired seeds.",
         "seeds": confirm.seeds,
         "base": base,
@@ -91,7 +118,7 @@ def confirm_raw(search: Search, top: list[tuple[str, Plan]]) -> dict[str, Any]:
     return raw
 
 
-def confirm_study(search: Search, top: list[tuple[str, Plan]]) -> Study:
+def confirm_study(search: Search, top: list[Top]) -> Study:
     """The confirmation study, resolved (every variant's run config checked)."""
     return resolve_study(confirm_raw(search, top), f"{search.source} [confirm]")
 
@@ -113,7 +140,7 @@ def check_confirm(search: Search) -> None:
                             f"would use again (seeds 0..{confirm.seeds - 1}, tuning {tuning}); its seeds must be "
                             "fresh: give a run_seed outside them")
     example = next(search.space.plans(limit=1))
-    confirm_study(search, [("best-1", example)])
+    confirm_study(search, [Top("best-1", example)])
 
 
 def run_confirmation(search: Search, search_dir: Path, record: dict[str, Any], *, jobs: int | None,
@@ -127,7 +154,8 @@ def run_confirmation(search: Search, search_dir: Path, record: dict[str, Any], *
     if not top:
         raise RunFailure(f"search {search.name}: no trial completed, so there is nothing to confirm")
     study = confirm_study(search, top)
-    echo("confirmation: " + "; ".join(f"{name} = {plan.describe()}" for name, plan in top)
+    echo("confirmation: " + "; ".join(f"{t.name} = {t.plan.describe()}" + (f", lr {t.lr:.3g}" if t.lr else "")
+                                      for t in top)
          + f", against {', '.join(n.name for n in search.named)}")
     try:
         return run_study(study, search_dir / "confirm", jobs=jobs, threads=threads, backend=backend, address=address,

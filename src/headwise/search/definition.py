@@ -6,6 +6,7 @@ loaded, with named presets, as study files are (:mod:`headwise.study.definition_
     default_preset = "tiny"
     seed = 0                        # the sampler's seed (trial n samples with seed + n)
     trials = 24                     # trials over the whole search: the named plans, then sampled ones
+    # sampler = "random"            # or "tpe", "nsga2" (default: TPE for one objective, NSGA-II for several)
 
     [base]                          # a run config (the tables of ``headwise train``), no [model.plan]
     model.preset = "tiny-lm"
@@ -14,6 +15,7 @@ loaded, with named presets, as study files are (:mod:`headwise.study.definition_
     depth = 4
     heads = "divisors"
     # scaling = "linear"            # or "geometric": a few numbers set every layer (headwise.search.scaled)
+    # lr = [1e-3, 1e-2]             # optim.lr of each trial, drawn with the plan (log scale)
 
     [budget]                        # headwise.search.budget
     metric = "total_heads"
@@ -91,6 +93,8 @@ class SpaceConfig(Config):
     scaling: Literal["linear", "geometric"] | None = None
     #: geometric: the ratios of a layer's heads to the layer before's (default 0.5, 1, 2)
     ratio: list[float] | None = None
+    #: [low, high]: each trial's optim.lr, drawn with its plan on a log scale (None: the base's)
+    lr: list[float] | None = None
 
     @field_validator("depth")
     @classmethod
@@ -99,6 +103,14 @@ class SpaceConfig(Config):
             raise ValueError(f"depth {v}: give one count or [min, max] with min <= max")
         if v is not None and min(v if isinstance(v, list) else [v]) < 1:
             raise ValueError(f"depth {v}: a model needs at least 1 layer")
+        return v
+
+    @field_validator("lr")
+    @classmethod
+    def _lr(cls, v: list[float] | None) -> list[float] | None:
+        if v is not None and (len(v) != 2 or not 0 < v[0] < v[1]):
+            raise ValueError(f"lr {v}: give the range [low, high], 0 < low < high, that the trials' optim.lr is "
+                             "drawn from (log scale)")
         return v
 
     @field_validator("heads", "head_dim", "kv_heads", "mlp_ratio", "ratio")
@@ -210,6 +222,8 @@ class SearchConfig(Config):
     description: str = ""
     seed: int = Field(default=0, ge=0)
     trials: int = Field(gt=0)
+    #: Optuna's sampler (None: TPE for one objective, NSGA-II for several)
+    sampler: Literal["tpe", "nsga2", "random"] | None = None
     base: dict[str, Any]
     space: SpaceConfig
     budget: BudgetConfig | None = None
@@ -218,6 +232,15 @@ class SearchConfig(Config):
     named: list[NamedPlan] | None = None
     runner: RunnerDefaults = Field(default_factory=RunnerDefaults)
     confirm: ConfirmConfig = Field(default_factory=ConfirmConfig)
+
+    @property
+    def sampler_kind(self) -> str:
+        """The sampler the search uses: the file's, else TPE for one objective, NSGA-II for several."""
+        return self.sampler or ("nsga2" if len(self.objectives) > 1 else "tpe")
+
+
+#: the run-config key of the learning rate a search may draw with each plan ([space] lr)
+LR = "optim.lr"
 
 
 @dataclass
@@ -259,9 +282,9 @@ class Search(Definition):
         """The step the pruner first judges a trial at: [fidelity] min_steps, else the eval interval."""
         return self.config.fidelity.min_steps or int(self.base.get("eval", {}).get("every", 1))
 
-    def trial_config(self, plan: Plan) -> dict[str, Any]:
-        """The run config of a trial of ``plan``."""
-        return self.run_config(self.space.run_sets(plan))
+    def trial_config(self, plan: Plan, lr: float | None = None) -> dict[str, Any]:
+        """The run config of a trial of ``plan`` (at learning rate ``lr``; None: the base's)."""
+        return self.run_config({**self.space.run_sets(plan), **({LR: lr} if lr is not None else {})})
 
     def budget_of(self, plan: Plan) -> dict[str, int]:
         """Every budget metric of ``plan``, exactly, from the base's spec with the plan's layers

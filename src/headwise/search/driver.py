@@ -14,13 +14,13 @@ the driver for as long as it handles the trial. So:
   they will end; a driver counts and asks under ``locks/ask.lock``), so workers share it. Only
   the main driver (the one holding ``.lock``) waits for every trial and then runs the
   confirmation.
-- **Deterministic.** Trial n samples with seed ``seed + n`` (:class:`~headwise.search.store.PerTrialSeed`)
-  and decodes its numbers into a feasible plan (:meth:`~headwise.search.space.Space.decode`); with
-  one job, a search killed and rerun makes the same trials as one never stopped.
+- **Deterministic.** Trial n samples with seed ``seed + n`` (:class:`~headwise.search.store.PlanSampler`)
+  and its values, repaired as they are drawn, make a feasible plan (:func:`~headwise.search.store.draw`);
+  with one job, a search killed and rerun makes the same trials as one never stopped.
 - **Never twice.** A trial whose run config is an earlier trial's reuses that trial's values
   (``duplicate_of``) and trains nothing.
 
-The named plans run first: they are queued in the store once (as numbers that decode to them),
+The named plans run first: they are queued in the store once (as their own values),
 before any trial is sampled.
 
 Where a trial's run runs is its launcher's (:mod:`headwise.search.execute`): a subprocess here,
@@ -216,9 +216,12 @@ class Driver:
         in a thread."""
         t0 = time.monotonic()
         search = self.search
+        from headwise.search.store import draw
+
         with self.lock:
-            plan = search.space.decode(lambda name: trial.suggest_float(name, 0.0, 1.0))
-        config = search.trial_config(plan)
+            plan, lr = draw(search, trial)
+            repaired = self.study.sampler.repairs.pop(trial.number, {})
+        config = search.trial_config(plan, lr)
         budget = search.budget_of(plan)
         if search.config.budget is not None and search.space.predicted(plan) != budget[search.config.budget.metric]:
             raise AssertionError(f"trial {trial.number}: the space computed {search.space.predicted(plan)} for "
@@ -226,8 +229,10 @@ class Driver:
         paths = layout.trial_paths(self.dir, trial.number)
         attrs = {"depth": plan.n_layers, "heads": list(plan.heads), "head_dims": list(plan.head_dims),
                  "kv_heads": list(plan.kv_heads) if search.space.sets_kv_heads or search.space.base.kv_heads else [],
-                 "mlp_hidden": list(plan.mlp_hidden) if search.space.sets_mlp else [], "budget": budget,
+                 "mlp_hidden": list(plan.mlp_hidden) if search.space.sets_mlp else [], "budget": budget, "lr": lr,
                  "run_dir": str(paths["run_dir"].relative_to(self.dir)), "config_key": short_hash(config)}
+        if repaired:  # what the sampler proposed for the values it repaired to keep the budget
+            attrs["repaired"] = repaired
         with self.lock:
             for key, value in attrs.items():
                 trial.set_user_attr(key, value)
@@ -236,6 +241,7 @@ class Driver:
                                   copy.deepcopy(config)), action="start", **paths)
         original = self._original(trial.number, attrs["config_key"])
         self.echo(f"  {'resuming' if adopted else 'started'} trial {layout.trial_name(trial.number)}: {plan.describe()}"
+                  + (f", lr {lr:.3g}" if lr is not None else "")
                   + (f" (the run of trial {original})" if original is not None else ""))
         thread = threading.Thread(target=self._execute, args=(trial, plan, job, budget, original),
                                   name=f"trial-{trial.number}", daemon=True)

@@ -41,13 +41,15 @@ class Trial:
     values: dict[str, float] = field(default_factory=dict)
     #: the named plan's name for its trial ("constant", "l6-h4-m4", ...)
     named: str | None = None
+    #: its learning rate, where the search draws it (None: the base's)
+    lr: float | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Trial:
         """A trial of ``trials.json`` (the fields this report reads; Optuna's params are in its store)."""
         plan = Plan.of(Scheme.EXPLICIT, *(d.get(k) or () for k in ("heads", "head_dims", "kv_heads", "mlp_hidden")))
         return cls(int(d["number"]), str(d["state"]), plan, dict(d.get("budget") or {}), dict(d.get("values") or {}),
-                   d.get("named"))
+                   d.get("named"), d.get("lr"))
 
     def value(self, metric: str) -> float | None:
         """The trial's finite value of ``metric`` (None when it has none)."""

@@ -21,8 +21,9 @@ from headwise.plans import Plan
 from headwise.report.document import Document, fmt, heads_str, plural
 from headwise.report.verdicts import Comparison, study_comparisons
 from headwise.search import figures
+from headwise.search.pareto import pareto_front
 from headwise.search.record import (CONFIRM_DIR, OPTUNA_DB, SEARCH_TOML, STUDY_NAME, TRIALS_JSON, Objective,
-                                     SearchRecord, Trial, load_search_record, oriented)
+                                     SearchRecord, Trial, load_search_record)
 from headwise.study.layout import load_study_record
 
 REPORT_DIR, REPORT_FILE = "report", "report.md"
@@ -36,17 +37,6 @@ CONFIRM_HOWTO = ("run `headwise search` on this folder again without `--no-confi
 
 
 # --------------------------------------------------------------------------- the maths
-
-
-def pareto_front(points: Sequence[Sequence[float]], directions: Sequence[str]) -> list[int]:
-    """Indices of the non-dominated points: no other point is at least as good in every
-    objective and better in one. Equal points do not dominate each other: both stay."""
-    keyed = [[oriented(v, d) for v, d in zip(p, directions)] for p in points]
-
-    def dominates(a: list[float], b: list[float]) -> bool:
-        return all(x <= y for x, y in zip(a, b)) and any(x < y for x, y in zip(a, b))
-
-    return [i for i, p in enumerate(keyed) if not any(dominates(q, p) for q in keyed)]
 
 
 def best_plans(trials: Sequence[Trial], objective: Objective, k: int = TOP) -> list[Trial]:
@@ -322,13 +312,15 @@ def _best_table(doc: Document, search: SearchRecord, best: list[Trial], found: l
     first = search.objectives[0]
     doc.add("## Best plans",
             f"The {plural(len(best), 'best distinct complete plan')} by {first.metric} ({first.direction}), one run "
-            "each at the search's fidelity; *confirmed* is the plan's paired gain over the confirmation's baseline, "
-            "with its interval, where it was confirmed. Named plans are marked.")
+            "each at the search's fidelity (*lr*: its learning rate, where the search draws it); *confirmed* is the "
+            "plan's paired gain over the confirmation's baseline, with its interval, where it was confirmed. Named "
+            "plans are marked.")
     if not best:
         doc.add("No complete trial yet.")
         return
     names = {t.plan: t.named for t in search.trials if t.named}
     metric = search.budget.get("metric")
+    lr = _lr_searched(search)
     rows = []
     for rank, t in enumerate(best, 1):
         c = next((c for c in found if same_plan(c.variant.plan, t)), None)
@@ -336,13 +328,18 @@ def _best_table(doc: Document, search: SearchRecord, best: list[Trial], found: l
         rows.append([rank, t.number, f"*{named}*" if named else "searched", plan.n_layers, heads_str(list(plan.heads)),
                      plan.total, heads_str(list(plan.head_dims)), heads_str(list(plan.kv_heads)),
                      heads_str(list(plan.mlp_hidden)), budget_use(t.budget.get(metric) if metric else None, search.budget),
-                     *[value_cell(t, o.metric) for o in search.objectives],
+                     *([fmt(t.lr)] if lr else []), *[value_cell(t, o.metric) for o in search.objectives],
                      f"{fmt(c.judged.gain.mean)} {_interval(c)}" if c else "–"])
     doc.table(["rank", "trial", "plan", "depth", "heads per layer", "total heads", "head widths", "KV heads",
-               "MLP widths", f"budget use ({metric})" if metric else "budget use",
+               "MLP widths", f"budget use ({metric})" if metric else "budget use", *(["lr"] if lr else []),
                *[o.metric for o in search.objectives],
                "confirmed" + (f" vs {found[0].baseline.name}" + (" (points)" if found[0].claim.percent else "")
                               if found else "")], rows)
+
+
+def _lr_searched(search: SearchRecord) -> bool:
+    """Whether the search drew each trial's learning rate (its tables then show it)."""
+    return any(t.lr is not None for t in search.trials)
 
 
 def _pareto_section(doc: Document, search: SearchRecord) -> None:
@@ -354,8 +351,9 @@ def _pareto_section(doc: Document, search: SearchRecord) -> None:
             "The complete trials that no other complete trial beats in every objective at once, best first by "
             f"{metrics[0]}.")
     rows = sorted((scored[i] for i in front), key=lambda t: t.score(search.objectives[0]))
-    doc.table(["trial", "plan", "depth", "heads per layer", *metrics],
+    lr = _lr_searched(search)
+    doc.table(["trial", "plan", "depth", "heads per layer", *(["lr"] if lr else []), *metrics],
               [[t.number, t.named or "searched", t.plan.n_layers, heads_str(list(t.plan.heads)),
-                *[value_cell(t, m) for m in metrics]] for t in rows])
+                *([fmt(t.lr)] if lr else []), *[value_cell(t, m) for m in metrics]] for t in rows])
     if scored:
         doc.figure("pareto", *figures.pareto_figure(search.objectives, scored, front))

@@ -33,11 +33,13 @@ What a layer allows is the per-layer space's option list (:meth:`PlanSpace._opti
 every check of the model). A scaled space's settings are few (heads^2 x KV pairs x MLP pairs per
 depth), so its plans are all made once: settings that make one plan are one plan (the first
 setting in sorted order names it), and plans that miss the budget, computed exactly through the
-same :class:`~headwise.search.budget.CostModel`, are dropped. The optimiser's numbers then pick,
-in order (``depth``, ``first.heads``, ``last.heads`` or ``ratio``, ``first.kv_heads``,
-``last.kv_heads``, ``first.mlp_ratio``, ``last.mlp_ratio``), the quantile of the sorted values
-that still lead to one of those plans. So every number decodes to a plan within the budget, every
-such plan is reachable (:meth:`ScaledSpace.encode`), and a space with none is refused in one line.
+same :class:`~headwise.search.budget.CostModel`, are dropped. The optimiser's numbers are the
+values themselves (``depth``, ``first.heads``, ``last.heads`` or ``ratio``, ``first.kv_heads``,
+``last.kv_heads``, ``first.mlp_ratio``, ``last.mlp_ratio``, each over every value it takes in some
+setting), taken in that order and each repaired to the nearest value that still leads to one of
+those plans, as the per-layer space repairs its own. So every value decodes to a plan within the
+budget, every such plan is reachable (:meth:`ScaledSpace.encode`), and a space with none is
+refused in one line.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from typing import Any, Callable, Iterator, Sequence
 from headwise.errors import HeadwiseError
 from headwise.plans import Plan, Scheme, make_divisible, nearest_count, ramp, scheme_shape
 from headwise.search.budget import BudgetConfig
-from headwise.search.space import LayerOption, PlanSpace, centre
+from headwise.search.space import LayerOption, PlanSpace
 from headwise.spec import ModelSpec
 
 #: the geometric scaling's ratios when the space gives none: descending, constant, ascending
@@ -98,6 +100,8 @@ class ScaledSpace(PlanSpace):
         self._made: dict[int, dict[Plan, tuple[tuple[Any, ...], int]]] = {}
         #: per depth, the settings of the plans within the budget, as a tree of their numbers
         self._tries: dict[int, Tree] = {}
+        #: every value each number takes in some setting (before the budget)
+        self._values: dict[str, set[Any]] = {n: set() for n in self.names}
         self._make()
         self.feasible_depths = [d for d in self.depths if self._tries.get(d)]
         if not self.feasible_depths:
@@ -134,6 +138,8 @@ class ScaledSpace(PlanSpace):
                 if made > MAX_SETTINGS:
                     raise HeadwiseError(f"the {self.scaling}-scaled space has more than {MAX_SETTINGS:,} settings to "
                                         "check: narrow its heads, kv_heads, mlp_ratio or depths")
+                for name, number in zip(self.names, setting):
+                    self._values[name].add(number)
                 plan = Plan(Scheme.EXPLICIT, tuple(o.choice for o in options))
                 if plan in plans:  # an earlier setting rounds to the same plan and names it
                     continue
@@ -198,8 +204,11 @@ class ScaledSpace(PlanSpace):
             node = node[choose(name, values) if name in self.drawn else values[0]]
         return node
 
-    def encode(self, plan: Plan) -> dict[str, float]:
-        """Numbers that :meth:`decode` maps to ``plan``; a HeadwiseError (saying why) when the
+    def choices(self, name: str) -> list[Any]:
+        return self.depths if name == "depth" else sorted(self._values[name])
+
+    def encode(self, plan: Plan) -> dict[str, Any]:
+        """The values :meth:`decode` maps to ``plan``; a HeadwiseError (saying why) when the
         scaling does not make the plan or it misses the budget."""
         if plan.n_layers not in self.depths:
             raise HeadwiseError(f"depth {plan.n_layers} is outside the space's {self.depths[0]}..{self.depths[-1]}")
@@ -211,10 +220,10 @@ class ScaledSpace(PlanSpace):
             raise HeadwiseError(f"{plan.describe()}: its {self.cost.metric} {value} misses the budget "
                                 f"{self.budget.describe()}")
         wanted = dict(zip(["depth", *self.names], [plan.n_layers, *setting]))
-        params: dict[str, float] = {}
+        params: dict[str, Any] = {}
 
         def choose(name: str, values: list[Any]) -> Any:
-            params[name] = centre(values.index(wanted[name]), len(values))
+            params[name] = wanted[name]
             return wanted[name]
 
         self._walk(choose)
@@ -230,7 +239,7 @@ class ScaledSpace(PlanSpace):
         """How many feasible plans there are (all are made, so ``limit`` never applies)."""
         return sum(1 for _ in self.plans())
 
-    def parametrisation(self) -> str:
+    def _draws(self) -> str:
         """The scaled space draws a few numbers for the whole plan."""
         return f"{self.scaling} scaling of " + ", ".join(n for n in self.names if n in self.drawn)
 

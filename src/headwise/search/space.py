@@ -1,4 +1,4 @@
-"""A search's space, feasible by construction: numbers in [0, 1) in, a plan that meets the budget out.
+"""A search's space, feasible by construction: the optimiser's values in, a plan that meets the budget out.
 
     [space]
     depth = [2, 8]              # layers: one count, or [min, max] (default: the base's n_layers)
@@ -6,18 +6,23 @@
     head_dim = "tied"           # "tied" (d_model / heads), one width, or a list (default: the base's)
     kv_heads = "divisors"       # per layer: divisors of its heads, or a list (default: the base's)
     mlp_ratio = [2.0, 4.0]      # per layer: MLP widths as multiples of d_model (default: the base's)
+    lr = [1e-3, 1e-2]           # optim.lr of each trial, drawn with the plan (default: the base's)
 
-The optimiser draws one number ``u`` in [0, 1) for the depth (``depth``, when it varies) and for
-each varying choice of each layer (``layer{i}.heads``, ``layer{i}.head_dim``, ``layer{i}.kv_heads``,
-``layer{i}.mlp_ratio``: among the MLP widths the ratios make), always from the same distribution.
-:meth:`Space.decode` maps them in order: each ``u`` picks the quantile of the sorted values *that
-still leave a completion within the budget*. That is decided exactly, because every budget is a
-constant plus per-layer costs through a non-decreasing map (:mod:`headwise.search.budget`): the
-layer options' costs are computed once, and for the layers still to choose the search keeps the
-smallest and largest sum they can add (a budget with only a cap or only a floor) or every sum they
-can add (a target, or a floor and a cap together). So every decoded plan keeps the budget, every
-plan that keeps it is reachable (:meth:`Space.encode` gives numbers that decode to it), and a
-space with no such plan is refused before any trial.
+The optimiser draws one parameter for the depth (``depth``, when it varies) and for each varying
+choice of each layer (``layer{i}.heads``, ``layer{i}.head_dim``, ``layer{i}.kv_heads``,
+``layer{i}.mlp_ratio``), each over the same range in every trial (:meth:`PlanSpace.choices`:
+every value the space offers it, before the budget), so a parameter's value is the layer's head
+count (width, KV heads, MLP ratio) itself. :meth:`PlanSpace.decode` takes them in order and
+*repairs* each: a value that leaves no completion within the budget becomes the nearest value
+that does (:func:`nearest`: on a log scale, the depth's on a linear one; the smaller on a tie).
+That is decided exactly, because every budget is a constant plus per-layer costs through a
+non-decreasing map (:mod:`headwise.search.budget`): the layer options' costs are computed once,
+and for the layers still to choose the search keeps the smallest and largest sum they can add (a
+budget with only a cap or only a floor) or every sum they can add (a target, or a floor and a cap
+together). So every decoded plan keeps the budget, every plan that keeps it is reachable (its own
+values, :meth:`PlanSpace.encode`), and a space with no such plan is refused before any trial. The
+search's sampler repairs each value as it draws it (:meth:`PlanSpace.repair`), so the values
+Optuna stores are the plan's.
 
 A plan is a :class:`~headwise.plans.Plan` whose layers have every field resolved (what the space
 chose, and what each layer takes from the base), so the base's spec with its layers
@@ -59,14 +64,16 @@ class LayerOption:
     cost: int
 
 
-def pick(values: list[Any], u: float) -> Any:
-    """The value at quantile ``u`` of the sorted ``values`` (u = 1.0 counts as just below 1)."""
-    return values[min(len(values) - 1, max(0, math.floor(u * len(values))))]
+def on_log_scale(name: str) -> bool:
+    """Whether parameter ``name`` is drawn on a log scale: every count, width and ratio is, the depth
+    is not."""
+    return name != "depth"
 
 
-def centre(index: int, n: int) -> float:
-    """A number that :func:`pick` maps to ``index`` of ``n`` values."""
-    return (index + 0.5) / n
+def nearest(values: list[Any], x: Any, log: bool) -> Any:
+    """The value of the sorted ``values`` nearest ``x`` (on a log scale when ``log``; the smaller on
+    a tie)."""
+    return min(values, key=(lambda v: abs(math.log(v / x))) if log else (lambda v: abs(v - x)))
 
 
 class PlanSpace(ABC):
@@ -87,14 +94,33 @@ class PlanSpace(ABC):
     def _walk(self, choose: Callable[[str, list[Any]], Any]) -> Plan:
         """The plan made by ``choose(parameter name, sorted values still leading to a plan)``."""
 
-    def decode(self, draw: Callable[[str], float]) -> Plan:
-        """The plan of the numbers ``draw(name)`` gives (each in [0, 1]): always within budget."""
-        return self._walk(lambda name, values: pick(values, draw(name)))
+    @abstractmethod
+    def choices(self, name: str) -> list[Any]:
+        """Every value parameter ``name`` may take, sorted, the same in every trial (before the budget)."""
+
+    def decode(self, draw: Callable[[str], Any]) -> Plan:
+        """The plan of the values ``draw(name)`` gives (each in the range of :meth:`choices`), each
+        repaired in turn to the nearest value that still leads to a plan: always within budget."""
+        return self._walk(lambda name, values: nearest(values, draw(name), on_log_scale(name)))
+
+    def repair(self, params: dict[str, Any], name: str, value: Any) -> Any:
+        """``value`` of parameter ``name``, repaired as :meth:`decode` repairs it after the values
+        ``params`` of the parameters drawn before it; a name the plan does not draw (``optim.lr``)
+        keeps its value."""
+        chosen: dict[str, Any] = {}
+
+        def choose(n: str, values: list[Any]) -> Any:
+            # the parameters after `name` are not drawn yet: any value completes the walk
+            chosen[n] = nearest(values, value if n == name else params.get(n, values[0]), on_log_scale(n))
+            return chosen[n]
+
+        self._walk(choose)
+        return chosen.get(name, value)
 
     @abstractmethod
-    def encode(self, plan: Plan) -> dict[str, float]:
-        """Numbers that :meth:`decode` maps to ``plan``; a HeadwiseError (saying why) when the
-        plan is not in the space or misses the budget."""
+    def encode(self, plan: Plan) -> dict[str, Any]:
+        """The values :meth:`decode` maps to ``plan`` (its own); a HeadwiseError (saying why) when
+        the plan is not in the space or misses the budget."""
 
     @abstractmethod
     def plans(self, limit: int | None = None) -> Iterator[Plan]:
@@ -105,8 +131,14 @@ class PlanSpace(ABC):
         """How many feasible plans there are (None: too many to count)."""
 
     @abstractmethod
+    def _draws(self) -> str:
+        """How the optimiser's values set a plan (e.g. "a choice per layer (heads)")."""
+
     def parametrisation(self) -> str:
-        """How the optimiser's numbers set a plan, for ``--dry-run`` (e.g. "a choice per layer")."""
+        """What the optimiser draws for a trial, for ``--dry-run``: the plan's values, and the
+        learning rate where the space searches it."""
+        lr = self.config.lr
+        return self._draws() + (f"; optim.lr from {lr[0]:g} to {lr[1]:g} (log scale)" if lr else "")
 
     @abstractmethod
     def size(self) -> int:
@@ -324,25 +356,36 @@ class Space(PlanSpace):
             options = [o for o in self._options_at(depth, i) if self._admits(raw + o.cost, depth, i + 1)]
             for dim in DIMS:
                 if self.varies[dim]:
-                    values = sorted({getattr(o.choice, FIELDS[dim]) for o in options})
-                    chosen = choose(f"layer{i}.{dim}", values)
-                    options = [o for o in options if getattr(o.choice, FIELDS[dim]) == chosen]
+                    chosen = choose(f"layer{i}.{dim}", sorted({self._value(o.choice, dim) for o in options}))
+                    options = [o for o in options if self._value(o.choice, dim) == chosen]
             if len(options) != 1:  # the fixed choices leave one option; anything else is a bug
                 raise AssertionError(f"layer {i}: {len(options)} options left after every choice")
             raw += options[0].cost
             layers.append(options[0].choice)
         return Plan(Scheme.EXPLICIT, layers)
 
-    def encode(self, plan: Plan) -> dict[str, float]:
-        params: dict[str, float] = {}
+    def _value(self, choice: LayerShape, dim: str) -> Any:
+        """A layer's value of choice ``dim`` as its parameter gives it (an MLP width as its ratio)."""
+        value = getattr(choice, FIELDS[dim])
+        return self.mlp_ratios.get(value, value / self.base.d_model) if dim == "mlp_ratio" else value
+
+    def choices(self, name: str) -> list[Any]:
+        if name == "depth":
+            return self.depths
+        layer, _, dim = name[5:].partition(".")
+        return sorted({self._value(o.choice, dim) for d in self.depths if int(layer) < d
+                       for o in self._options_at(d, int(layer))})
+
+    def encode(self, plan: Plan) -> dict[str, Any]:
+        params: dict[str, Any] = {}
 
         def choose(name: str, values: list[Any]) -> Any:
             layer, _, dim = name[5:].partition(".")
-            want = plan.n_layers if name == "depth" else getattr(plan.layers[int(layer)], FIELDS[dim])
+            want = plan.n_layers if name == "depth" else self._value(plan.layers[int(layer)], dim)
             if want not in values:
-                where = "depth" if name == "depth" else f"layer {layer} {FIELDS[dim]}"
+                where = "depth" if name == "depth" else f"layer {layer} {dim}"
                 raise HeadwiseError(f"{where} {want} is not one the space and the budget leave ({values})")
-            params[name] = centre(values.index(want), len(values))
+            params[name] = want
             return want
 
         if plan.n_layers not in self.depths:
@@ -385,7 +428,7 @@ class Space(PlanSpace):
             total += sum(ways.values())
         return total
 
-    def parametrisation(self) -> str:
+    def _draws(self) -> str:
         """The per-layer space draws each varying choice of each layer."""
         return "a choice per layer (" + ", ".join(d for d in DIMS if self.varies[d]) + ")"
 

@@ -6,16 +6,19 @@ rewritten atomically from the store each time a trial ends.
      "budget": {"metric": "total_heads", "max": null, "min": null, "target": 180},
      "n_trials": 8,
      "named": [{"name": "constant", "heads": [...], "in_space": false, "note": "..."}],
-     "trials": [{"number": 0, "state": "complete", "params": {"layer0.heads": 0.5, ...},
+     "trials": [{"number": 0, "state": "complete", "params": {"layer0.heads": 48, ...},
                  "depth": 4, "heads": [...], "head_dims": [...], "kv_heads": [], "mlp_hidden": [],
                  "budget": {"params": ..., "flops_per_token": ..., "kv_bytes_per_token": ..., "total_heads": ...},
+                 "lr": 0.004, "repaired": {"layer3.heads": 64},
                  "values": {"loss": 3.21}, "steps": 60, "run_dir": "trials/0000",
                  "duplicate_of": null, "named": "ascending", "note": ""}, ...]}
 
 A trial's ``state`` is ``complete``, ``pruned`` (its values: the last reported), ``duplicate`` (its
 plan's run config is an earlier trial's: it reuses that trial's values, run directory and steps,
 and trains nothing), ``running`` or ``failed``. ``kv_heads`` and ``mlp_hidden`` are empty when the
-space leaves them to the base model. The Optuna study holds the same plan fields as each trial's
+space leaves them to the base model. ``params`` are the plan's values as Optuna drew them (and
+``optim.lr`` where the space searches it; ``lr`` is then the trial's learning rate, else null);
+``repaired`` names what the sampler proposed for each value it repaired to keep the budget. The Optuna study holds the same plan fields as each trial's
 user attributes.
 """
 
@@ -30,7 +33,9 @@ from headwise.search.definition import Search
 from headwise.search.record import TRIALS_JSON
 
 #: the plan fields a trial carries as Optuna user attributes (and in the record)
-PLAN_FIELDS = ("depth", "heads", "head_dims", "kv_heads", "mlp_hidden", "budget")
+PLAN_FIELDS = ("depth", "heads", "head_dims", "kv_heads", "mlp_hidden", "budget", "lr", "repaired")
+#: what the record gives for a field a trial lacks
+EMPTY = {"depth": None, "budget": None, "lr": None, "repaired": {}}
 
 
 def _state(trial: Any) -> str | None:
@@ -54,7 +59,7 @@ def trial_record(trial: Any, search: Search) -> dict[str, Any] | None:
         values = dict(attrs.get("last_values", {}))
     # the record's keys in a fixed order, as the docstring lists them
     return {"number": trial.number, "state": state, "params": dict(trial.params),
-            **{k: attrs.get(k, None if k in ("depth", "budget") else []) for k in PLAN_FIELDS}, "values": values,
+            **{k: attrs.get(k, EMPTY.get(k, [])) for k in PLAN_FIELDS}, "values": values,
             "steps": int(attrs.get("steps", 0)), "run_dir": attrs.get("run_dir"), "duplicate_of": attrs.get("duplicate_of"),
             "named": attrs.get("named"), "note": attrs.get("note", "")}
 
