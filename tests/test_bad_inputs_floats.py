@@ -114,10 +114,21 @@ def float_keys(model: type[Config], tag: str, prefix: str = "") -> dict[str, typ
     return out
 
 
+def required_beside(model: type[Config], key: str, tag: str) -> list[str]:
+    """``--set`` arguments for the required text keys of the table holding ``key`` (a table the
+    tiny config lacks, such as [train.distill], needs its teacher before a float in it is read)."""
+    *tables, _ = key.split(".")
+    for name in tables:
+        model = _model_in(model.model_fields[name].annotation, tag=tag)
+    prefix = ".".join(tables)
+    return [arg for name, field in model.model_fields.items() if field.is_required() and field.annotation is str
+            and f"{prefix}.{name}" != key for arg in ("--set", f"{prefix}.{name}=x")]
+
+
 #: the float keys of the tiny LM config's run config ([model] with its plan, the lm [task], ...)
 RUN_KEYS = float_keys(RunConfig, tag="lm")
 CONFIG_CASES = [c(f"train --set {key}={value}", "train", "lm.toml", "--out", "new-run", "--set", f"{key}={value}",
-                  says=("finite number", key))
+                  *required_beside(RunConfig, key, "lm"), says=("finite number", key))
                 for key, annotation in RUN_KEYS.items() for value in (_toml_value(annotation, b) for b in BAD)]
 
 
