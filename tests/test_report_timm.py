@@ -116,12 +116,30 @@ def test_three_seeds_pairs_beside_the_papers_rows_and_the_claims_verdicts(tmp_pa
     assert "the paper: DeiT-B on ImageNet-1k, 300 epochs" in verdicts
 
 
+def deit_and_xcit(raw: dict) -> dict:
+    """The study file with only the DeiT and XCiT variants and pairs (those TOP1 fakes)."""
+    def keep(name: str) -> bool:
+        return name.startswith(("deit", "xcit"))
+
+    for table in (raw, *raw.get("presets", {}).values()):
+        if "variants" in table:
+            table["variants"] = [v for v in table["variants"] if keep(v["name"])]
+        if "pairs" in table.get("report", {}):
+            table["report"]["pairs"] = [p for p in table["report"]["pairs"] if keep(p[1])]
+    return raw
+
+
+def set_pairs(raw: dict, pairs: list) -> None:
+    """``pairs`` in the file's [report] and in the tiny preset's, which quick extends."""
+    raw["report"]["pairs"] = raw["presets"]["tiny"]["report"]["pairs"] = pairs
+
+
 def test_one_seed_and_a_variant_without_a_paper_row(tmp_path):
-    raw, _ = load_study_file("leaner-timm")
+    raw = deit_and_xcit(load_study_file("leaner-timm")[0])
     for table in (raw, *raw.get("presets", {}).values()):  # the variants, wherever the study lists them
         for v in table.get("variants", []):
             v["name"] = v["name"].replace("deit-b", "deit-tiny")
-    raw["report"]["pairs"] = [["deit-tiny-reduced", "deit-tiny"], ["xcit-m-reduced", "xcit-m"]]
+    set_pairs(raw, [["deit-tiny-reduced", "deit-tiny"], ["xcit-m-reduced", "xcit-m"]])
     path = tmp_path / "renamed.toml"
     path.write_text(tomli_w.dumps(raw))
     out = tmp_path / "one"
@@ -138,7 +156,9 @@ def test_one_seed_and_a_variant_without_a_paper_row(tmp_path):
 
 def test_the_papers_sizes_are_said_and_a_pair_naming_no_variant_is_refused_in_one_line(tmp_path, capsys):
     out = tmp_path / "bad"
-    fill(out, load_study("leaner-timm", preset="quick", seeds=1), 1, {n: timm_preset(f"timm-{n}").params for n in TOP1})
+    four = tmp_path / "four.toml"
+    four.write_text(tomli_w.dumps(deit_and_xcit(load_study_file("leaner-timm")[0])))
+    fill(out, load_study(str(four), preset="quick", seeds=1), 1, {n: timm_preset(f"timm-{n}").params for n in TOP1})
     text = report(out)
     assert "with the paper's models (its presets' counts)" in text and "scaled down" not in text
     assert row(text, "`xcit-m-reduced` / `xcit-m`", "Reduced against original")[4] == f"{59_002_600 / 84_395_752:.2f}x"
@@ -150,7 +170,7 @@ def test_the_papers_sizes_are_said_and_a_pair_naming_no_variant_is_refused_in_on
     assert err.count("\n") == 1 and "[report] pairs names variant 'deit-c', which the study does not have" in err
     # a pair that is not two names is refused before any run starts
     raw, _ = load_study_file("leaner-timm")
-    raw["report"]["pairs"] = [["deit-b-reduced"]]
+    set_pairs(raw, [["deit-b-reduced"]])
     path = tmp_path / "short.toml"
     path.write_text(tomli_w.dumps(raw))
     assert main(["study", str(path), "--out", str(tmp_path / "never")]) == 2
