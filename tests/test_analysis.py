@@ -15,7 +15,6 @@ from headwise.analysis.conditioning import (
     capture_attention,
     condition_number,
     effective_rank,
-    training_metrics,
 )
 from headwise.errors import HeadwiseError
 from headwise.model import Transformer
@@ -209,12 +208,17 @@ def test_entropy_of_uniform_and_one_hot_attention_on_a_hand_built_model(one_hot)
 # ----------------------------------------------------------------------------- training metrics
 
 
+def _training_metrics(model: Transformer, inputs: torch.Tensor) -> dict[str, float]:
+    """What the trainer logs every ``analysis.every`` steps (``Trainer._analyse``)."""
+    return model.spec.analyze(model, [inputs]).metrics()
+
+
 def test_training_metrics_keys_values_and_mode_restored():
     torch.manual_seed(2)
     model = Transformer(_spec(n_layers=3, heads=[2, 4, 8])).train()
     _perturb(model, seed=5, scale=0.05)
     x = torch.randint(0, 97, (4, 16))
-    metrics = training_metrics(model, x)
+    metrics = _training_metrics(model, x)
     per_layer = ["cond_layer{}_mean", "cond_layer{}_median", "rankdef_layer{}", "entropy_layer{}", "erank_layer{}"]
     assert set(metrics) == {"cond_mean", "cond_median"} | {k.format(i) for k in per_layer for i in range(3)}
     assert all(isinstance(v, float) for v in metrics.values())
@@ -226,7 +230,7 @@ def test_training_metrics_keys_values_and_mode_restored():
     assert model.training
     assert all(p.grad is None for p in model.parameters())
     model.eval()
-    training_metrics(model, x)
+    _training_metrics(model, x)
     assert not model.training
 
 
@@ -234,7 +238,7 @@ def test_single_head_layer_after_layernorm_is_rank_deficient():
     # One head: A = P LN(x) W_v, and LayerNorm (bias 0 at init) leaves rows orthogonal to
     # (1, ..., 1), so rank(A) <= d_model - 1 < width when T >= d_model: reported as inf.
     model = Transformer(_spec(n_layers=1, heads=[1]))
-    metrics = training_metrics(model, torch.randint(0, 97, (2, 40)))
+    metrics = _training_metrics(model, torch.randint(0, 97, (2, 40)))
     assert math.isinf(metrics["cond_layer0_mean"]) and metrics["rankdef_layer0"] == 1.0
 
 
@@ -244,9 +248,9 @@ def test_single_head_layer_after_layernorm_is_rank_deficient():
 def test_bad_inputs_raise_one_line_errors():
     model = Transformer(_spec(max_seq_len=16))
     with pytest.raises(HeadwiseError, match="longer than the model's context"):
-        training_metrics(model, torch.randint(0, 97, (2, 17)))
+        _training_metrics(model, torch.randint(0, 97, (2, 17)))
     with pytest.raises(HeadwiseError, match="no attention layers"):
-        training_metrics(nn.Sequential(nn.Linear(4, 4)), torch.randn(2, 3, 4))
+        analyze_model(nn.Sequential(nn.Linear(4, 4)), [torch.randn(2, 3, 4)])
     for block in model.blocks:
         block.attn = nn.Identity()  # blocks without attention
     with pytest.raises(HeadwiseError, match="no attention layers"):

@@ -51,7 +51,7 @@ def test_analyze_trained_run_matches_training_metrics(trained_run, capsys):
         (s, layer) for s in ("10", "20") for layer in ("0", "1", "all")]
     for name in ("conditioning.png", "head_stats.png"):
         assert (trained_run / "analysis" / name).stat().st_size > 10_000
-    # The trainer logged training_metrics on the first eval batch at the checkpointed steps:
+    # The trainer logged its analysis metrics on the first eval batch at the checkpointed steps:
     # the same batch and weights give the same numbers.
     logged = {m["step"]: m for m in map(json.loads, (trained_run / "metrics.jsonl").read_text().splitlines())
               if "cond_mean" in m}

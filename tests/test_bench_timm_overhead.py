@@ -16,10 +16,11 @@ from headwise.bench.settings import BenchConfig
 from headwise.errors import HeadwiseError
 from headwise.families.vision import bench_timm_overhead as bo
 from headwise.families.vision.formats import read_idx
+from headwise.families.vision.timm_models import timm_unavailable
 from headwise.run import read_metrics
 from helpers import one_thread  # noqa: F401  (autouse: one torch thread)
 
-pytestmark = pytest.mark.skipif(bo.unavailable() is not None, reason=f"the section needs timm: {bo.unavailable()}")
+pytestmark = pytest.mark.skipif(timm_unavailable() is not None, reason=f"the section needs timm: {timm_unavailable()}")
 
 TINY_MODELS = {
     "deit": {"name": "deit_tiny_patch16_224", "depth": 1, "heads": 2, "embed_dim": 16, "patch_size": 4},
@@ -110,7 +111,7 @@ def test_a_different_seed_is_a_different_model(tmp_path, tiny):
 
 
 def test_without_timm_the_section_is_skipped_with_the_reason_or_refused_alone(monkeypatch):
-    monkeypatch.setattr(bo, "unavailable", lambda: "timm is not installed (pip install 'headwise[vision]')")
+    monkeypatch.setattr(bo, "timm_unavailable", lambda: "timm is not installed (pip install 'headwise[vision]')")
 
     def run(sections):
         run = SuiteRun(BenchConfig.quick_config(), frozenset(sections), {"load": {}}, lambda msg: None)

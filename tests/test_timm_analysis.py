@@ -21,9 +21,9 @@ from headwise.errors import HeadwiseError  # noqa: E402
 from headwise.families.vision.timm_analysis import (  # noqa: E402
     analyze_timm_model,
     timm_attention_layers,
-    timm_training_metrics,
 )
 from headwise.families.vision.timm_models import TimmChanges, build_timm_model  # noqa: E402
+from headwise.model_sources import MODEL_SOURCES  # noqa: E402
 
 # scaled-down models of each family (as in test_timm_models.py), held head width where it can be
 SMALL = {
@@ -188,7 +188,9 @@ def test_a_hand_made_layer_in_closed_form():
     with torch.no_grad():
         attn.qkv.weight.copy_(torch.cat([c * torch.eye(2), c * torch.eye(2), torch.eye(2)]))
     model = nn.Sequential(attn)
-    metrics = timm_training_metrics(model, torch.eye(2)[None])
+    # what the trainer logs (``Trainer._analyse``): the run's spec's analysis of one batch
+    spec = MODEL_SOURCES["timm"].parse({"name": "vit_tiny_patch16_224"})
+    metrics = spec.analyze(model, [torch.eye(2)[None]]).metrics()
     entropy = -(0.9 * math.log(0.9) + 0.1 * math.log(0.1))
     p = np.array([1.0, 0.8]) / 1.8
     assert metrics == pytest.approx({
@@ -213,7 +215,7 @@ def test_metrics_of_a_small_model_of_each_family(key):
     else:
         model = small(key, size, std=None).float()
     result = analyze_timm_model(model, [images(1, size)])
-    metrics = result.metrics()  # timm_training_metrics' (the closed-form test calls that)
+    metrics = result.metrics()  # what the trainer logs (the closed-form test goes through the spec)
     n = len(result.layers)
     assert n == sum(not layer.skipped for layer in timm_attention_layers(model))
     assert set(metrics) == {"cond_mean", "cond_median"} | {

@@ -15,7 +15,13 @@ from timm.models.xcit import XCA  # noqa: E402
 
 from headwise.errors import HeadwiseError  # noqa: E402
 from headwise.families.vision.timm_attention import HeldWidthXCA  # noqa: E402
-from headwise.families.vision.timm_models import TimmChanges, build_timm_model, count_parameters  # noqa: E402
+from headwise.families.vision import timm_models  # noqa: E402
+from headwise.families.vision.timm_models import (  # noqa: E402
+    TimmChanges,
+    build_timm_model,
+    count_parameters,
+    timm_unavailable,
+)
 from headwise.families.vision.timm_presets import PRESETS, preset_counts  # noqa: E402
 
 
@@ -173,3 +179,16 @@ def test_davit_takes_any_image_side_and_the_held_width_needs_no_division():
     assert count_parameters("davit_base", image_size=100) == count_parameters("davit_base")
     # 1024 does not split over 30 heads; timm's attn_head_dim does not need it to
     assert count_parameters("vit_large_patch16_224", TimmChanges(depth=1, heads=30, head_dim=64)) > 0
+
+
+def test_timm_unavailable_says_why_timm_cannot_be_used(monkeypatch):
+    assert timm_unavailable() is None  # here it can
+    monkeypatch.setattr(timm_models.importlib.util, "find_spec", lambda name: None)
+    assert timm_unavailable() == "timm is not installed (pip install 'headwise[vision]')"
+    monkeypatch.undo()
+
+    def broken(name):
+        raise RuntimeError("operator torchvision::nms does not exist")
+
+    monkeypatch.setattr(timm_models.importlib, "import_module", broken)
+    assert timm_unavailable() == "timm cannot be imported: operator torchvision::nms does not exist"

@@ -11,7 +11,6 @@ from headwise.analysis.conditioning import (
     capture_attention,
     condition_number,
     effective_rank,
-    training_metrics,
 )
 from headwise.analysis.runs import analyze_run, condition_vs_heads
 
@@ -24,5 +23,4 @@ __all__ = [
     "condition_number",
     "condition_vs_heads",
     "effective_rank",
-    "training_metrics",
 ]

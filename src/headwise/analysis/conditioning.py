@@ -236,7 +236,11 @@ class ModelAnalysis:
         return float(np.mean([layer.cond_median for layer in self.layers]))
 
     def metrics(self) -> dict[str, float]:
-        """Flat ``name -> value`` dict, the keys :func:`training_metrics` logs."""
+        """Flat ``name -> value`` dict, what the trainer logs every ``analysis.every`` steps (on one
+        evaluation batch, ``spec.analyze(model, [inputs]).metrics()``): ``cond_mean`` (average over
+        layers of the per-layer mean condition number over sequences), ``cond_median``, and per
+        layer ``cond_layer{i}_mean``, ``cond_layer{i}_median``, ``rankdef_layer{i}``,
+        ``entropy_layer{i}`` (nats, mean over heads) and ``erank_layer{i}`` (mean over heads)."""
         out = {"cond_mean": self.cond_mean, "cond_median": self.cond_median}
         for layer in self.layers:
             i = layer.index
@@ -415,16 +419,3 @@ def analyze_model(
         ))
     return ModelAnalysis(layers=stats, sequences=accs[layers[0][0]].sequences, seq_len=seq_len)
 
-
-def training_metrics(model: nn.Module, inputs: Tensor) -> dict[str, float]:
-    """The analysis metrics the trainer logs every ``analysis.every`` steps, on one batch of
-    inputs: ``cond_mean`` (average over layers of the per-layer mean condition number over
-    sequences), ``cond_median``, and per layer ``cond_layer{i}_mean``, ``cond_layer{i}_median``,
-    ``rankdef_layer{i}``, ``entropy_layer{i}`` (nats, mean over heads) and ``erank_layer{i}``
-    (mean over heads).
-
-    The forward runs on a float64 copy of the model (on its device): a float32 forward cannot
-    resolve condition numbers beyond ~1e5 at a few hundred tokens, which trained layers reach,
-    and the copy costs one model's memory for a moment. No gradients; the model's train/eval
-    mode is left as it was. The values equal :func:`analyze_model` on the same inputs."""
-    return analyze_model(model, [inputs]).metrics()

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from headwise.bench.core import load_snapshot
 from headwise.bench.settings import BenchConfig
+from headwise.errors import HeadwiseError
 from headwise.registry import Registry
 
 #: the suite's own section modules (each registers its sections on import)
@@ -74,6 +75,20 @@ def of_part(key: str) -> Callable[[Rows], Rows]:
     def wrap(fn: Rows) -> Rows:
         return functools.wraps(fn)(lambda result: [] if result.get(key) is None else fn(result[key]))
     return wrap
+
+
+def measure_part(run: SuiteRun, name: str, key: str, why: str | None,
+                 measure: Callable[[], dict[str, Any]]) -> None:
+    """Section ``name``'s part of the result: ``measure()`` into ``run.result[key]``, the machine's
+    load recorded after it. Where the section cannot run here (``why`` says why; ``None``: it can),
+    ``{"skipped": why}`` instead, or, when it is the only section chosen, a refusal."""
+    if why is not None:
+        if run.sections == {name}:
+            raise HeadwiseError(f"section {name!r} cannot run: {why}")
+        run.result[key] = {"skipped": why}
+        return
+    run.result[key] = measure()
+    run.snapshot(f"after {name}")
 
 
 def _discover() -> None:

@@ -193,7 +193,8 @@ class CheckpointConfig(Config):
 
 
 class AnalysisConfig(Config):
-    """``[analysis]``: call ``headwise.analysis.conditioning.training_metrics`` every N steps (0: off)."""
+    """``[analysis]``: log the model's attention analysis (``spec.analyze(model, [batch]).metrics()``)
+    every N steps (0: off)."""
 
     every: int = Field(default=0, ge=0)
 

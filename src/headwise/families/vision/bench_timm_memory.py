@@ -39,7 +39,6 @@ trains at the paper's batch per GPU (128 and 64), where activations weigh as the
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import importlib.util
 import json
 import os
@@ -55,12 +54,12 @@ import torch
 from torch import nn
 
 from headwise.bench.report import target
-from headwise.bench.sections import BenchSection, SuiteRun, of_part, register_section
+from headwise.bench.sections import BenchSection, SuiteRun, measure_part, of_part, register_section
 from headwise.bench.settings import BenchConfig
 from headwise.bench.training import make_optimizer
 from headwise.errors import HeadwiseError
 from headwise.families.vision.bench import make_image_step
-from headwise.families.vision.timm_models import TimmChanges, build_timm_model
+from headwise.families.vision.timm_models import TimmChanges, build_timm_model, timm_unavailable
 from headwise.families.vision.timm_presets import PRESETS, TimmPreset, timm_preset
 
 #: the paper's batch per GPU (Table 6: 1,024 base and 512 large over 8 A100s), by table
@@ -198,16 +197,9 @@ def measure(job: Job, timeout: float | None = None) -> dict[str, int]:
 
 
 def unavailable() -> str | None:
-    """Why the section cannot run here (``None``: it can)."""
-    if importlib.util.find_spec("timm") is None:
-        return "timm is not installed (pip install 'headwise[vision]')"
-    try:
-        importlib.import_module("timm")
-    except Exception as exc:  # timm installed beside a torch it cannot load with
-        return f"timm cannot be imported: {exc}"
-    if not torch.cuda.is_available() and importlib.util.find_spec("resource") is None:
-        return "the CPU measure needs the resource module (Unix)"
-    return None
+    """Why the section cannot run here (``None``: it can): no timm, or no measure on the CPU."""
+    no_measure = not torch.cuda.is_available() and importlib.util.find_spec("resource") is None
+    return timm_unavailable() or ("the CPU measure needs the resource module (Unix)" if no_measure else None)
 
 
 def _model_job(preset: TimmPreset, sizes: MemorySizes, device: torch.device) -> Job:
@@ -246,17 +238,11 @@ def bench_timm_memory(sizes: MemorySizes, device: torch.device, log: Callable[[s
 
 
 def measure_timm_memory(run: SuiteRun) -> None:
-    """The ``timm-memory`` section, on CUDA where there is one; skipped (chosen alone, refused)
-    where it cannot run."""
-    why = unavailable()
-    if why:
-        if run.sections == {"timm-memory"}:
-            raise HeadwiseError(f"section 'timm-memory' cannot run: {why}")
-        run.result["timm_memory"] = {"skipped": why}
-        return
+    """The ``timm-memory`` section, on CUDA where there is one; skipped or refused where it cannot
+    run (:func:`~headwise.bench.sections.measure_part`)."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    run.result["timm_memory"] = bench_timm_memory(MemorySizes.of(run.cfg), device, run.log)
-    run.snapshot("after timm-memory")
+    measure_part(run, "timm-memory", "timm_memory", unavailable(),
+                 lambda: bench_timm_memory(MemorySizes.of(run.cfg), device, run.log))
 
 
 @of_part("timm_memory")

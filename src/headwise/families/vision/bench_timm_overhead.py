@@ -27,8 +27,6 @@ side alike; both run in one process, under the CPU allocator setting the trainer
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import importlib.util
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -41,10 +39,10 @@ import torch.nn.functional as F
 
 from headwise.bench.core import case_ratio, interleave, optimizer_settings
 from headwise.bench.report import number, quiet_count, target
-from headwise.bench.sections import BenchSection, SuiteRun, of_part, register_section
+from headwise.bench.sections import BenchSection, SuiteRun, measure_part, of_part, register_section
 from headwise.bench.settings import BenchConfig
 from headwise.data.batch import Batch
-from headwise.errors import HeadwiseError
+from headwise.families.vision.timm_models import timm_unavailable
 from headwise.train.config import OptimConfig, RunConfig
 
 #: the section's models, scaled down for small images: a DeiT (65 positions at 32 px) and an XCiT
@@ -83,17 +81,6 @@ class OverheadSizes:
         quiet), sized for under a minute on 2 idle cores. Rounds and warm-up are the run's (``--rounds``)."""
         sizes = cls(rounds=cfg.rounds, warmup=cfg.warmup, seed=cfg.seed)
         return dataclasses.replace(sizes, batch=16, steps=5, train_images=256, idle_wait=1.0) if cfg.quick else sizes
-
-
-def unavailable() -> str | None:
-    """Why the section cannot run here (``None``: it can)."""
-    if importlib.util.find_spec("timm") is None:
-        return "timm is not installed (pip install 'headwise[vision]')"
-    try:
-        importlib.import_module("timm")
-    except Exception as exc:  # timm installed beside a torch it cannot load with
-        return f"timm cannot be imported: {exc}"
-    return None
 
 
 def write_images(folder: Path, sizes: OverheadSizes) -> None:
@@ -272,17 +259,11 @@ def bench_timm_overhead(sizes: OverheadSizes, device: torch.device, log: Callabl
 
 
 def measure_timm_overhead(run: SuiteRun) -> None:
-    """The ``timm-overhead`` section, on CUDA where there is one; skipped (chosen alone, refused)
-    without timm."""
-    why = unavailable()
-    if why:
-        if run.sections == {"timm-overhead"}:
-            raise HeadwiseError(f"section 'timm-overhead' cannot run: {why}")
-        run.result["timm_overhead"] = {"skipped": why}
-        return
+    """The ``timm-overhead`` section, on CUDA where there is one; skipped or refused without timm
+    (:func:`~headwise.bench.sections.measure_part`)."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    run.result["timm_overhead"] = bench_timm_overhead(OverheadSizes.of(run.cfg), device, run.log)
-    run.snapshot("after timm-overhead")
+    measure_part(run, "timm-overhead", "timm_overhead", timm_unavailable(),
+                 lambda: bench_timm_overhead(OverheadSizes.of(run.cfg), device, run.log))
 
 
 def _percent(x: float) -> str:

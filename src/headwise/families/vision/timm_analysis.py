@@ -271,10 +271,3 @@ def analyze_timm_model(model: nn.Module, batches: Iterable[Any], *, chunk: int =
         raise HeadwiseError("no batches to analyse: the evaluation set is empty")
     return ModelAnalysis(layers=[acc.stats(i) for i, acc in enumerate(accs)], sequences=images, seq_len=accs[0].rows)
 
-
-def timm_training_metrics(model: nn.Module, inputs: Tensor) -> dict[str, float]:
-    """The analysis metrics for one batch of images, with the keys
-    :func:`~headwise.analysis.conditioning.training_metrics` logs (``cond_mean``, ``cond_median``,
-    per analysed layer ``i``: ``cond_layer{i}_mean``, ``cond_layer{i}_median``, ``rankdef_layer{i}``,
-    ``entropy_layer{i}``, ``erank_layer{i}``): :func:`analyze_timm_model` on ``[inputs]``."""
-    return analyze_timm_model(model, [inputs]).metrics()

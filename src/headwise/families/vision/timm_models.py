@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 import inspect
 from dataclasses import dataclass, fields
 from functools import cache
@@ -91,6 +92,17 @@ FAMILIES: dict[str, Family] = {f.module: f for f in (
 
 def _show(value: Any) -> str:
     return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
+def timm_unavailable() -> str | None:
+    """Why timm cannot be used here (``None``: it can): not installed, or not importable."""
+    if importlib.util.find_spec("timm") is None:
+        return "timm is not installed (pip install 'headwise[vision]')"
+    try:
+        importlib.import_module("timm")
+    except Exception as exc:  # timm installed beside a torch it cannot load with
+        return f"timm cannot be imported: {exc}"
+    return None
 
 
 def timm_family(name: str) -> Family | None:
