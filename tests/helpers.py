@@ -1,5 +1,6 @@
 """Helpers shared by several test modules: one-line error checks, the smallest run config, run
-directories written by hand, CSV files read back and the tiny bench sections."""
+directories written by hand, a tiny language-model run trained, CSV files read back and the tiny
+bench sections."""
 
 import csv
 import json
@@ -10,9 +11,14 @@ import pytest
 import tomli_w
 import torch
 
+from conftest import REPO, shared_data_dir
+from headwise.errors import HeadwiseError
 from headwise.run import RunDir, RunSummary, write_summary
 
-from headwise.errors import HeadwiseError
+#: ``--set`` options that train configs/lm-tiny.toml in seconds: no evaluation or checkpoints, the
+#: loss logged each step, 200 stories in blocks of 32
+LM_TINY = ["--set", "eval.every=0", "--set", "checkpoint.every=0", "--set", "train.log_every=1", "--set",
+           "task.subset=200", "--set", "task.block_size=32", "--set", "model.max_seq_len=32"]
 
 
 def one_line_error(fn, *args, match=None, **kwargs):
@@ -58,6 +64,20 @@ def write_run_dir(path: Path, config: dict, summary: RunSummary, rows: list[dict
     rd.config.write_text(tomli_w.dumps({**config, "train": {**config.get("train", {}), "seed": seed}}))
     write_summary(path, summary)
     rd.metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def train_lm_tiny(root: Path, steps: int, *settings: str) -> Path:
+    """``root/run``: configs/lm-tiny.toml (GPT-Neo-style, heads 4, 2) trained ``steps`` steps on
+    the TinyStories samples with :data:`LM_TINY` and ``settings`` (``key=value``), its data
+    prepared in ``root/cache``."""
+    from headwise.cli import main
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HEADWISE_DATA", str(shared_data_dir()))
+        mp.setenv("HEADWISE_CACHE", str(root / "cache"))
+        assert main(["train", str(REPO / "configs" / "lm-tiny.toml"), "--out", str(root / "run"), "--set",
+                     f"train.steps={steps}", *LM_TINY, *(a for s in settings for a in ("--set", s))]) == 0
+    return root / "run"
 
 
 def read_csv(path: Path) -> list[dict]:

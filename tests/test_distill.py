@@ -23,10 +23,7 @@ from headwise.run import read_metrics
 from headwise.train import RunConfig, run_training
 from headwise.train.distill import distill_loss, kl_at_temperature
 from headwise.train.generate import load_run_model, run_config, run_task
-from helpers import one_thread  # noqa: F401  (one torch thread)
-
-TRAIN = ["--set", "eval.every=0", "--set", "checkpoint.every=0", "--set", "train.log_every=1", "--set",
-         "task.subset=200", "--set", "task.block_size=32", "--set", "model.max_seq_len=32"]
+from helpers import LM_TINY, one_thread, train_lm_tiny  # noqa: F401  (one torch thread)
 
 
 def test_kl_at_a_temperature_by_hand_and_by_torch():
@@ -54,22 +51,17 @@ def test_kl_at_a_temperature_by_hand_and_by_torch():
 def runs(tmp_path_factory):
     """An 80-step lm-tiny run (heads 4, 2) and its copy pruned to heads 2, 2 (by hand-made scores)."""
     root = tmp_path_factory.mktemp("distill")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HEADWISE_DATA", str(shared_data_dir()))
-        mp.setenv("HEADWISE_CACHE", str(root / "cache"))
-        source, pruned, scores = root / "source", root / "pruned", root / "scores.json"
-        assert main(["train", str(REPO / "configs" / "lm-tiny.toml"), "--out", str(source), "--set",
-                     "train.steps=80", *TRAIN]) == 0
-        layers = [{"layer": i, "heads": h, "groups": None} for i, h in enumerate([[0.3, 0.1, 0.9, 0.8], [0.6, 0.7]])]
-        scores.write_text(json.dumps({"methods": {"ablation": {"method": "ablation", "layers": layers}}}))
-        assert main(["heads", "prune", str(source), "--to", "heads:4", "--out", str(pruned), "--method", "ablation",
-                     "--scores", str(scores)]) == 0
-        yield root, source, pruned
+    source, pruned, scores = train_lm_tiny(root, 80), root / "pruned", root / "scores.json"
+    layers = [{"layer": i, "heads": h, "groups": None} for i, h in enumerate([[0.3, 0.1, 0.9, 0.8], [0.6, 0.7]])]
+    scores.write_text(json.dumps({"methods": {"ablation": {"method": "ablation", "layers": layers}}}))
+    assert main(["heads", "prune", str(source), "--to", "heads:4", "--out", str(pruned), "--method", "ablation",
+                 "--scores", str(scores)]) == 0
+    return root, source, pruned
 
 
 def _heal(pruned: Path, steps: int, *settings: str) -> RunConfig:
     """The pruned run's config, fine-tuned from it for ``steps`` steps, with ``settings`` (key=value)."""
-    overrides = [s for s in TRAIN if s != "--set"] + [f"train.init_from={pruned}", f"train.steps={steps}", *settings]
+    overrides = [s for s in LM_TINY if s != "--set"] + [f"train.init_from={pruned}", f"train.steps={steps}", *settings]
     return RunConfig.load(pruned / "config.toml", overrides)
 
 
@@ -145,11 +137,11 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(runs, tmp_path, capsys
     monkeypatch.setenv("HEADWISE_CACHE", str(root / "cache"))
     other = root / "other-vocab"
     assert main(["train", str(REPO / "configs" / "lm-tiny.toml"), "--out", str(other), "--set", "train.steps=1",
-                 *TRAIN, "--set", "task.tokenizer=bpe:512"]) == 0
+                 *LM_TINY, "--set", "task.tokenizer=bpe:512"]) == 0
     retrained = root / "other-text"  # the same size of BPE, learnt on other stories
     assert main(["train", str(REPO / "configs" / "lm-tiny.toml"), "--out", str(retrained), "--set",
-                 "train.steps=1", *TRAIN, "--set", "task.subset=100"]) == 0
-    heal = ["train", str(pruned / "config.toml"), "--out", str(tmp_path / "new"), *TRAIN, "--set",
+                 "train.steps=1", *LM_TINY, "--set", "task.subset=100"]) == 0
+    heal = ["train", str(pruned / "config.toml"), "--out", str(tmp_path / "new"), *LM_TINY, "--set",
             f"train.init_from={pruned}", "--set", "train.steps=1"]
     teacher = ["--set", f"train.distill.teacher={source}"]
     cases = [

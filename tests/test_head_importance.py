@@ -14,13 +14,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import REPO, shared_data_dir
+from conftest import REPO
 from headwise.analysis.head_importance import (activation_scores, ablation_scores, gradient_scores, groups_of,
                                                head_gates, head_shapes, score_heads)
 from headwise.cli import main
 from headwise.model import Transformer
 from headwise.spec import ModelSpec
-from helpers import one_line_error, one_thread  # noqa: F401  (one torch thread)
+from helpers import one_line_error, one_thread, train_lm_tiny  # noqa: F401  (one torch thread)
 from reference_model import attention as reference_attention
 
 LLAMA = dict(norm="rmsnorm_pre", positions="rope", activation="swiglu", score_scale="inv_sqrt", qkv_bias=False,
@@ -166,20 +166,10 @@ def test_a_model_without_per_head_outputs_and_an_unknown_method_are_refused():
 
 # ---------------------------------------------------------------------------------- the command
 
-TRAIN = ["--set", "train.steps=2", "--set", "eval.every=0", "--set", "checkpoint.every=0", "--set",
-         "train.log_every=1", "--set", "task.subset=200", "--set", "task.block_size=32", "--set",
-         "model.max_seq_len=32", "--set", "model.kv_heads=[2, 1]"]
-
-
 @pytest.fixture(scope="module")
 def lm_run(tmp_path_factory):
     """A 2-step lm-tiny run with grouped key/value heads (heads 4, 2; KV heads 2, 1)."""
-    root = tmp_path_factory.mktemp("heads")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HEADWISE_DATA", str(shared_data_dir()))
-        mp.setenv("HEADWISE_CACHE", str(root / "cache"))
-        assert main(["train", str(REPO / "configs" / "lm-tiny.toml"), "--out", str(root / "run"), *TRAIN]) == 0
-        yield root / "run"
+    return train_lm_tiny(tmp_path_factory.mktemp("heads"), 2, "model.kv_heads=[2, 1]")
 
 
 def _listing(root: Path) -> list[str]:

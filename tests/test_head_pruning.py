@@ -24,7 +24,7 @@ from headwise.params import count_params, plan_budget
 from headwise.spec import ModelSpec
 from headwise.train.config import resolve_run_model
 from headwise.train.generate import load_run_model, run_config
-from helpers import one_line_error, one_thread  # noqa: F401  (one torch thread)
+from helpers import LM_TINY, one_line_error, one_thread, train_lm_tiny  # noqa: F401  (one torch thread)
 
 LLAMA = dict(norm="rmsnorm_pre", positions="rope", activation="swiglu", score_scale="inv_sqrt", qkv_bias=False,
              out_bias=False, mlp_bias=False, qk_norm="rmsnorm")
@@ -165,20 +165,10 @@ def test_budgets_no_pruning_can_meet_and_bad_scores_are_refused():
 
 # --------------------------------------------------------------------------------- the command
 
-TRAIN = ["--set", "eval.every=0", "--set", "checkpoint.every=0", "--set", "train.log_every=1", "--set",
-         "task.subset=200", "--set", "task.block_size=32", "--set", "model.max_seq_len=32"]
-
-
 @pytest.fixture(scope="module")
 def lm_run(tmp_path_factory):
     """A 2-step lm-tiny run: GPT-Neo-style, heads 4, 2."""
-    root = tmp_path_factory.mktemp("prune")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HEADWISE_DATA", str(shared_data_dir()))
-        mp.setenv("HEADWISE_CACHE", str(root / "cache"))
-        assert main(["train", str(REPO / "configs" / "lm-tiny.toml"), "--out", str(root / "run"), "--set",
-                     "train.steps=2", *TRAIN]) == 0
-        yield root / "run"
+    return train_lm_tiny(tmp_path_factory.mktemp("prune"), 2)
 
 
 def _scores_file(path: Path, heads: list[list[float]]) -> Path:
@@ -221,7 +211,7 @@ def test_the_command_writes_a_smaller_run_that_generates_and_trains(lm_run, tmp_
     assert main(["generate", str(new), "--prompt", "Once upon a time", "--max-new-tokens", "4", "--seed", "0"]) == 0
     healed = tmp_path / "healed"
     assert main(["train", str(new / "config.toml"), "--out", str(healed), "--set", f"train.init_from={new}",
-                 "--set", "train.steps=1", *TRAIN]) == 0
+                 "--set", "train.steps=1", *LM_TINY]) == 0
     assert load_run_model(healed)[0].spec == model.spec
 
 

@@ -148,8 +148,8 @@ def test_a_failed_export_leaves_nothing(tmp_path, monkeypatch):
 
     monkeypatch.setattr(timm.models, "save_for_hf", fail)
     with pytest.raises(OSError, match="disk full"):
-        _exported(tmp_path, "deit")
-    assert list(tmp_path.iterdir()) == []
+        _exported(tmp_path / "a" / "b", "deit")
+    assert list(tmp_path.iterdir()) == []  # nor the folders made above the export
 
 
 @pytest.mark.parametrize("name, changes, message", [

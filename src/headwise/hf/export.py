@@ -27,12 +27,11 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 from torch import nn
 
-from headwise.paths import nearest_existing
+from headwise.paths import nearest_existing, staged_folder
 from headwise.errors import HeadwiseError, RunFailure
 from headwise.hf.models import from_headwise, hf_class, run_model
 from headwise.hf.card import model_card
@@ -164,8 +163,8 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path |
     (:func:`headwise.hf.native.choose`; ``gpt_neo=True`` is ``native="gpt-neo"``); where ``auto``
     falls back to headwise's own class, the line saying why is put in the card and appended to
     ``notes``. What cannot be exported is refused before anything is written; the folder is
-    written beside it and moved into place last, so a failure leaves nothing half-written (nor the
-    folders made above it)."""
+    written in a :func:`~headwise.paths.staged_folder`, so a failure leaves nothing half-written
+    (nor the folders made above it)."""
     from transformers.utils.logging import disable_progress_bar
 
     from headwise.hf.masked_tokenizer import save_masked_hf_tokenizer
@@ -190,10 +189,7 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path |
     language = cls.can_generate()
     # transformers draws a progress bar for writing even a one-file model: noise on a terminal
     disable_progress_bar()
-    made = _make_folders(out_dir.parent)
-    tmp: Path | None = None
-    try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    with staged_folder(out_dir) as tmp:
         if target is not None:
             hf = to_native(model, target, eot_id)
             hf.save_pretrained(tmp)
@@ -211,15 +207,6 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path |
         arch = type(hf).__name__
         card = model_card(run_dir, cfg, model.spec, source, arch, auto, target is None, note)
         (tmp / "README.md").write_text(card, encoding="utf-8")
-        if out_dir.exists():
-            out_dir.rmdir()
-        tmp.rename(out_dir)
-    except BaseException:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-        for folder in reversed(made):  # the folders made above OUT_DIR go too, deepest first
-            folder.rmdir()
-        raise
     return out_dir
 
 
@@ -269,11 +256,3 @@ def _check_own_checkpoint(spec: ModelSpec, run: ModelSpec, checkpoint: Path, run
     if diff is not None:
         raise HeadwiseError(f"--checkpoint {checkpoint} holds another model than {run_dir}'s config.toml describes "
                             f"({diff}, checkpoint vs run): it is not a checkpoint of this run (nothing was written)")
-
-
-def _make_folders(folder: Path) -> list[Path]:
-    """Make ``folder`` and its missing parents; returns those it made, outermost first."""
-    missing = [p for p in (folder, *folder.parents) if not p.exists()][::-1]
-    for path in missing:
-        path.mkdir()
-    return missing

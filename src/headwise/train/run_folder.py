@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,7 +24,7 @@ from headwise.config import atomic_write_text
 from headwise.errors import HeadwiseError
 from headwise.model import SPEC_FILE, WEIGHTS_FILE, save_pretrained
 from headwise.model.pretrained import MANIFEST_FILE
-from headwise.paths import nearest_existing
+from headwise.paths import nearest_existing, staged_folder
 from headwise.run import RunDir, RunSummary, write_summary
 from headwise.run.tokenizer import check_resumed_tokenizer, save_run_tokenizer
 from headwise.spec import ModelSpec
@@ -152,15 +151,9 @@ def write_run_atomically(out: Path, model: nn.Module, cfg: RunConfig, tokenizer:
     """Write a run of a model not trained here into ``out`` (a new or empty folder): its config,
     tokenizer, final model, a step-0 checkpoint of the same files (``headwise analyze`` measures
     checkpoints; no trainer state: such a run is trained on with ``train.init_from``, never
-    resumed), its summary and ``extra`` files (name: text). Everything is written into a folder
-    beside ``out`` and renamed into place last, so a failure leaves nothing, nor the folders it
-    made above ``out``."""
-    made = [p for p in (out.parent, *out.parent.parents) if not p.exists()][::-1]
-    for folder in made:
-        folder.mkdir()
-    tmp: Path | None = None
-    try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    resumed), its summary and ``extra`` files (name: text), in a :func:`~headwise.paths.staged_folder`:
+    a failure leaves nothing, nor the folders it made above ``out``."""
+    with staged_folder(out) as tmp:
         run = RunDir(tmp)
         cfg.save(run.config)
         save_run_tokenizer(tmp, tokenizer)
@@ -175,12 +168,3 @@ def write_run_atomically(out: Path, model: nn.Module, cfg: RunConfig, tokenizer:
         write_summary(tmp, summary)
         for name, text in (extra or {}).items():
             (tmp / name).write_text(text, encoding="utf-8")
-        if out.exists():
-            out.rmdir()
-        tmp.rename(out)
-    except BaseException:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-        for folder in reversed(made):
-            folder.rmdir()
-        raise

@@ -28,14 +28,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
 from headwise.errors import HeadwiseError
 from headwise.families.vision.timm_models import (Family, TimmChanges, base_arguments, check_image, entry_arguments,
                                                   timm_arguments, timm_family, unchanged_arguments)
+from headwise.paths import staged_folder
 
 WEIGHTS = "model.safetensors"
 #: what the name's registered weights say of themselves, untrue of headwise's
@@ -100,8 +99,8 @@ def export_timm(model, name: str, changes: TimmChanges = TimmChanges(), *, num_c
     """Write ``model``, headwise's build of ``name`` with ``changes`` for these images and classes,
     into ``out_dir`` in timm's convention (see the module's docstring); ``mean`` and ``std`` are the
     normalisation it was trained with ([0, 1] units, one per channel), ``label_names`` its classes.
-    Written into a temporary folder beside ``out_dir`` and renamed; refuses a non-empty ``out_dir``
-    unless ``overwrite``, and a model whose tensors are not those of timm's build. Returns the folder."""
+    Written in a :func:`~headwise.paths.staged_folder`; refuses a non-empty ``out_dir`` unless
+    ``overwrite``, and a model whose tensors are not those of timm's build. Returns the folder."""
     from timm.models import save_for_hf
 
     out = Path(out_dir)
@@ -115,9 +114,7 @@ def export_timm(model, name: str, changes: TimmChanges = TimmChanges(), *, num_c
     model_config = {"pretrained_cfg": {k: None for k in _PROVENANCE if model.pretrained_cfg.get(k) is not None}}
     if label_names is not None:
         model_config["label_names"] = list(label_names)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with staged_folder(out, replace=overwrite) as staging:
         save_for_hf(model, staging, model_config=model_config, model_args=_json_arguments(arguments),
                     safe_serialization=True, data_config=data)
         record = dict(timm_model=name, changes={k: v for k, v in dataclasses.asdict(changes).items() if v is not None},
@@ -125,9 +122,6 @@ def export_timm(model, name: str, changes: TimmChanges = TimmChanges(), *, num_c
                       create_model=_json_arguments(arguments, changes.head_dim),
                       pretrained_cfg_overlay=dict(file=WEIGHTS, num_classes=num_classes))
         (staging / "headwise.json").write_text(json.dumps(record, indent=2) + "\n")
-        _move_into_place(staging, out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return out
 
 
@@ -163,24 +157,6 @@ def _json_arguments(arguments: dict[str, Any], head_dim: int | None = None) -> d
     if head_dim is not None and "attn_layer" in arguments:
         out["attn_layer"] = f"headwise.families.vision.timm_attention.held_width_attention({head_dim})"
     return out
-
-
-def _move_into_place(staging: Path, out: Path) -> None:
-    """Rename ``staging`` to ``out``; an existing ``out`` is moved aside first (and back if the
-    rename fails) and removed after."""
-    old = None
-    if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
-        os.replace(out, old / out.name)
-    try:
-        os.replace(staging, out)
-    except OSError:
-        if old is not None:
-            os.replace(old / out.name, out)
-        raise
-    finally:
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
 
 
 def pretrained_overlay(folder: str | os.PathLike) -> dict[str, Any]:
