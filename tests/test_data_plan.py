@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from headwise.text.data_plan import DEFAULT_HOLDOUT, DataConfig, parse_validation, plan_data
+from headwise.text.data_plan import DEFAULT_HOLDOUT, DataConfig, Holdout, parse_validation, plan_data
 from headwise.errors import HeadwiseError
 from test_data_sources import (  # noqa: F401
     STORIES,
@@ -46,7 +46,7 @@ def test_holdout_is_seeded_by_story_and_disjoint(tmp_path):
 def test_auto_validation_of_a_local_file_is_a_holdout(tmp_path):
     path, _ = numbered(tmp_path)
     plan = plan_data(DataConfig(source=str(path)))
-    assert plan.valid is None and plan.holdout == DEFAULT_HOLDOUT
+    assert plan.valid is None and plan.holdout == Holdout(DEFAULT_HOLDOUT)
 
 
 def test_first_k_subset(tmp_path):
@@ -123,14 +123,44 @@ def test_hub_validation_split_is_used_automatically(tmp_path):
 def test_train_only_hub_dataset_gets_a_holdout(tmp_path):
     root = hub_layout_skeskinen(tmp_path / "TinyStories-GPT4")
     plan = plan_data(DataConfig(source=str(root), format="hub", validation="fraction:0.5", seed=1))
-    assert plan.valid is None and plan.holdout == 0.5
+    assert plan.valid is None and plan.holdout == Holdout(0.5)
     got = roles(plan)
     assert sorted(got["train"] + got["valid"]) == sorted(STORIES)
     with pytest.raises(HeadwiseError, match="has no split 'test'"):
         plan_data(DataConfig(source=str(root), format="hub", validation="split:test"))
 
 
-@pytest.mark.parametrize("value", ["fraction:0", "fraction:1", "fraction:x", "split:", ""])
+def test_parts_of_a_holdout_are_disjoint_bands_and_train_on_the_same_stories(tmp_path):
+    path, stories = numbered(tmp_path, n=600)
+    whole = roles(plan_data(DataConfig(source=str(path), validation="fraction:0.2", seed=5)))
+    first = roles(plan_data(DataConfig(source=str(path), validation="fraction:0.2:1/2", seed=5)))
+    second = roles(plan_data(DataConfig(source=str(path), validation="fraction:0.2:2/2", seed=5)))
+    # both parts train on exactly what the whole hold-out trains on
+    assert first["train"] == second["train"] == whole["train"]
+    assert set(first["valid"]).isdisjoint(second["valid"])
+    assert sorted(first["valid"] + second["valid"]) == sorted(whole["valid"])
+    # the documented bands of the draws: [0, 0.1) and [0.1, 0.2)
+    draws = np.random.default_rng([5, 1, 0]).random(1 << 16)[:600]
+    assert first["valid"] == [s for s, d in zip(stories, draws) if d < 0.1]
+    assert second["valid"] == [s for s, d in zip(stories, draws) if 0.1 <= d < 0.2]
+    assert 30 <= len(first["valid"]) <= 90 and 30 <= len(second["valid"]) <= 90
+    # a random subset never takes a story of the other part
+    sub = roles(plan_data(DataConfig(source=str(path), validation="fraction:0.2:2/2", seed=5, subset=100,
+                                     subset_order="random")))
+    assert set(sub["train"]).isdisjoint(first["valid"]) and sub["valid"] == second["valid"]
+
+
+def test_a_part_names_its_cache_and_a_whole_holdout_keeps_its_key(tmp_path):
+    path, _ = numbered(tmp_path)
+    whole = plan_data(DataConfig(source=str(path), validation="fraction:0.1", seed=2))
+    part = plan_data(DataConfig(source=str(path), validation="fraction:0.1:1/2", seed=2))
+    assert whole.request()["validation"] == {"holdout": 0.1, "seed": 2}
+    assert part.request()["validation"] == {"holdout": 0.1, "part": [1, 2], "seed": 2}
+    assert "part 1 of 2 of a seeded 0.1 hold-out" in part.describe()
+
+
+@pytest.mark.parametrize("value", ["fraction:0", "fraction:1", "fraction:x", "split:", "", "fraction:0.1:3/2",
+                                   "fraction:0.1:0/2", "fraction:0.1:1", "fraction:0.1:a/b"])
 def test_bad_validation_values(value):
     with pytest.raises(HeadwiseError):
         parse_validation(value)

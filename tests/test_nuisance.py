@@ -84,6 +84,7 @@ def test_a_bad_nuisance_table_is_one_line(table, message):
 @pytest.mark.slow
 def test_a_study_tunes_each_variant_then_runs_its_seeds_at_the_choice(tmp_path):
     from headwise.study.runner import run_study
+    from headwise.train.held_out import held_out_scores
 
     study_file = tmp_path / "tuned.toml"
     # one study seed: every seed's run takes the variant's choice alike (each run costs ~5 s of startup)
@@ -112,10 +113,19 @@ def test_a_study_tunes_each_variant_then_runs_its_seeds_at_the_choice(tmp_path):
         assert all("eval_seed = 99" in f.read_text() for f in tuning_cfgs)  # the selection split
         # no tuning run shares a seed with the runs the report compares
         assert {read_toml(f)["train"]["seed"] for f in tuning_cfgs} == {1000, 1001}
+        # each tuning run is also scored on the reported split (eval_seed 1234), never used to choose
+        assert set(c["evaluated"]) == set(c["tried"])
+        run = out / "tuning" / name / f"{next(iter(c['tried']))}-seed1000"
+        # scoring a run again on its own split gives what its trainer measured
+        assert held_out_scores(run, {"task.eval_seed": 99})["loss"] == pytest.approx(
+            read_summary(run).final_eval_loss, rel=1e-6)
+        assert held_out_scores(run, {"task.eval_seed": 1234})["loss"] != pytest.approx(
+            read_summary(run).final_eval_loss, rel=1e-6)
     from headwise.report import write_report
 
     text = write_report(out, samples=False, conditioning=False, echo=lambda _: None).read_text()
     assert "## Tuning" in text and "selected on `task.eval_seed = 99`" in text
+    assert "Tuning against the evaluation" in text and "| tuning chose | evaluation's best |" in text
     assert "tuning seeds 1000, 1001 (seeds the verdicts do not use)" in text
     figure = [r for r in read_csv(out / "report" / "tuning.csv") if r["chosen"] == "True"]
     assert {r["variant"]: float(r["value"]) for r in figure} == {k: c["best"][LR] for k, c in choices.items()}

@@ -133,18 +133,23 @@ def test_a_search_resumed_with_a_set_it_did_not_have_is_refused(tmp_path):
 
 # --------------------------------------------------------------------------- the built-in searches
 
-#: search -> (the task key the trials set, their hold-out, what the confirmation compares on)
+#: the LM searches' trials select on one half of a 10% hold-out of the training stories; the
+#: verdict's confirmation compares on the other half (the training text's format), tiny's on the file
+LM = ("validation", "fraction:0.1:2/2", {"tiny": "tinystories-valid-sample.txt", "verdict": "fraction:0.1:1/2"})
+#: search -> (the task key the trials set, their hold-out, what the confirmation compares on by preset)
 BUILTIN = {
-    "depth-for-heads": ("validation", "fraction:0.05", "tinystories-valid-sample.txt"),
-    "kv-heads": ("validation", "fraction:0.05", "tinystories-valid-sample.txt"),
-    "vit-depth-for-heads": ("holdout", 5000, None),  # None: the test split (holdout's default, 0)
+    "depth-for-heads": LM,
+    "kv-heads": LM,
+    "progression": LM,
+    "vit-depth-for-heads": ("holdout", 5000, {"tiny": None, "verdict": None}),  # None: the test split (holdout 0)
 }
 
 
 @pytest.mark.parametrize("preset", ["tiny", "verdict"])
 @pytest.mark.parametrize("name", sorted(BUILTIN))
 def test_the_builtin_trials_select_on_held_out_training_data_and_confirm_on_the_evaluation_data(name, preset):
-    key, held, compared = BUILTIN[name]
+    key, held, by_preset = BUILTIN[name]
+    compared = by_preset[preset]
     search = load_search(name, preset=preset)
     assert search.config.fidelity.set == {f"task.{key}": held} and search.config.confirm.enabled
     assert search.trial_config(next(search.space.plans(limit=1)))["task"][key] == held
@@ -157,8 +162,8 @@ def test_the_builtin_trials_select_on_held_out_training_data_and_confirm_on_the_
 
 
 def test_the_quick_presets_keep_the_lm_hold_out_and_the_vision_test_split():
-    for name in ("depth-for-heads", "kv-heads"):
-        assert load_search(name, preset="quick").base["task"]["validation"] == "fraction:0.05"
+    for name in ("depth-for-heads", "kv-heads", "progression"):
+        assert load_search(name, preset="quick").base["task"]["validation"] == "fraction:0.1:2/2"
     quick = load_search("vit-depth-for-heads", preset="quick")
     assert quick.base["task"]["holdout"] == 0 and not quick.config.confirm.enabled
 
@@ -168,4 +173,4 @@ def test_a_dry_run_names_the_trials_only_keys(capsys):
     from headwise.cli import main
 
     assert main(["search", "kv-heads", "--preset", "verdict", "--dry-run"]) == 0
-    assert "trials only (not the confirmation): task.validation = 'fraction:0.05'" in capsys.readouterr().out
+    assert "trials only (not the confirmation): task.validation = 'fraction:0.1:2/2'" in capsys.readouterr().out

@@ -56,7 +56,7 @@ def _data_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokenizer", help="gpt-neo (default) or bpe:N")
     p.add_argument("--subset", type=int, metavar="K", help="use only K training stories")
     p.add_argument("--subset-order", choices=["first", "random"], help="the first K (default) or a seeded random K")
-    p.add_argument("--validation", help="auto, split:NAME, fraction:F, or a path / hub name")
+    p.add_argument("--validation", help="auto, split:NAME, fraction:F, fraction:F:K/N (part K of N of the hold-out), or a path / hub name")
     p.add_argument("--seed", type=int, help="seed of the random subset and the hold-out (default 0)")
     p.add_argument("--cache-dir", help=f"where caches live (default: $HEADWISE_CACHE or {default_cache_dir()})")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")

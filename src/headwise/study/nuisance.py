@@ -167,6 +167,13 @@ def check_tuning(nuisance: Nuisance, variant: str, config: dict[str, Any]) -> No
         raise HeadwiseError(f"[nuisance] metric {nuisance.metric!r}: {problem}")
 
 
+def report_split(nuisance: Nuisance, config: dict[str, Any]) -> dict[str, Any]:
+    """The selection keys at the values the variant's own runs have (run config ``config``): what
+    scores a tuning run on the split the report compares on."""
+    ran = RunConfig.parse(config, source="run config").to_dict()
+    return {key: _dotted(ran, key) for key in nuisance.selection}
+
+
 def _dotted(table: dict[str, Any], key: str) -> Any:
     """The value at dotted ``key`` of a nested dict (None where it is not set)."""
     for part in key.split("."):
@@ -206,6 +213,10 @@ class Choice:
     extensions: dict[str, int]
     #: the tuning runs' seeds ([0] in studies tuned before tuning seeds were kept apart)
     seeds: list[int] = field(default_factory=lambda: [0])
+    #: label -> the mean over the tuning seeds of the same metric on the split the report compares
+    #: on (None where a seed diverged): how well tuning predicts the evaluation (see
+    #: :func:`agreement`); empty in studies tuned before it was measured
+    evaluated: dict[str, float | None] = field(default_factory=dict)
 
 
 def choose(variant: str, axes: dict[str, list[float]], done: set[Point], values: dict[Point, float],
@@ -237,6 +248,55 @@ def choose(variant: str, axes: dict[str, list[float]], done: set[Point], values:
     if grew:
         return Choice(variant, tried, None, [], dict(extensions), seeds), [p for p in grid(axes) if p not in done]
     return Choice(variant, tried, chosen, at_edge, dict(extensions), seeds), []
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How a variant's tuning agrees with the evaluation, over the points both scored."""
+
+    variant: str
+    #: the point tuning chose and the one the report's split would have chosen (labels)
+    chosen: str
+    evaluation_best: str
+    #: how much worse the chosen point is than the evaluation's best, on the report's split (>= 0)
+    regret: float
+    #: Spearman's rank correlation of the selection and evaluation values (None under 3 points)
+    spearman: float | None
+
+
+def _scored(choice: Choice) -> dict[str, tuple[float, float]]:
+    return {name: (value, choice.evaluated[name]) for name, (_, value) in choice.tried.items()
+            if value is not None and choice.evaluated.get(name) is not None}
+
+
+def rank_correlation(pairs: list[tuple[float, float]]) -> float | None:
+    """Spearman's rank correlation of (selection, evaluation) pairs; None under 3 pairs or when
+    either side is constant."""
+    from scipy.stats import spearmanr
+
+    if len(pairs) < 3 or len({a for a, _ in pairs}) < 2 or len({b for _, b in pairs}) < 2:
+        return None
+    return float(spearmanr([a for a, _ in pairs], [b for _, b in pairs]).statistic)
+
+
+def agreement(choice: Choice, nuisance: Nuisance) -> Agreement | None:
+    """The variant's :class:`Agreement`, or None before its choice or its evaluation scores exist."""
+    scored = _scored(choice)
+    if choice.best is None or not scored:
+        return None
+    chosen = label(tuple(sorted(choice.best.items())))
+    if chosen not in scored:
+        return None
+    sign = 1.0 if nuisance.better == "lower" else -1.0
+    best = min(scored, key=lambda name: sign * scored[name][1])
+    return Agreement(choice.variant, chosen, best, sign * (scored[chosen][1] - scored[best][1]),
+                     rank_correlation(list(scored.values())))
+
+
+def pooled_agreement(choices: list[Choice]) -> float | None:
+    """Spearman's rank correlation over every variant's scored points together: whether tuning
+    orders the variants and their settings as the evaluation does."""
+    return rank_correlation([pair for c in choices for pair in _scored(c).values()])
 
 
 def write_choices(study_dir: Path, choices: list[Choice]) -> Path:

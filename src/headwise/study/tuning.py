@@ -13,8 +13,8 @@ from headwise.errors import RunFailure
 from headwise.study.jobs import RunJob, plan_action
 from headwise.study.layout import StudyRecord, job_paths
 from headwise.study.nuisance import (
-    TUNING_DIR, Choice, Nuisance, Point, choose, grid, label, mean_selection_value, selection_value, tuning_config,
-    write_choices,
+    TUNING_DIR, Choice, Nuisance, Point, choose, grid, label, mean_selection_value, report_split, selection_value,
+    tuning_config, write_choices,
 )
 from headwise.study.definition import RunSpec, Study, Variant
 
@@ -60,6 +60,27 @@ def _jobs(study_dir: Path, v: Variant, nuisance: Nuisance, point: Point) -> list
     return jobs
 
 
+def _score_on_report_split(study: Study, study_dir: Path, axes: dict[str, dict[str, list[float]]],
+                           choices: list[Choice]) -> None:
+    """Each choice's ``evaluated``: every tried point's metric on the split the report compares on
+    (mean over the tuning seeds; None where one diverged), read back once measured."""
+    from headwise.train.held_out import held_out_scores  # torch: a dry run never gets here
+
+    nuisance = study.config.nuisance
+    assert nuisance is not None
+    for v, c in zip(study.variants, choices):
+        split = report_split(nuisance, v.config)
+        for point in grid(axes[v.name]):
+            if label(point) not in c.tried:
+                continue
+            values = []
+            for seed in nuisance.seeds:
+                run_dir = tuning_paths(study_dir, v.name, point, seed)["run_dir"]
+                completed = selection_value(run_dir, nuisance) is not None
+                values.append(held_out_scores(run_dir, split).get(nuisance.metric) if completed else None)
+            c.evaluated[label(point)] = mean_selection_value(values)
+
+
 def tune(study: Study, study_dir: Path, record: StudyRecord, runner: Any, echo: Callable[[str], None]) -> list[Choice]:
     """Run the tuning rounds (resuming finished ones from disk), set each variant's chosen
     values in its config, and write ``tuning/tuning.json``. A RunFailure when a tuning run
@@ -90,6 +111,8 @@ def tune(study: Study, study_dir: Path, record: StudyRecord, runner: Any, echo: 
         if failed:
             raise RunFailure(f"{len(failed)} tuning runs did not complete: {', '.join(failed[:5])}; "
                              f"see {study_dir / 'tuning' / 'logs'}; rerun the same command to finish them")
+    if not any(c.best is None for c in choices):
+        _score_on_report_split(study, study_dir, axes, choices)
     write_choices(study_dir, choices)
     lost = [c.variant for c in choices if c.best is None]
     if lost:

@@ -8,11 +8,16 @@ Subsets and hold-outs are decided by story index with a seed, so they are the sa
 machine and every pass: story ``i`` is held out when a uniform draw from
 ``default_rng([seed, 1, i // 65536])`` (position ``i % 65536``) falls below the fraction; a
 random subset of K picks K of the remaining indices with ``default_rng([seed, 2])``.
+
+``"fraction:F:K/N"`` validates on the K-th of N equal bands of those draws and trains on none of
+the F: runs that select (a tuning run on part 2/2) and runs that report (part 1/2) then train on
+the same stories, and neither's validation stories are in the other's.
 """
 
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 from typing import Any, Iterator, Literal
 
@@ -49,7 +54,8 @@ class DataConfig(Config):
     #: the first K stories, or K chosen at random with the seed
     subset_order: Literal["first", "random"] = "first"
     #: "auto" (the source's "validation" split, else a 5% hold-out), "split:NAME",
-    #: "fraction:F" (a seeded hold-out of stories), or a path / hub name of separate data
+    #: "fraction:F" (a seeded hold-out of stories), "fraction:F:K/N" (the K-th of N equal parts of
+    #: that hold-out; training still leaves out all of F), or a path / hub name of separate data
     validation: str = "auto"
     #: seed of the random subset and of the hold-out
     seed: int = 0
@@ -71,8 +77,58 @@ class DataConfig(Config):
         return {name: getattr(self, name) for name in DataConfig.model_fields}
 
 
+@dataclass(frozen=True)
+class Holdout:
+    """A seeded hold-out of stories: the ``fraction`` of them training never sees, of which part
+    ``part`` of ``parts`` (equal bands of the stories' draws) is the validation set."""
+
+    fraction: float
+    part: int = 1
+    parts: int = 1
+
+    def role(self, draw: float) -> str | None:
+        """``"train"``, ``"valid"`` or None (held out, but in another part) for a story's draw."""
+        if draw >= self.fraction:
+            return "train"
+        band = self.fraction / self.parts
+        return "valid" if (self.part - 1) * band <= draw < self.part * band else None
+
+    def identity(self) -> dict[str, Any]:
+        """What decides the split, for cache keys (a whole hold-out's key is the one it always had)."""
+        return {"holdout": self.fraction} if self.parts == 1 else {"holdout": self.fraction,
+                                                                   "part": [self.part, self.parts]}
+
+    def label(self) -> str:
+        """A short human description."""
+        whole = f"a seeded {self.fraction:g} hold-out"
+        return whole if self.parts == 1 else f"part {self.part} of {self.parts} of {whole}"
+
+
+def _parse_fraction(value: str) -> Holdout:
+    body = value[len("fraction:"):]
+    fraction_text, _, part_text = body.partition(":")
+    try:
+        fraction = float(fraction_text)
+    except ValueError:
+        fraction = -1.0
+    if not 0.0 < fraction < 1.0:
+        raise HeadwiseError(
+            f"validation {value!r}: the fraction must be a number between 0 and 1, e.g. 'fraction:0.05'"
+        )
+    if not part_text:
+        return Holdout(fraction)
+    match = re.fullmatch(r"(\d+)/(\d+)", part_text)
+    if match is None or not 1 <= int(match[1]) <= int(match[2]):
+        raise HeadwiseError(
+            f"validation {value!r}: the part must be K/N with 1 <= K <= N, e.g. 'fraction:0.1:2/2' (the "
+            "second half of a 10% hold-out)"
+        )
+    return Holdout(fraction, int(match[1]), int(match[2]))
+
+
 def parse_validation(value: str) -> tuple[str, Any]:
-    """``"auto"``, ``"split:NAME"``, ``"fraction:F"`` or a separate source, as (kind, argument)."""
+    """``"auto"``, ``"split:NAME"``, ``"fraction:F[:K/N]"`` (a :class:`Holdout`) or a separate
+    source, as (kind, argument)."""
     if value == "auto":
         return "auto", None
     if value.startswith("split:"):
@@ -81,15 +137,7 @@ def parse_validation(value: str) -> tuple[str, Any]:
             raise HeadwiseError("validation 'split:' needs a split name, e.g. 'split:validation'")
         return "split", name
     if value.startswith("fraction:"):
-        try:
-            fraction = float(value[len("fraction:"):])
-        except ValueError:
-            fraction = -1.0
-        if not 0.0 < fraction < 1.0:
-            raise HeadwiseError(
-                f"validation {value!r}: the fraction must be a number between 0 and 1, e.g. 'fraction:0.05'"
-            )
-        return "fraction", fraction
+        return "fraction", _parse_fraction(value)
     if not value:
         raise HeadwiseError("validation is empty: use 'auto', 'split:NAME', 'fraction:F' or a path")
     return "source", value
@@ -102,7 +150,7 @@ class DataPlan:
     train: Source
     #: separate validation data (a file, or another split), or None for a hold-out
     valid: Source | None
-    holdout: float | None
+    holdout: Holdout | None
     subset: int | None
     subset_order: str
     seed: int
@@ -118,13 +166,13 @@ class DataPlan:
         if self.valid is not None:
             validation: dict[str, Any] = {"source": self.valid.identity()}
         else:
-            validation = {"holdout": self.holdout, "seed": self.seed}
+            validation = {**self.holdout.identity(), "seed": self.seed}
         return {"train": self.train.identity(), "subset": subset, "validation": validation, "tokenizer": self.tokenizer}
 
     def describe(self) -> str:
         """One line for people."""
         subset = f", {self.subset_order} {self.subset} stories" if self.subset else ""
-        valid = self.valid.label() if self.valid else f"a seeded {self.holdout:g} hold-out"
+        valid = self.valid.label() if self.valid else self.holdout.label()
         return f"{self.train.label()}{subset}; validation: {valid}; tokenizer {self.tokenizer}"
 
     def train_documents(self) -> Iterator[str]:
@@ -138,16 +186,23 @@ class DataPlan:
             for text in self.valid.documents():
                 yield "valid", text
 
+    def _roles(self) -> Iterator[str | None]:
+        """Each training-source story's role in order: "train", "valid" or None (left out)."""
+        if self.holdout is None:
+            return itertools.repeat("train")
+        return map(self.holdout.role, _holdout_draws(self.seed))
+
     def _main(self) -> Iterator[tuple[str, str]]:
-        held = _holdout_flags(self.seed, self.holdout) if self.holdout else itertools.repeat(False)
         if self.subset is None:
-            for text, out in zip(self.train.documents(), held):
-                yield ("valid" if out else "train"), text
+            for text, role in zip(self.train.documents(), self._roles()):
+                if role is not None:
+                    yield role, text
         elif self.subset_order == "first":
             taken = 0
-            for text, out in zip(self.train.documents(), held):
-                if out:
-                    yield "valid", text
+            for text, role in zip(self.train.documents(), self._roles()):
+                if role != "train":
+                    if role is not None:
+                        yield role, text
                     continue
                 yield "train", text
                 taken += 1
@@ -159,15 +214,14 @@ class DataPlan:
 
     def _random_subset(self) -> Iterator[tuple[str, str]]:
         n = self.train.count()
-        flags = _holdout_flags(self.seed, self.holdout) if self.holdout else itertools.repeat(False)
-        held = np.fromiter(itertools.islice(flags, n), dtype=bool, count=n)
-        candidates = np.flatnonzero(~held)
+        roles = list(itertools.islice(self._roles(), n))
+        candidates = np.flatnonzero([role == "train" for role in roles])
         if self.subset > len(candidates):
             raise self._too_few(len(candidates))
         keep = np.zeros(n, dtype=bool)
         keep[np.random.default_rng([self.seed, 2]).choice(candidates, self.subset, replace=False)] = True
         for i, text in enumerate(itertools.islice(self.train.documents(), n)):
-            if held[i]:
+            if roles[i] == "valid":
                 yield "valid", text
             elif keep[i]:
                 yield "train", text
@@ -180,10 +234,10 @@ class DataPlan:
         )
 
 
-def _holdout_flags(seed: int, fraction: float) -> Iterator[bool]:
-    # Drawn in blocks so the flag of story i depends only on (seed, i), never on a count.
+def _holdout_draws(seed: int) -> Iterator[float]:
+    # Drawn in blocks so the draw of story i depends only on (seed, i), never on a count.
     for block in itertools.count():
-        yield from (np.random.default_rng([seed, 1, block]).random(_BLOCK) < fraction).tolist()
+        yield from np.random.default_rng([seed, 1, block]).random(_BLOCK).tolist()
 
 
 def plan_data(cfg: DataConfig) -> DataPlan:
@@ -191,12 +245,12 @@ def plan_data(cfg: DataConfig) -> DataPlan:
     train = open_source(cfg.source, cfg.format, cfg.field, cfg.split)
     kind, arg = parse_validation(cfg.validation)
     valid: Source | None = None
-    holdout: float | None = None
+    holdout: Holdout | None = None
     if kind == "auto":
         if train.kind == "hub" and cfg.split != "validation" and "validation" in hub_splits(train.name):
             valid = open_source(train.name, "hub", train.field, "validation")
         else:
-            holdout = DEFAULT_HOLDOUT
+            holdout = Holdout(DEFAULT_HOLDOUT)
     elif kind == "split":
         if train.kind != "hub":
             raise HeadwiseError(

@@ -33,6 +33,7 @@ from headwise.train.checkpoint import latest_checkpoint, rng_state, save_checkpo
 from headwise.train.config import RunConfig, batch_layout, min_lr, resolve_spec, resolved_config, warmup_steps
 from headwise.train.distill import load_distiller
 from headwise.train.distributed import DistContext, init_distributed, resolve_device
+from headwise.train.held_out import eval_totals, finish_totals
 from headwise.train.init_from import check_init_source, load_encoder
 from headwise.train.metrics import MetricsLog, Progress, peak_memory_bytes
 from headwise.train.optim import build_optimizer, build_scheduler
@@ -386,23 +387,12 @@ class Trainer:
         if not self.eval_set:
             return None
         self.model.eval()
-        names = self.task.metric_names
-        # loss, examples, then each metric, all weighted by batch size
-        total = torch.zeros(2 + len(names), dtype=torch.float64, device=self.device)
-        for batch in self.eval_set[self.ctx.rank::self.ctx.world_size]:
-            b = batch.to(self.device)
-            with self.autocast:
-                loss, metrics = self.task.evaluate(self.model, b)
-            n = b.inputs.shape[0]
-            total[0] += loss.double() * n
-            total[1] += n
-            for i, name in enumerate(names):
-                total[2 + i] += metrics[name].double() * n
+        total = eval_totals(self.model, self.task, self.eval_set[self.ctx.rank::self.ctx.world_size], self.device,
+                            self.autocast)
         self.model.train()
         self.ctx.all_reduce(total)
-        values = (total / total[1]).tolist()
-        self.last_metrics = self.task.finish_metrics(dict(zip(names, values[2:])))
-        return values[0]
+        loss, self.last_metrics = finish_totals(self.task, total)
+        return loss
 
     def _analyse(self) -> dict[str, float]:
         return self.spec.analyze(self.model, [self.eval_set[0].inputs.to(self.device)]).metrics()
