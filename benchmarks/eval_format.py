@@ -1,7 +1,7 @@
 """How much the evaluation text's format moves a language study's losses and its ranking (issue 44).
 
-Scores every completed run of a study whose runs held out ``fraction:F`` of the training stories
-(e.g. /work/scratch's format study: the progression verdict's plans at three learning rates) on
+Scores every completed run of a study whose runs held out ``fraction:F`` of the training stories,
+or half of it (``fraction:F:1/2``, as the LM verdict presets do), on
 four evaluation sets, each at every block (``task.eval_batches = 0``), with the run's own tokenizer:
 
 - ``part 1``: the first half of the hold-out, whole stories with their end-of-text separators (the
@@ -15,7 +15,8 @@ four evaluation sets, each at every block (``task.eval_batches = 0``), with the 
 Prints a markdown report: each set's mean loss per variant, Spearman's rho of the variants'
 means between the sets, and each plan's paired difference from the baseline at each setting.
 
-    python benchmarks/eval_format.py STUDY_DIR [--baseline constant] [--out FILE]
+    headwise study benchmarks/eval_format_study.toml --out DIR     # 18 runs, ~1 h on 2 cores
+    python benchmarks/eval_format.py DIR [--baseline constant] [--out FILE]
 """
 
 from __future__ import annotations
@@ -52,10 +53,11 @@ def main() -> None:
     args = parser.parse_args()
     rows = [r for r in csv.DictReader(open(args.study / "results.csv")) if r["status"] == "completed"]
     first = args.study / rows[0]["run_dir"]
-    whole = run_config(first).task.validation
-    kind, holdout = parse_validation(whole)
-    assert kind == "fraction" and holdout.parts == 1, f"the runs must hold out a whole fraction, not {whole!r}"
-    part1, part2 = f"{whole}:1/2", f"{whole}:2/2"
+    validation = run_config(first).task.validation
+    kind, holdout = parse_validation(validation)
+    if kind != "fraction" or holdout.parts not in (1, 2):
+        raise SystemExit(f"the runs must hold out 'fraction:F' or its halves 'fraction:F:K/2', not {validation!r}")
+    part1, part2 = f"fraction:{holdout.fraction:g}:1/2", f"fraction:{holdout.fraction:g}:2/2"
     stream = _stream_of_part(first, part1, args.study / "part1-stream.txt")
     sets = {
         "part 1 (stories)": {"task.validation": part1},

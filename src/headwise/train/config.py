@@ -2,7 +2,7 @@
 
 Tables: ``[model]`` (an optional ``preset`` plus any :class:`~headwise.spec.ModelSpec` field,
 and an optional ``[model.plan]`` that sets ``heads``), ``[task]``, ``[optim]``, ``[schedule]``,
-``[train]`` (with an optional ``[train.distill]``), ``[eval]``, ``[checkpoint]``, ``[analysis]``,
+``[train]`` (with optional ``[train.distill]`` and ``[train.prune]``), ``[eval]``, ``[checkpoint]``, ``[analysis]``,
 ``[log]`` (the trackers' own :class:`~headwise.train.trackers.LogConfig`). What depends on the
 task (the vocabulary, the number of steps, gradient accumulation) is settled by
 :func:`resolve_spec` and :func:`batch_layout`; :func:`resolved_config` gives the config that
@@ -129,6 +129,30 @@ class DistillConfig(Config):
         return os.path.abspath(run)  # as train.init_from: resume and export read it from anywhere
 
 
+class PruneConfig(Config):
+    """``[train.prune]``: the ``train.init_from`` model's lowest-scoring heads removed to a budget
+    before the run trains it (:mod:`headwise.train.prune_init`), scored on the run's own training
+    batches; ``[model]`` is then the init_from model's, and the run trains the smaller one."""
+
+    #: the cap, as ``headwise heads prune --to`` takes it: heads:N, params:N, flops:N, kv-bytes:N
+    to: str
+    scope: Literal["global", "per-layer"] = "global"
+    method: Literal["gradient", "activation", "ablation"] = "gradient"
+    #: training tokens the heads are scored on (sequences of the task's block size)
+    tokens: int = Field(default=8192, gt=0)
+
+    @field_validator("to")
+    @classmethod
+    def _budget(cls, to: str) -> str:
+        from headwise.commands.heads import parse_budget
+
+        try:
+            parse_budget(to)
+        except HeadwiseError as exc:
+            raise ValueError(str(exc).replace("--to", "to =", 1)) from None
+        return to
+
+
 class TrainConfig(Config):
     """``[train]``: batch, duration, precision, device and logging."""
 
@@ -154,6 +178,7 @@ class TrainConfig(Config):
     init_from: str | None = None
     init_checkpoint: str | None = None
     distill: DistillConfig | None = None
+    prune: PruneConfig | None = None
 
     @model_validator(mode="after")
     def _check(self) -> "TrainConfig":
@@ -167,6 +192,8 @@ class TrainConfig(Config):
             raise ValueError("give grad_accum or tokens_per_step, not both")
         if self.init_checkpoint is not None and self.init_from is None:
             raise ValueError("init_checkpoint names a checkpoint of the init_from run: set init_from too")
+        if self.prune is not None and self.init_from is None:
+            raise ValueError("[train.prune] prunes the init_from run's model: set train.init_from too")
         return self
 
     @field_validator("init_from")

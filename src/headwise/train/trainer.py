@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from headwise.analysis.head_pruning import pruned_spec
 from headwise.errors import HeadwiseError, RunFailure
 from headwise.model import save_pretrained
 from headwise.run import RunDir, RunStatus, RunSummary, write_summary
@@ -38,6 +39,7 @@ from headwise.train.init_from import check_init_source, load_encoder
 from headwise.train.metrics import MetricsLog, Progress, peak_memory_bytes
 from headwise.train.optim import build_optimizer, build_scheduler
 from headwise.train.peak import default_peak_flops
+from headwise.train.prune_init import Pruned, prune_source, pruned_plan, saved_pruning, write_record
 from headwise.train.resume import ResumePoint
 from headwise.train.run_folder import NewFolder, ResumedConfig, check_run_dir, prepare_run_dir
 from headwise.train.trackers import open_trackers
@@ -98,15 +100,19 @@ class Trainer:
         self.task, self.tokenizer = task, task_tokenizer(task)
         self.spec, self.plan = resolve_spec(cfg.model, self.task)
         self.layout = batch_layout(cfg.train, self.task, ctx.world_size)
-        # counted once: another library's model is counted on a meta build
-        self.params = self.spec.parameter_count()
-        self.flops_per_token = self.spec.flops_per_token(self.layout.seq_len)
+        # the saved config's [model] is the one configured: under [train.prune], the init_from model's
         self.cfg = resolved_config(cfg, self.spec)
         self.eval_set = self.task.eval_batches()
         t = self.cfg.train
         # a resumed fine-tuning run restores its own checkpoint: the source is not read again
         self.init_source = (check_init_source(t.init_from, t.init_checkpoint, self.spec, cfg.task.vocabulary_run(),
                                               self.tokenizer) if t.init_from and not resume else None)
+        #: [train.prune]'s pruned init_from model (until _build loads it) and its record (pruned.json)
+        self.prune_record: dict | None = None
+        self.pruned: Pruned | None = self._prune(resume) if t.prune else None
+        # counted once: another library's model is counted on a meta build
+        self.params = self.spec.parameter_count()
+        self.flops_per_token = self.spec.flops_per_token(self.layout.seq_len)
         self.peak_flops, self.peak_source = (
             (t.peak_flops, "train.peak_flops") if t.peak_flops else default_peak_flops(self.device, t.precision)
         )
@@ -132,7 +138,24 @@ class Trainer:
         if ctx.is_main:
             self.undo, self.resume_notes = prepare_run_dir(self.run_dir, self.cfg, self.tokenizer,
                                                            self.resume_from, overwrite)
+            if self.prune_record is not None:
+                write_record(out, self.prune_record)
         ctx.barrier()
+
+    def _prune(self, resume: bool) -> Pruned | None:
+        """``[train.prune]``: the init_from model pruned (its record kept for ``pruned.json``), or on
+        resume the shape ``pruned.json`` saved (the checkpoint holds the weights); ``spec`` and
+        ``plan`` become the pruned model's."""
+        t = self.cfg.train
+        pruned = None
+        if resume:
+            self.spec = saved_pruning(self.out, self.spec)
+        else:
+            pruned = prune_source(t.prune, self.init_source, self.spec, self.task, t.seed, self.device)
+            self.spec = pruned_spec(self.spec, pruned.removed)
+        self.prune_record = pruned.record if pruned is not None else None
+        self.plan = pruned_plan(self.spec)
+        return pruned
 
     def take_back(self, exc: HeadwiseError | RunFailure) -> None:
         """Take back what this invocation wrote into the run folder (:mod:`headwise.train.run_folder`)
@@ -169,7 +192,10 @@ class Trainer:
             # 0.59 s tuned (fp32 1.56 and 1.51 s; 2 threads, best of 4 steps, two runs each).
             tune_cpu_allocator()
         self.model = self.spec.build().to(self.device)
-        if self.init_source is not None:
+        if self.pruned is not None:
+            self.model.load_state_dict(self.pruned.model.state_dict())
+            self.pruned = None  # free the copy
+        elif self.init_source is not None:
             load_encoder(self.model, self.init_source)
         self.optimizer = build_optimizer(self.model, cfg.optim, self.device)
         self.scheduler = build_scheduler(self.optimizer, lr=cfg.optim.lr, min_lr=min_lr(cfg),

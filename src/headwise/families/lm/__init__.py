@@ -7,10 +7,11 @@ layer's (:mod:`headwise.text`), the ``[task]`` and task bases those of every tas
   table without ``kind`` is this one), no torch; :mod:`~headwise.families.lm.lm_task`: ``LMTask``;
 - :mod:`~headwise.families.lm.presets`: the GPT-Neo model presets (the blog's, TinyStories-33M,
   Leaner Transformers' GPT-2 pair, a tiny CPU model);
-- :mod:`~headwise.families.lm.report_heads`, :mod:`~headwise.families.lm.report_depth`: the
-  ``heads`` (the blog) and ``depth`` (Leaner Transformers) report layouts;
+- :mod:`~headwise.families.lm.report_heads`, :mod:`~headwise.families.lm.report_depth`,
+  :mod:`~headwise.families.lm.report_prune`: the ``heads`` (the blog), ``depth`` (Leaner
+  Transformers) and ``prune`` (pruned heads per layer) report layouts;
 - :mod:`~headwise.families.lm.bench`: the ``tokenize`` section of ``headwise bench``;
-- ``progression.toml``, ``depth-for-heads.toml``, ``kv-heads.toml``: the built-in studies;
+- ``progression.toml``, ``depth-for-heads.toml``, ``kv-heads.toml``, ``prune.toml``: the built-in studies;
   ``search-progression.toml``, ``search-depth-for-heads.toml``, ``search-kv-heads.toml``: the
   built-in searches (:mod:`headwise.search`).
 """
