@@ -269,7 +269,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(lm_run, tmp_path, caps
 
 
 def test_budget_amounts():
-    from headwise.commands.heads import parse_budget
+    from headwise.budget import parse_budget
 
     assert (parse_budget("params:1.2M").metric, parse_budget("params:1.2M").max) == ("params", 1_200_000)
     assert (parse_budget("250000").metric, parse_budget("250000").max) == ("params", 250_000)

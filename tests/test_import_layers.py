@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # their functions), plans, presets, exact counts; no torch at import. The model package's
     # __init__ loads its names on first use, so importing a kind loads no model.
     ("spec", ("headwise.layer_shape", "headwise.parts", "headwise.spec", "headwise.plans", "headwise.presets",
-              "headwise.model_sources",
+              "headwise.model_sources", "headwise.budget",
               "headwise.params", "headwise.model.attention*", "headwise.model.features",
               "headwise.model")),
     ("model", ("headwise.model.*",)),
@@ -177,7 +177,7 @@ def test_a_spec_is_checked_without_torch_or_a_family():
 
 
 def test_counts_budgets_and_the_search_space_load_no_torch():
-    assert _loaded_after("import headwise.params, headwise.search.budget, headwise.search.space, "
+    assert _loaded_after("import headwise.params, headwise.budget, headwise.search.space, "
                          "headwise.search.scaled") == []
     # the counts are the declarations': a spec of built-in parts is counted without its model code
     assert _loaded_after("from headwise.params import count_params, plan_budget\n"

@@ -19,7 +19,7 @@ from headwise.plans import layerwise_scaling, make_divisible, plan_heads, ramp
 from headwise.presets import spec_from_preset
 from headwise.tasks.base import TaskShape
 from headwise.train.config import ModelConfig, resolve_spec
-from parity_openelm import CONFIGS, OPENELM_SIZES, SMALL, OpenELM, reference_shapes, size_shapes
+from parity_openelm import CONFIGS, OPENELM_SIZES, SMALL, OpenELM, _make_divisible, reference_shapes, size_shapes
 
 #: the 270M model's heads per layer: 12 query heads over 3 KV heads for 5 layers, then 16 / 4 and 20 / 5
 HEADS_270M, KV_HEADS_270M = [12] * 5 + [16] * 7 + [20] * 4, [3] * 5 + [4] * 7 + [5] * 4
@@ -164,3 +164,86 @@ def test_output_layer_and_qk_norms_are_named_as_corenet_and_the_hub_name_them():
         assert all(torch.equal(w, back[k]) for k, w in model.state_dict().items())
     with pytest.raises(HeadwiseError, match="no 'classifier.weight'"):
         from_state_dict({k: w for k, w in corenet.items() if k != "classifier.weight"}, spec, prefix="")
+
+
+def hub_shapes(config: dict) -> dict:
+    """What the hub's ``OpenELMConfig`` (``configuration_openelm.py`` of apple/OpenELM-*) makes of a
+    ``config.json``: corenet's heads, from ``qkv_multipliers`` and ``num_gqa_groups`` whatever
+    ``num_query_heads`` lists, and corenet's FFN widths, where a list of one multiplier per layer
+    (what the hub saves) is taken as it is."""
+    ffn = config.get("ffn_multipliers", 4.0)
+    if not isinstance(ffn, list) or len(ffn) == 2:
+        return reference_shapes(config)
+    divisor = config.get("ffn_dim_divisor", 256)
+    return {**reference_shapes({**config, "ffn_multipliers": 1.0}),
+            "ffn": [int(_make_divisible(m * config["model_dim"], divisor)) for m in ffn]}
+
+
+def _hub_json(n: int, d: int, head_dim: int, groups: int, qkv, ffn, divisor: int) -> dict:
+    """A ``config.json`` as the hub saves one: the multipliers, and the per-layer lists its
+    ``__post_init__`` made of them (corenet's rounding) beside them."""
+    config = dict(num_transformer_layers=n, model_dim=d, head_dim=head_dim, num_gqa_groups=groups, qkv_multipliers=qkv,
+                  ffn_multipliers=ffn, ffn_dim_divisor=divisor, vocab_size=97, max_context_length=64,
+                  normalize_qk_projections=True, model_type="openelm")
+    shapes = reference_shapes(config)
+    listed = [round(v, 2) for v in np.linspace(*ffn, num=n, dtype=float)] if isinstance(ffn, tuple) else [ffn] * n
+    return {**config, "qkv_multipliers": list(qkv) if isinstance(qkv, tuple) else qkv,
+            "num_query_heads": shapes["q"], "num_kv_heads": shapes["kv"], "ffn_multipliers": listed}
+
+
+@pytest.mark.parametrize("n, d, head_dim, groups, qkv, ffn, divisor", [
+    (21, 112, 8, 2, (0.5, 1.0), (0.5, 4.0), 16),  # corenet's numpy rounding at layers 1, 13 and 17
+    (5, 112, 8, 2, (0.3, 1.0), (1.0, 3.0), 8),
+    (3, 112, 8, 2, (0.85, 1.0), (0.5, 4.0), 16),
+    (7, 64, 16, 1, 0.75, 2.0, 32),  # one multiplier each
+    (2, 96, 16, 3, (0.5, 1.0), 1.5, 32),  # two layers of two head counts
+])
+def test_a_hub_config_with_per_layer_lists_reads_as_openelm_computes_it(n, d, head_dim, groups, qkv, ffn, divisor):
+    config = _hub_json(n, d, head_dim, groups, qkv, ffn, divisor)
+    spec, hub = OPENELM.spec_from_config(config), hub_shapes(config)
+    assert [s.heads for s in spec.layers()] == hub["q"] == config["num_query_heads"]
+    assert spec.kv_heads_per_layer == hub["kv"] and [s.mlp_hidden // 2 for s in spec.layers()] == hub["ffn"]
+    assert [s.mlp_hidden // 2 for s in spec.layers()] == reference_shapes({**config, "ffn_multipliers": ffn})["ffn"]
+    # written back, OpenELM's own code reads the same layers from it
+    written = OPENELM.to_config(spec)
+    assert hub_shapes(written) == hub and OPENELM.spec_from_config(written).layers() == spec.layers()
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_written_configs_give_openelms_code_the_same_layers(name):
+    spec = OPENELM.spec_from_config(CONFIGS[name])
+    written = OPENELM.to_config(spec)
+    # OpenELM computes the heads from the multipliers: the lists beside them are not what it reads
+    assert hub_shapes(written) == reference_shapes(CONFIGS[name])
+    assert hub_shapes({**written, "num_query_heads": None, "num_kv_heads": None}) == reference_shapes(CONFIGS[name])
+
+
+def test_a_preset_and_uneven_ffn_widths_are_written_as_openelm_reads_them():
+    spec = spec_from_preset("openelm-270m")
+    written = OPENELM.to_config(spec)
+    assert written["num_gqa_groups"] == 4 and hub_shapes(written) == size_shapes("270M")
+    # two layers of one FFN width that is no 2-decimal multiplier: written as one multiplier (OpenELM
+    # would round two to 1.37, giving 701)
+    two = OPENELM.spec_from_config(dict(num_transformer_layers=2, model_dim=512, head_dim=64, ffn_multipliers=700 / 512,
+                                        ffn_dim_divisor=1, vocab_size=97))
+    written = OPENELM.to_config(two)
+    assert written["ffn_multipliers"] == 700 / 512 and written["qkv_multipliers"] == 1.0
+    assert hub_shapes(written) == {"q": [8, 8], "kv": [8, 8], "ffn": [700, 700]}
+    assert hub_shapes({**written, "ffn_multipliers": [700 / 512] * 2})["ffn"] == [701, 701]
+
+
+def test_heads_openelm_cannot_compute_and_lists_that_contradict_its_multipliers_are_refused():
+    config = _hub_json(4, 64, 16, 2, (0.5, 1.5), (0.5, 4.0), 16)
+    spec = OPENELM.spec_from_config(config)
+    assert spec.heads == [2, 4, 6, 6]
+    # a pruned layer: no ramp of two multipliers gives 2, 2, 6, 6 heads
+    pruned = spec.model_copy(update={"heads": [2, 2, 6, 6], "kv_heads": [1, 1, 3, 3]})
+    assert "none give these" in OPENELM.incompatibility(pruned)
+    assert "none give these" in OPENELM.incompatibility(spec.model_copy(update={"kv_heads": [1, 1, 3, 2]}))
+    with pytest.raises(HeadwiseError, match=r"num_query_heads \[2, 2, 6, 6\] differ from the \[2, 4, 6, 6\]"):
+        OPENELM.spec_from_config({**config, "num_query_heads": [2, 2, 6, 6]})
+    # lists without the multipliers (qkv_multipliers 1.0 by default): OpenELM would give 4 heads per layer
+    with pytest.raises(HeadwiseError, match="num_query_heads .* differ from the \\[4, 4, 4, 4\\]"):
+        OPENELM.spec_from_config({k: v for k, v in config.items() if k != "qkv_multipliers"})
+    with pytest.raises(HeadwiseError, match="qkv_multipliers has 3 values"):
+        OPENELM.spec_from_config({**config, "qkv_multipliers": [0.5, 1.0, 1.5]})

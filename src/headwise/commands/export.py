@@ -6,6 +6,7 @@
     headwise export runs/laguna --hf exports/laguna              # LagunaForCausalLM: per-layer query heads
     headwise export runs/vit --hf exports/vit                    # HeadwiseForImageClassification
     headwise export runs/lm-tiny --hf exports/lm-tiny-neo --gpt-neo
+    headwise export runs/llama --hf exports/llama-bf16 --dtype bfloat16 --max-shard-size 2GB
     headwise export runs/deit --timm exports/deit                # a [model.timm] run, as timm.create_model loads it
     python -c "from transformers import AutoModelForCausalLM as A; A.from_pretrained('exports/lm-tiny', trust_remote_code=True)"
 """
@@ -17,12 +18,16 @@ import json
 import sys
 from pathlib import Path
 
+from headwise.errors import HeadwiseError
+
 NAME = "export"
 HELP = "write a run's model as a Hugging Face folder (its Auto class, tokenizer, model card), or a timm model's as timm loads it"
 
 
 #: ``--native`` choices (:data:`headwise.hf.native.CHOICES`, kept here so the parser needs no torch)
 CHOICES = ("auto", "llama", "qwen3", "laguna", "gpt-neo", "none")
+#: ``--dtype`` choices (:data:`headwise.hf.export.DTYPES`, kept here for the same reason)
+DTYPES = ("keep", "float32", "bfloat16", "float16")
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -47,6 +52,13 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpt-neo", action="store_true",
                    help="write a plain GPTNeoForCausalLM instead (no remote code), where GPT-Neo can express the "
                         "spec: one head count and width for every layer (the same as --native gpt-neo)")
+    p.add_argument("--dtype", default="keep", choices=DTYPES,
+                   help="--hf: the dtype of the written weights: keep (default) the run's (that of its weights file: "
+                        "float32 for a trained run, the checkpoint's for a converted one), or cast them to float32, "
+                        "bfloat16 or float16")
+    p.add_argument("--max-shard-size", metavar="SIZE",
+                   help="--hf: write the weights as shards of at most SIZE (e.g. 5GB, 500MB, or bytes) with a "
+                        "model.safetensors.index.json, as transformers' save_pretrained does (default: its own, 50GB)")
     p.add_argument("--checkpoint", metavar="PATH",
                    help="a checkpoint folder of the run, inside RUN_DIR (default: the final model); another run's "
                         "is refused, since the export describes RUN_DIR's config, losses and command")
@@ -56,14 +68,18 @@ def run(args: argparse.Namespace) -> int:
     from headwise.paths import refuse_unwritable_parent
 
     if args.timm is not None:
+        if args.dtype != "keep" or args.max_shard_size is not None:
+            raise HeadwiseError("--dtype and --max-shard-size are options of --hf; --timm writes the run's weights as "
+                                "they are, in one file (nothing was written)")
         return _export_timm(args)
     from headwise.hf.export import export_hf
 
     # the folder is written beside OUT_DIR and renamed into place: its parent takes the writes
     refuse_unwritable_parent("--hf", Path(args.hf), "the export")
     notes: list[str] = []
+    size = int(args.max_shard_size) if (args.max_shard_size or "").isdigit() else args.max_shard_size
     out = export_hf(Path(args.run_dir), Path(args.hf), checkpoint=args.checkpoint, gpt_neo=args.gpt_neo,
-                    native=args.native, notes=notes)
+                    native=args.native, notes=notes, dtype=args.dtype, max_shard_size=size)
     for note in notes:
         print(f"headwise export: {note}", file=sys.stderr)
     config = json.loads((out / "config.json").read_text(encoding="utf-8"))

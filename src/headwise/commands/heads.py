@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from headwise.analysis.head_importance import HeadScores
     from torch import nn
 
-    from headwise.search.budget import BudgetConfig
     from headwise.spec import ModelSpec
     from headwise.text.tokenizer import Tokenizer
     from headwise.train.config import RunConfig
@@ -38,14 +37,6 @@ SCORES_JSON, SCORES_PNG = "head_scores.json", "head_scores.png"
 SHOWN = 5
 #: what ``prune`` writes in the new run besides a run's files
 PRUNED_JSON = "pruned.json"
-#: ``--to KIND:AMOUNT``: each kind's budget metric, as ``headwise search`` names and counts it
-#: (:mod:`headwise.search.budget`); an amount alone is parameters
-BUDGET_KINDS = {"heads": "total_heads", "params": "params", "flops": "flops_per_token",
-                "kv-bytes": "kv_bytes_per_token"}
-#: an amount's suffixes: thousands, millions, billions
-SCALE = {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "B": 10**9}
-
-
 def configure(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", required=True, metavar="ACTION", parser_class=OneLineParser)
     score = sub.add_parser("score", help="score every head of a run on its validation text",
@@ -162,34 +153,11 @@ def format_scores(headline: str, scores: dict[str, HeadScores]) -> str:
     return "\n".join(lines)
 
 
-def parse_budget(text: str) -> BudgetConfig:
-    """``--to``'s budget as a search's ``[budget]`` with that cap: ``KIND:AMOUNT`` (a kind of
-    :data:`BUDGET_KINDS`) or an amount of parameters, the amount a whole number that may end in
-    one of :data:`SCALE` (``params:1.2M`` is 1,200,000)."""
-    from decimal import Decimal, InvalidOperation
-
-    from headwise.search.budget import BudgetConfig
-
-    kind, sep, amount = text.strip().rpartition(":")
-    kind = kind if sep else "params"
-    if kind not in BUDGET_KINDS:
-        raise HeadwiseError(f"--to {text}: unknown budget {kind!r}; give {', '.join(f'{k}:N' for k in BUDGET_KINDS)} "
-                            "(N alone: parameters)")
-    scale = SCALE.get(amount[-1:], 1)
-    try:
-        value = Decimal(amount[:-1] if amount[-1:] in SCALE else amount) * scale
-    except InvalidOperation:
-        value = Decimal("NaN")
-    if not value.is_finite() or value != value.to_integral_value() or value < 1:
-        raise HeadwiseError(f"--to {text}: {amount!r} is not a whole number of at least 1 (e.g. {kind}:24, "
-                            f"{kind}:1.2M)")
-    return BudgetConfig(metric=BUDGET_KINDS[kind], max=int(value))
-
-
 def prune_run(args: argparse.Namespace) -> int:
     """``heads prune``: the run's lowest-scoring heads removed to the budget, written as a new run."""
     from headwise.analysis.head_importance import head_shapes, score_heads, validation_sample
     from headwise.analysis.head_pruning import plan_pruning, prune_model, read_scores
+    from headwise.budget import parse_budget
     from headwise.params import plan_budget
     from headwise.paths import refuse_unwritable_parent
     from headwise.train.generate import load_run_model, run_config

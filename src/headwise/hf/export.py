@@ -1,7 +1,10 @@
 """``headwise export RUN_DIR --hf OUT``: a run's model as a folder the Hugging Face ecosystem
 loads without headwise.
 
-The folder holds ``config.json`` (with ``auto_map``), ``model.safetensors``, the modelling code,
+The folder holds ``config.json`` (with ``auto_map``), ``model.safetensors`` (or shards of at most
+``max_shard_size`` with their ``model.safetensors.index.json``, as ``save_pretrained`` writes them)
+in the run's dtype (the dtype its weights file holds: a converted bfloat16 checkpoint's stays
+bfloat16) or the one ``dtype`` asks for, the modelling code,
 the run's ``config.toml`` and a model card (``README.md``); a language model's also the tokenizer
 as a ``transformers`` tokenizer and ``generation_config.json``, a masked-LM encoder's its
 vocabulary with ``[PAD] [CLS] [SEP] [MASK]`` (:mod:`headwise.hf.masked_tokenizer`), a fine-tuned
@@ -29,6 +32,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import torch
 from torch import nn
 
 from headwise.paths import nearest_existing, staged_folder
@@ -48,6 +52,11 @@ ALLOWED_IMPORTS = {"torch", "transformers", "safetensors", "numpy"}
 #: Modules carried as another: the exported code reads the spec from config.json, without pydantic
 _VIEWS = {"headwise.spec": "headwise.hf.models.spec_view"}
 _HEADWISE_IMPORT = re.compile(r"^(\s*)from (headwise(?:\.\w+)+) import", re.MULTILINE)
+#: ``--dtype`` choices of ``headwise export`` and ``headwise convert``: ``keep`` (the run's dtype, the
+#: checkpoint's), or the torch dtype to cast the weights to
+DTYPES = ("keep", "float32", "bfloat16", "float16")
+#: safetensors' names of the dtypes a run's weights may be kept in
+_SAFETENSORS_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
 _RULE = (f"exported model code may import only the standard library, {', '.join(sorted(ALLOWED_IMPORTS))}, and "
          "headwise modules as `from headwise.<module> import <names>`")
 
@@ -155,29 +164,66 @@ def _defined_names(text: str) -> set[str]:
     return names
 
 
+def chosen_dtype(name: str, kept: torch.dtype) -> torch.dtype:
+    """The dtype ``--dtype name`` asks for: ``kept`` for ``keep``, else torch's dtype of that name."""
+    if name not in DTYPES:
+        raise HeadwiseError(f"--dtype {name!r}: choose one of {', '.join(DTYPES)} (nothing was written)")
+    return kept if name == "keep" else getattr(torch, name)
+
+
+def weights_dtype(path: Path) -> torch.dtype:
+    """The dtype of the weights in the safetensors file ``path``: the one its tensors share, where
+    it is float32, bfloat16 or float16; else float32."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        names = {f.get_slice(key).get_dtype() for key in f.keys()}
+    return _SAFETENSORS_DTYPES[names.pop()] if len(names) == 1 and names <= set(_SAFETENSORS_DTYPES) else torch.float32
+
+
+def _check_shard_size(size: str | int | None) -> None:
+    """Refuse a ``--max-shard-size`` that ``save_pretrained`` would refuse (it parses it as
+    ``huggingface_hub`` does: an int of bytes, or ``"5GB"``, ``"500MB"``, ``"50KB"``)."""
+    from huggingface_hub import split_torch_state_dict_into_shards
+
+    if size is None:
+        return
+    try:
+        split_torch_state_dict_into_shards({}, max_shard_size=size)
+    except (ValueError, TypeError) as exc:
+        raise HeadwiseError(f"--max-shard-size {size}: {exc} (nothing was written)") from None
+
+
 def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path | None = None,
-              gpt_neo: bool = False, native: str = "auto", notes: list[str] | None = None) -> Path:
+              gpt_neo: bool = False, native: str = "auto", notes: list[str] | None = None, dtype: str = "keep",
+              max_shard_size: str | int | None = None) -> Path:
     """Write a run's model to ``out_dir`` (which must not exist, or be empty) as a Hugging Face
     folder; returns ``out_dir``. ``checkpoint``: one of the run's own checkpoint folders instead
     of its final model (another run's is refused). ``native``: the ``transformers`` class to write
     (:func:`headwise.hf.native.choose`; ``gpt_neo=True`` is ``native="gpt-neo"``); where ``auto``
     falls back to headwise's own class, the line saying why is put in the card and appended to
-    ``notes``. What cannot be exported is refused before anything is written; the folder is
-    written in a :func:`~headwise.paths.staged_folder`, so a failure leaves nothing half-written
-    (nor the folders made above it)."""
+    ``notes``. ``dtype``: the weights' dtype (one of :data:`DTYPES`; ``keep``: the dtype of the
+    weights file read); ``max_shard_size``: shard the weights (``save_pretrained``'s). What
+    cannot be exported is refused before anything is written; the folder is written in a
+    :func:`~headwise.paths.staged_folder`, so a failure leaves nothing half-written (nor the
+    folders made above it)."""
     from transformers.utils.logging import disable_progress_bar
 
     from headwise.hf.masked_tokenizer import save_masked_hf_tokenizer
     from headwise.hf.native import choose, to_native
     from headwise.hf.tokenizer import save_hf_tokenizer
-    from headwise.train.generate import run_config, run_spec
+    from headwise.train.generate import run_config, run_spec, run_tokenizer
 
     run_dir, out_dir = Path(run_dir), Path(out_dir)
+    chosen_dtype(dtype, torch.float32)  # an unknown name is refused before anything is read
+    _check_shard_size(max_shard_size)
     _check_out_dir(out_dir)
     cfg = run_config(run_dir)
     model, source, eot_id = run_model(run_dir, checkpoint)
     if not isinstance(model.spec, ModelSpec):
         raise HeadwiseError(f"{run_dir} is a run of a timm model: export it with --timm OUT_DIR (nothing was written)")
+    cast = chosen_dtype(dtype, weights_dtype(Path(source) / "model.safetensors"))
+    save = {"max_shard_size": max_shard_size} if max_shard_size is not None else {}
     if checkpoint is not None:
         _check_own_checkpoint(model.spec, run_spec(run_dir, cfg), Path(checkpoint), run_dir)
     auto, cls = hf_class(model.spec)
@@ -191,10 +237,12 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path |
     disable_progress_bar()
     with staged_folder(out_dir) as tmp:
         if target is not None:
-            hf = to_native(model, target, eot_id)
-            hf.save_pretrained(tmp)
+            # the tokenizer's own bos (a converted Llama's <s>), where it has one
+            bos_id = run_tokenizer(run_dir, cfg).bos_id if eot_id is not None else None
+            hf = to_native(model, target, eot_id, bos_id).to(cast)
+            hf.save_pretrained(tmp, **save)
         else:
-            hf = save_with_code(model, tmp, eot_id)
+            hf = save_with_code(model, tmp, eot_id, cast, **save)
         if language:
             save_hf_tokenizer(run_dir, tmp)
         elif OUTPUT_HEAD_PARTS[model.spec.output_head].masked_vocabulary:
@@ -210,17 +258,19 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path |
     return out_dir
 
 
-def save_with_code(model: nn.Module, folder: Path, eot_id: int | None = None) -> nn.Module:
+def save_with_code(model: nn.Module, folder: Path, eot_id: int | None = None, dtype: torch.dtype = torch.float32,
+                   **save: object) -> nn.Module:
     """Save ``model`` into ``folder`` as its headwise ``transformers`` class with the code that
     class runs (``config.json`` with ``auto_map``, ``model.safetensors``, :func:`bundled_sources`):
     what loads with ``trust_remote_code=True`` where headwise is not installed. Returns the
-    ``transformers`` model; ``eot_id``: a language model's end-of-text id."""
+    ``transformers`` model, in ``dtype``; ``eot_id``: a language model's end-of-text id; ``save``:
+    ``save_pretrained``'s options (``max_shard_size``)."""
     auto, cls = hf_class(model.spec)
-    hf = from_headwise(model, eot_id)
+    hf = from_headwise(model, eot_id).to(dtype)
     hf.config.auto_map = {"AutoConfig": "configuration_headwise.HeadwiseConfig",
                           auto: f"modeling_headwise.{cls.__name__}"}
     hf.config.architectures = [cls.__name__]
-    hf.save_pretrained(folder)
+    hf.save_pretrained(folder, **save)
     for name, text in bundled_sources(model).items():
         (folder / name).write_text(text, encoding="utf-8")
     return hf

@@ -11,7 +11,9 @@ converted by its own ``from_hf``. The run it writes is laid out as ``headwise tr
   ``headwise_config.toml`` when ``headwise export`` wrote it (the original run's data and
   settings), else headwise's defaults (language modelling on TinyStories); ``--set`` overrides them
   (data it names must exist, as ``headwise train`` requires);
-- ``model/``: the weights as the trainer saves its final model, and ``checkpoints/step_00000000/``
+- ``model/``: the weights as the trainer saves its final model, in the checkpoint's dtype (the one
+  ``transformers`` loads it in by default: its ``config.json``'s ``dtype``, else its weights') or
+  the one ``dtype`` asks for (``--dtype``), and ``checkpoints/step_00000000/``
   the same files (hard links where the file system allows), so ``headwise analyze`` measures them.
   It has no trainer state: a converted model is trained on with ``train.init_from``, never ``--resume``;
 - ``tokenizer.json`` / the summary's tokenizer record: the folder's tokenizer as a headwise
@@ -19,9 +21,15 @@ converted by its own ``from_hf``. The run it writes is laid out as ``headwise tr
   is ``gpt-neo``, one ``headwise export`` wrote is its ``bpe:N``, any other (Llama's, Qwen3's)
   is ``hf:N``, the folder's ``tokenizer.json`` with the model's eos as end-of-text (a folder
   without a tokenizer, or with one headwise cannot encode with, is converted without one; a
-  damaged tokenizer file is refused);
+  damaged tokenizer file is refused, named);
 - ``summary.json``: status ``completed`` after 0 steps, its ``task`` facts saying where the model
-  came from (``converted_from``: the source, its class, the transformers version, the logits check).
+  came from (``converted_from``: the source, its class, the transformers version, the checkpoint's
+  dtype and the run's, the logits check).
+
+The weights are one ``model.safetensors`` or shards named by ``model.safetensors.index.json``
+(read by ``transformers``' own reader, :func:`transformers.utils.hub.get_checkpoint_shard_files`);
+a damaged file (a truncated shard, an index that does not parse, names a missing shard or a tensor
+its shard does not hold) is refused in one line naming it, as is a damaged tokenizer file.
 
 Before anything is written the converted model's logits are compared with the ``transformers``
 model's on random ids; everything is written into a folder beside ``--out`` and renamed into place
@@ -45,7 +53,7 @@ from headwise.errors import HeadwiseError
 from headwise.hf.convert import Architecture
 from headwise.hf.native import targets
 from headwise.model import Transformer
-from headwise.model.pretrained import first_line
+from headwise.model.pretrained import DamagedFile, check_safetensors, first_line
 from headwise.params import count_params, kv_cache_budget
 from headwise.plans import Plan
 from headwise.run.summary import RunStatus, RunSummary
@@ -57,11 +65,16 @@ from headwise.train.run_folder import check_new_run_folder, write_run_atomically
 
 #: ``--class`` choices besides ``auto``: the native targets that have a ``from_hf``
 CLASSES = ("llama", "qwen3", "laguna", "gpt-neo")
+#: the weights of an unsharded safetensors checkpoint, and the index of a sharded one
+SAFETENSORS, SHARD_INDEX = "model.safetensors", "model.safetensors.index.json"
 #: what a folder's weights may be called (sharded ones through their index)
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+WEIGHT_FILES = (SAFETENSORS, SHARD_INDEX, "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
 #: files that make a tokenizer
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "tokenizer.model")
+#: a tokenizer's JSON files, each read before ``transformers`` reads them, so that a damaged one is named
+TOKENIZER_JSON = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                  "vocab.json")
 #: what a hub download fetches: configs, safetensors weights and tokenizer files (``*.bin`` only
 #: where a model has no safetensors: many repositories hold both)
 HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "*.toml"]
@@ -85,6 +98,8 @@ class Converted:
     tokenizer: str | None
     #: the largest |logit difference| against the transformers model on the check's ids
     max_diff: float
+    #: the dtype of the run's weights (torch's name: ``"bfloat16"``)
+    dtype: str
 
 
 def source_folder(src: str) -> tuple[Path, bool]:
@@ -149,8 +164,9 @@ def choose_target(config: dict[str, Any], cls: str, where: Path) -> Architecture
 
 
 def _tokenizer(folder: Path, vocab_size: int) -> tuple[Tokenizer | None, str | None]:
-    """The headwise tokenizer of the folder's tokenizer, or None and why there is none; tokenizer
-    files that ``transformers`` cannot read (a damaged ``tokenizer.json``) are refused."""
+    """The headwise tokenizer of the folder's tokenizer, or None and why there is none; a damaged
+    tokenizer file is refused, named (:func:`_check_tokenizer_files`), as are files that
+    ``transformers`` cannot read otherwise."""
     from transformers import AutoTokenizer
 
     from headwise.hf.tokenizer import from_hf_tokenizer
@@ -158,17 +174,79 @@ def _tokenizer(folder: Path, vocab_size: int) -> tuple[Tokenizer | None, str | N
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         return None, f"{folder} has no tokenizer ({', '.join(TOKENIZER_FILES)})"
     try:
+        _check_tokenizer_files(folder)
         hf = AutoTokenizer.from_pretrained(str(folder))
     except Exception as exc:  # a damaged file, a tokenizer class that needs a missing package, ...
-        raise HeadwiseError(f"{folder}: its tokenizer cannot be read ({first_line(exc)}); repair or remove its "
-                            "tokenizer files (nothing was written)") from None
+        why = str(exc) if isinstance(exc, DamagedFile) else first_line(exc)
+        raise HeadwiseError(f"{folder}: its tokenizer cannot be read ({why}); repair or remove its tokenizer files "
+                            "(nothing was written)") from None
     tokenizer, why = from_hf_tokenizer(hf, vocab_size)
     return tokenizer, None if tokenizer is not None else f"its tokenizer: {why}"
 
 
-def _load(folder: Path, target: Architecture) -> Any:
-    """The folder's model as ``target``'s class, in float32 (the converted copy and the check are
-    then exact), every weight read from the folder."""
+def _check_tokenizer_files(folder: Path) -> None:
+    """A :class:`DamagedFile` naming a damaged tokenizer file: each of :data:`TOKENIZER_JSON` must
+    be a JSON object, and ``tokenizer.json`` a file the ``tokenizers`` library reads."""
+    from tokenizers import Tokenizer as Backend
+
+    for path in (folder / name for name in TOKENIZER_JSON):
+        if not path.is_file():
+            continue
+        try:
+            data = json.loads(path.read_bytes().decode("utf-8"))
+        except ValueError as exc:  # JSON and UTF-8 errors alike
+            raise DamagedFile(path, f"it is not JSON ({first_line(exc)})") from None
+        if not isinstance(data, dict):
+            raise DamagedFile(path, f"it is a JSON {type(data).__name__}, not an object")
+    path = folder / "tokenizer.json"
+    if path.is_file():
+        try:
+            Backend.from_file(str(path))
+        except Exception as exc:  # tokenizers raises plain Exceptions for what it cannot read
+            raise DamagedFile(path, f"the tokenizers library cannot read it ({first_line(exc)})") from None
+
+
+def _shards(index: Path) -> dict[str, list[str]]:
+    """The tensors a shard index puts in each shard file, read by ``transformers``' own reader."""
+    from transformers.utils.hub import get_checkpoint_shard_files
+
+    try:
+        weight_map = get_checkpoint_shard_files(str(index.parent), str(index))[1]["weight_map"]
+        shards: dict[str, list[str]] = {}
+        for tensor, shard in weight_map.items():
+            shards.setdefault(str(shard), []).append(tensor)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # JSON errors are ValueErrors
+        raise DamagedFile(index, f"it is not a shard index ({first_line(exc)})") from None
+    return shards
+
+
+def _check_weights(folder: Path) -> None:
+    """A :class:`DamagedFile` naming a damaged file of a safetensors checkpoint, before
+    ``transformers`` reads it: ``model.safetensors``, else every shard its index names, must be
+    whole, and each shard must hold the tensors the index puts there (``transformers`` would take
+    them from any shard)."""
+    from safetensors import safe_open
+
+    index = folder / SHARD_INDEX
+    if (folder / SAFETENSORS).is_file() or not index.is_file():  # transformers reads model.safetensors first
+        files = {SAFETENSORS: []} if (folder / SAFETENSORS).is_file() else {}
+    else:
+        files = _shards(index)
+    for name, tensors in sorted(files.items()):
+        path = folder / name
+        if not path.is_file():
+            raise DamagedFile(index, f"it names the shard {name}, which is missing")
+        check_safetensors(path)
+        with safe_open(str(path), "pt") as f:
+            missing = sorted(set(tensors) - set(f.keys()))
+        if missing:
+            raise DamagedFile(index, f"it puts {missing[0]} in {name}, which does not hold it")
+
+
+def _load(folder: Path, target: Architecture) -> tuple[Any, torch.dtype]:
+    """The folder's model as ``target``'s class, every weight read from the folder, in float32 (the
+    converted copy and the check are then exact), and the dtype ``transformers`` loads it in by
+    default (``dtype="auto"``: its ``config.json``'s, else its weights'), the checkpoint's."""
     import transformers
     from transformers.utils import logging
 
@@ -179,7 +257,7 @@ def _load(folder: Path, target: Architecture) -> Any:
     try:
         # mismatched sizes come back in `info`, named, rather than as an error that points at a
         # report transformers logs (and that the verbosity above hides)
-        hf, info = cls.from_pretrained(str(folder), dtype=torch.float32, output_loading_info=True,
+        hf, info = cls.from_pretrained(str(folder), dtype="auto", output_loading_info=True,
                                        ignore_mismatched_sizes=True)
     except Exception as exc:  # a damaged or foreign weights file
         raise HeadwiseError(f"{folder}: {target.model_class} cannot load it ({first_line(exc)}) "
@@ -196,7 +274,8 @@ def _load(folder: Path, target: Architecture) -> Any:
         name, saved, expected = mismatched[0]
         raise HeadwiseError(f"{folder}: its weights do not fit its config.json ({name} is {list(saved)} in the "
                             f"weights file, {list(expected)} by config.json) (nothing was written)")
-    return hf.eval()
+    kept = hf.dtype
+    return hf.float().eval(), kept
 
 
 @torch.no_grad()
@@ -308,19 +387,27 @@ def _read_source(src: str, cls: str) -> tuple[Path, bool, Architecture, Any, Mod
         raise HeadwiseError(f"cannot convert {src}: {first_line(exc)} (nothing was written)") from None
     if not any((folder / name).is_file() for name in WEIGHT_FILES):
         raise HeadwiseError(f"{src} has no weights ({', '.join(WEIGHT_FILES)}) (nothing was written)")
+    try:
+        _check_weights(folder)
+    except DamagedFile as exc:
+        raise HeadwiseError(f"{exc}; repair or replace it (nothing was written)") from None
     return folder, hub, target, hf_config, spec
 
 
 def convert(src: str, out: str | Path, cls: str = "auto", overrides: list[str] | None = None,
-            notes: list[str] | None = None) -> Converted:
+            notes: list[str] | None = None, dtype: str = "keep") -> Converted:
     """Write the ``transformers`` causal LM ``src`` (a folder, or a hub name) as a headwise run in
     ``out`` (a new or empty folder), converted by ``cls``'s ``from_hf`` (``auto``: the one its
-    ``config.json`` names). Lines the caller should show (no tokenizer, an unused
+    ``config.json`` names), its weights in the checkpoint's dtype (``keep``) or cast to ``dtype``
+    (one of :data:`headwise.hf.export.DTYPES`). Lines the caller should show (no tokenizer, an unused
     ``headwise_config.toml``) are appended to ``notes``. Bad input is a HeadwiseError before
     anything is written (see the module docstring)."""
     import transformers
 
+    from headwise.hf.export import chosen_dtype
+
     out, notes = Path(out), notes if notes is not None else []
+    chosen_dtype(dtype, torch.float32)  # an unknown name is refused before anything is read
     check_new_run_folder(out)
     folder, hub, target, hf_config, spec = _read_source(src, cls)
     tokenizer, why = _tokenizer(folder, spec.vocab_size)
@@ -328,7 +415,7 @@ def convert(src: str, out: str | Path, cls: str = "auto", overrides: list[str] |
         notes.append(f"{why}; the model is converted without one (headwise generate, eval, analyze and export need "
                      "a tokenizer)")
     cfg = run_config(spec, folder, tokenizer, list(overrides or []), notes)
-    hf = _load(folder, target)
+    hf, kept = _load(folder, target)
     model = target.from_hf(hf).eval()
     diff = logits_difference(model, hf)
     if not diff <= CHECK_TOLERANCE:
@@ -336,10 +423,14 @@ def convert(src: str, out: str | Path, cls: str = "auto", overrides: list[str] |
                             f"largest logit (more than {CHECK_TOLERANCE:g}): some setting of {folder / 'config.json'} "
                             "has no headwise counterpart that the converter knows of (nothing was written)")
     del hf  # a large model is held twice until here
+    # the check ran in float32, on the checkpoint's values exactly; the run keeps them in this dtype
+    model.to(chosen_dtype(dtype, kept))
+    run_dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     facts = {"source": src, "folder": str(folder.resolve()), "hub": hub,
              "commit": getattr(hf_config, "_commit_hash", None) if hub else None,
              "class": target.model_class, "transformers": transformers.__version__,
-             "tokenizer_note": why, "check": {"random_ids": 2 * min(CHECK_IDS, spec.max_seq_len),
-                                              "max_logits_diff_of_largest": diff}}
+             "checkpoint_dtype": str(kept).removeprefix("torch."), "dtype": run_dtype, "tokenizer_note": why,
+             "check": {"random_ids": 2 * min(CHECK_IDS, spec.max_seq_len), "max_logits_diff_of_largest": diff}}
     write_run_atomically(out, model, cfg, tokenizer, _summary(spec, tokenizer, facts))
-    return Converted(out, target.model_class, spec, tokenizer.spec if tokenizer is not None else None, diff)
+    return Converted(out, target.model_class, spec, tokenizer.spec if tokenizer is not None else None, diff,
+                     run_dtype)

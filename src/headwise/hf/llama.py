@@ -48,6 +48,15 @@ def attention_bias(label: str) -> Callable[[ModelSpec], str | None]:
     return rule
 
 
+def _heads_divide_width(spec: ModelSpec) -> str | None:
+    """``LlamaConfig`` refuses a ``hidden_size`` that its head count does not divide, even with its
+    own ``head_dim`` (a pruned model's 3 heads of 8 over d_model 32)."""
+    if spec.d_model % spec.heads[0]:
+        return (f"d_model {spec.d_model} is not a multiple of its {spec.heads[0]} heads, which LlamaConfig requires "
+                "(whatever its head_dim)")
+    return None
+
+
 def write_block(spec: ModelSpec) -> dict[str, Any]:
     """The config fields of ``spec`` that Llama, Qwen3 and Laguna share."""
     shape = spec.layer(0)
@@ -139,7 +148,8 @@ LLAMA = Architecture(
     "llama", "llama", "Llama", "LlamaForCausalLM", "tokens", "lm", maps=MAPS | {"mlp_bias"},
     fixed=(*BLOCK, _ROPE, _NO_GATE, ("qk_norm", None, "Llama does not normalise q and k")),
     write=lambda spec: _write(spec, qwen3=False), read=lambda config: _read(config, qwen3=False),
-    uniform=(("heads", "num_attention_heads"), *UNIFORM), rules=(attention_bias("Llama"),), layout=LAYOUT,
+    uniform=(("heads", "num_attention_heads"), *UNIFORM), rules=(attention_bias("Llama"), _heads_divide_width),
+    layout=LAYOUT,
 )
 QWEN3 = Architecture(
     "qwen3", "qwen3", "Qwen3", "Qwen3ForCausalLM", "tokens", "lm", maps=MAPS,

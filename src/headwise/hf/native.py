@@ -82,13 +82,15 @@ def choose(spec: ModelSpec, native: str) -> tuple[Architecture | None, str | Non
                   "trust_remote_code=True")
 
 
-def to_native(model: Any, target: Architecture, eot_id: int | None) -> Any:
-    """``model`` as ``target``'s class, with the tokenizer's end-of-text ``eot_id`` as its bos,
-    eos and pad (in the config and in the generation config)."""
+def to_native(model: Any, target: Architecture, eot_id: int | None, bos_id: int | None = None) -> Any:
+    """``model`` as ``target``'s class, with the tokenizer's end-of-text ``eot_id`` as its eos and
+    pad, and its ``bos_id`` (a converted model's own, Llama's ``<s>``) as its bos, else the
+    end-of-text too (GPT-2's tokenizer has no bos): in the config and in the generation config."""
     hf = target.to_hf(model)
     if eot_id is not None:
-        hf.config.bos_token_id = hf.config.eos_token_id = eot_id
-        hf.generation_config.bos_token_id = hf.generation_config.eos_token_id = eot_id
+        bos = eot_id if bos_id is None else bos_id
+        hf.config.bos_token_id, hf.config.eos_token_id = bos, eot_id
+        hf.generation_config.bos_token_id, hf.generation_config.eos_token_id = bos, eot_id
         hf.generation_config.pad_token_id = eot_id
     hf.config.architectures = [target.model_class]
     return hf

@@ -7,7 +7,10 @@ FFN width, all heads of one width. Its blocks are pre-RMSNorm, RoPE, 1/sqrt(head
 SwiGLU FFN, no biases, and one eps for every norm; q and k are RMS-normed (one weight over head_dim
 per layer) where ``normalize_qk_projections`` says; the output layer is the token embedding
 (``share_input_output_layers``) or a bias-free map. A field a config leaves out takes corenet's
-default (``GPTConfig``): untied, no q/k norms.
+default (``GPTConfig``): untied, no q/k norms. OpenELM's code (corenet's ``GPTConfig`` and the hub's
+``OpenELMConfig``) computes every layer's heads from ``qkv_multipliers`` and ``num_gqa_groups``,
+whatever per-layer ``num_query_heads`` a ``config.json`` lists (the hub saves its own result there):
+a config is read that way, and written with the multipliers that give the spec's heads.
 
 The weights map one to one. OpenELM's ``qkv_proj`` is laid out as headwise's fused ``qkv``: the
 query heads, then the key heads, then the value heads, each head's rows together. Its ``proj_1``
@@ -22,6 +25,7 @@ output layer ``lm_head.weight``) or corenet's (``prefix=""``: the same names wit
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,15 +46,62 @@ def _two_widths(spec: ModelSpec) -> str | None:
     return None
 
 
-def _write(spec: ModelSpec) -> dict[str, Any]:
-    """The hub ``config.json`` fields (per-layer heads and FFN multipliers given as lists;
-    ``ffn_dim_divisor`` 1 keeps every FFN width exact)."""
+def _query_heads(n: int, d: int, head_dim: int, qkv: Any, groups: int) -> list[int]:
+    """Each layer's query heads as OpenELM computes them from ``qkv_multipliers`` (corenet's
+    ``GPTConfig.__post_init__``, and the hub's ``OpenELMConfig``): two values by layer-wise scaling,
+    one value for every layer as it is (unrounded: corenet rounds only a ramp's values)."""
+    if isinstance(qkv, (list, tuple)):
+        if len(qkv) != 2:
+            raise HeadwiseError(f"cannot convert: qkv_multipliers has {len(qkv)} values; OpenELM takes one, or two "
+                                "(the first and last layers')")
+        return list(layerwise_scaling(n, d, head_dim, qkv_multipliers=tuple(qkv), gqa_groups=groups).heads)
+    return [make_divisible(d * qkv, head_dim * groups) // head_dim] * n
+
+
+def _qkv_multipliers(spec: ModelSpec) -> tuple[float | list[float], int] | None:
+    """``qkv_multipliers`` and ``num_gqa_groups`` from which OpenELM computes ``spec``'s query and
+    key/value heads (its code ignores a config's own head lists), or None where none do: one
+    multiplier for equal layers, else the first pair of 2-decimal ends (the first and last
+    layers' heads bound them) whose ramp gives every layer's heads."""
     layers = spec.layers()
+    heads, kv = [s.heads for s in layers], [s.kv_heads for s in layers]
+    if any(h % k for h, k in zip(heads, kv)) or len({h // k for h, k in zip(heads, kv)}) != 1:
+        return None
+    groups, head_dim, n, d = heads[0] // kv[0], layers[0].head_dim, spec.n_layers, spec.d_model
+    if len(set(heads)) == 1:
+        return heads[0] * head_dim / d, groups
+    top = math.ceil(100 * (max(heads) + groups) * head_dim / d) + 1
+    ends = [[k / 100 for k in range(1, top) if _query_heads(1, d, head_dim, k / 100, groups) == [h]]
+            for h in (heads[0], heads[-1])]
+    for first in ends[0]:
+        for last in ends[1]:
+            if _query_heads(n, d, head_dim, [first, last], groups) == heads:
+                return [first, last], groups
+    return None
+
+
+def _heads_ramp(spec: ModelSpec) -> str | None:
+    if _qkv_multipliers(spec) is None:
+        return (f"query heads {list(spec.heads)} over key/value heads {spec.kv_heads_per_layer}: OpenELM computes "
+                "every layer's heads from qkv_multipliers (one value, or a ramp of two rounded to 2 decimals) in "
+                "num_gqa_groups equal groups, and none give these")
+    return None
+
+
+def _write(spec: ModelSpec) -> dict[str, Any]:
+    """The hub ``config.json`` fields: ``qkv_multipliers`` and ``num_gqa_groups`` that give the
+    heads (OpenELM's code computes them; the per-layer lists beside them are what the hub saves),
+    FFN multipliers one per layer, or one for equal layers (a hub config's two values would be a
+    rounded ramp); ``ffn_dim_divisor`` 1 keeps every FFN width exact."""
+    layers = spec.layers()
+    qkv, groups = _qkv_multipliers(spec)
+    ffn = [s.mlp_hidden / 2 / spec.d_model for s in layers]
     return {
         "model_type": "openelm", "vocab_size": spec.vocab_size, "max_context_length": spec.max_seq_len,
         "num_transformer_layers": spec.n_layers, "model_dim": spec.d_model, "head_dim": layers[0].head_dim,
+        "qkv_multipliers": qkv, "num_gqa_groups": groups,
         "num_query_heads": [s.heads for s in layers], "num_kv_heads": [s.kv_heads for s in layers],
-        "ffn_multipliers": [s.mlp_hidden / 2 / spec.d_model for s in layers], "ffn_dim_divisor": 1,
+        "ffn_multipliers": ffn[0] if len(set(ffn)) == 1 else ffn, "ffn_dim_divisor": 1,
         "ffn_with_glu": True, "activation_fn_name": "swish", "normalization_layer_name": "rms_norm",
         "normalize_qk_projections": spec.qk_norm is not None, "share_input_output_layers": spec.tie_embeddings,
         "rope_freq_constant": spec.rope_theta, "rope_max_length": 2 * spec.max_seq_len,
@@ -68,10 +119,11 @@ def _per_layer(value: Any, n_layers: int, name: str) -> list[Any]:
 
 def _read(config: Mapping[str, Any]) -> dict[str, Any]:
     """The spec fields of an OpenELM config (the hub's ``config.json`` fields, or corenet's
-    ``GPTConfig`` fields as a dict; an absent field takes ``GPTConfig``'s default). Per-layer heads
-    are read when given, else computed from ``qkv_multipliers`` as corenet does: two values by
-    layer-wise scaling, one value for every layer as it is; FFN widths are rounded from
-    ``ffn_multipliers`` by ``make_divisible(m * model_dim, ffn_dim_divisor)`` as OpenELM's FFN does."""
+    ``GPTConfig`` fields as a dict; an absent field takes ``GPTConfig``'s default). The heads are
+    computed from ``qkv_multipliers`` as OpenELM's code computes them (:func:`_query_heads`); the
+    per-layer ``num_query_heads`` and ``num_kv_heads`` a hub config also lists must agree. FFN
+    widths are rounded from ``ffn_multipliers`` (two values: the ends of a ramp; else one per
+    layer, or one for all) by ``make_divisible(m * model_dim, ffn_dim_divisor)`` as OpenELM's FFN does."""
     get = config.get
     if not get("ffn_with_glu", True) or get("activation_fn_name", "swish") not in ("swish", "silu"):
         raise HeadwiseError("cannot convert: headwise's OpenELM FFN is SwiGLU (ffn_with_glu, swish)")
@@ -80,14 +132,13 @@ def _read(config: Mapping[str, Any]) -> dict[str, Any]:
                             "headwise reads OpenELM's rms_norm")
     n, d, head_dim = int(config["num_transformer_layers"]), int(config["model_dim"]), int(config["head_dim"])
     groups, divisor = int(get("num_gqa_groups") or 1), int(get("ffn_dim_divisor", 256))
-    heads, kv_heads = get("num_query_heads"), get("num_kv_heads")
-    if not isinstance(heads, (list, tuple)) or not isinstance(kv_heads, (list, tuple)):
-        qkv = get("qkv_multipliers", 1.0)
-        if isinstance(qkv, (list, tuple)):
-            heads = layerwise_scaling(n, d, head_dim, qkv_multipliers=tuple(qkv), gqa_groups=groups).heads
-        else:  # one multiplier is not rounded to 2 decimals: corenet rounds only a ramp's values
-            heads = [make_divisible(d * qkv, head_dim * groups) // head_dim] * n
-        kv_heads = [h // groups for h in heads]
+    heads = _query_heads(n, d, head_dim, get("qkv_multipliers", 1.0), groups)
+    kv_heads = [h // groups for h in heads]
+    for name, computed in (("num_query_heads", heads), ("num_kv_heads", kv_heads)):
+        listed = get(name)
+        if isinstance(listed, (list, tuple)) and list(listed) != computed:
+            raise HeadwiseError(f"cannot convert: {name} {list(listed)} differ from the {computed} that OpenELM "
+                                f"computes from qkv_multipliers {get('qkv_multipliers', 1.0)} (its code uses these)")
     ffn = get("ffn_multipliers", 4.0)
     if isinstance(ffn, (list, tuple)) and len(ffn) == 2:
         # two values are the first and last layers' (corenet's rule), ramped as OpenELM ramps them
@@ -96,7 +147,7 @@ def _read(config: Mapping[str, Any]) -> dict[str, Any]:
         mlp = [2 * int(make_divisible(m * d, divisor)) for m in _per_layer(ffn, n, "ffn_multipliers")]
     return dict(
         vocab_size=int(config["vocab_size"]), d_model=d, n_layers=n, max_seq_len=int(get("max_context_length", 2048)),
-        heads=list(heads), kv_heads=list(kv_heads), head_dim=head_dim, mlp_hidden=mlp,
+        heads=heads, kv_heads=kv_heads, head_dim=head_dim, mlp_hidden=mlp,
         layer_norm_eps=float(get("rms_norm_eps", 1e-6)), rope_theta=float(get("rope_freq_constant", 10000)),
         tie_embeddings=bool(get("share_input_output_layers", False)), init_std=float(get("initializer_range", 0.02)),
         qk_norm="rmsnorm" if get("normalize_qk_projections", False) else None,
@@ -121,7 +172,7 @@ OPENELM = Architecture(
            ("dropout", 0.0, "it has no dropout"),
            ("drop_path", None, "it has no stochastic depth"),
            ("output_gate", None, "it has no gate on the attention outputs")),
-    write=_write, read=_read, uniform=(("head_dim", "head_dim"),), rules=(_two_widths,),
+    write=_write, read=_read, uniform=(("head_dim", "head_dim"),), rules=(_two_widths, _heads_ramp),
 )
 
 

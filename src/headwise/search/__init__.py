@@ -7,7 +7,7 @@
 
 - :mod:`~headwise.search.definition`: a search file (or a family's built-in ``search-*.toml``)
   resolved: base run, space, budget, objectives, fidelity, named plans, confirmation;
-- :mod:`~headwise.search.space` and :mod:`~headwise.search.budget`: the optimiser's values to plans
+- :mod:`~headwise.search.space` and :mod:`~headwise.budget`: the optimiser's values to plans
   that meet the budget, computed exactly from each plan's spec;
 - :mod:`~headwise.search.store`, :mod:`~headwise.search.driver`, :mod:`~headwise.search.execute`:
   the Optuna study, the ask-and-tell loop over ordinary headwise runs (resumable, shared by

@@ -17,7 +17,7 @@ loaded, with named presets, as study files are (:mod:`headwise.study.definition_
     # scaling = "linear"            # or "geometric": a few numbers set every layer (headwise.search.scaled)
     # lr = [1e-3, 1e-2]             # optim.lr of each trial, drawn with the plan (log scale)
 
-    [budget]                        # headwise.search.budget
+    [budget]                        # headwise.budget
     metric = "total_heads"
     target = 180
 
@@ -71,7 +71,7 @@ from headwise.errors import HeadwiseError
 from headwise.params import plan_budget
 from headwise.plans import Plan, Scheme, plan_heads
 from headwise.presets import preset_dict
-from headwise.search.budget import METRICS, BudgetConfig
+from headwise.budget import METRICS, BudgetConfig
 from headwise.search.scaled import ScaledSpace
 from headwise.search.space import PlanSpace, Space
 from headwise.study.claims import metric_problem

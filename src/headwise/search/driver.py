@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from headwise.search import layout
-from headwise.search.budget import METRICS
+from headwise.budget import METRICS
 from headwise.search.definition import Search
 from headwise.search.execute import Launched, LocalLauncher, RayLauncher, TrialOutcome, TrialRun
 from headwise.locks import FileLock

@@ -33,7 +33,7 @@ What a layer allows is the per-layer space's option list (:meth:`PlanSpace._opti
 every check of the model). A scaled space's settings are few (heads^2 x KV pairs x MLP pairs per
 depth), so its plans are all made once: settings that make one plan are one plan (the first
 setting in sorted order names it), and plans that miss the budget, computed exactly through the
-same :class:`~headwise.search.budget.CostModel`, are dropped. The optimiser's numbers are the
+same :class:`~headwise.budget.CostModel`, are dropped. The optimiser's numbers are the
 values themselves (``depth``, ``first.heads``, ``last.heads`` or ``ratio``, ``first.kv_heads``,
 ``last.kv_heads``, ``first.mlp_ratio``, ``last.mlp_ratio``, each over every value it takes in some
 setting), taken in that order and each repaired to the nearest value that still leads to one of
@@ -49,7 +49,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from headwise.errors import HeadwiseError
 from headwise.plans import Plan, Scheme, make_divisible, nearest_count, ramp, scheme_shape
-from headwise.search.budget import BudgetConfig
+from headwise.budget import BudgetConfig
 from headwise.search.space import LayerOption, PlanSpace
 from headwise.spec import ModelSpec
 

@@ -16,7 +16,7 @@ count (width, KV heads, MLP ratio) itself. :meth:`PlanSpace.decode` takes them i
 *repairs* each: a value that leaves no completion within the budget becomes the nearest value
 that does (:func:`nearest`: on a log scale, the depth's on a linear one; the smaller on a tie).
 That is decided exactly, because every budget is a constant plus per-layer costs through a
-non-decreasing map (:mod:`headwise.search.budget`): the layer options' costs are computed once,
+non-decreasing map (:mod:`headwise.budget`): the layer options' costs are computed once,
 and for the layers still to choose the search keeps the smallest and largest sum they can add (a
 budget with only a cap or only a floor) or every sum they can add (a target, or a floor and a cap
 together). So every decoded plan keeps the budget, every plan that keeps it is reachable (its own
@@ -43,7 +43,7 @@ from typing import Any, Callable, Iterator
 from headwise.errors import HeadwiseError
 from headwise.layer_shape import LayerShape, divisors
 from headwise.plans import Plan, Scheme
-from headwise.search.budget import BudgetConfig, CostModel
+from headwise.budget import BudgetConfig, CostModel
 from headwise.spec import DEFAULT_KIND, ModelSpec
 
 #: the choices of one layer, in the order they are drawn, as their parameters name them, each with

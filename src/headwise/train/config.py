@@ -18,6 +18,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, create_model, field_validator, model_validator
 
+from headwise.budget import parse_budget
 from headwise.config import Config
 from headwise.errors import HeadwiseError
 from headwise.model_sources import MODEL_SOURCES, source_table
@@ -144,8 +145,6 @@ class PruneConfig(Config):
     @field_validator("to")
     @classmethod
     def _budget(cls, to: str) -> str:
-        from headwise.commands.heads import parse_budget
-
         try:
             parse_budget(to)
         except HeadwiseError as exc:

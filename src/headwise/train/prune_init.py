@@ -22,6 +22,7 @@ from torch import nn
 
 from headwise.analysis.head_importance import score_heads
 from headwise.analysis.head_pruning import Removed, plan_pruning, prune_model, pruned_spec
+from headwise.budget import parse_budget
 from headwise.errors import HeadwiseError
 from headwise.params import plan_budget
 from headwise.plans import Plan
@@ -48,7 +49,6 @@ def prune_source(config: PruneConfig, source: InitSource, spec: ModelSpec, task:
     """The init_from model of ``spec`` (whose files ``check_init_source`` verified) pruned as
     ``config`` asks, its heads scored on ``device`` on ``task``'s training batches drawn with
     ``seed``. A budget the model already meets, or that no pruning meets, is a HeadwiseError."""
-    from headwise.commands.heads import parse_budget
     from headwise.model.pretrained import load_pretrained
 
     budget = parse_budget(config.to)

@@ -24,11 +24,13 @@ Throughput (tokens/s) is measured by training, not computed from a plan, so it i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Literal
 
 from pydantic import model_validator
 
 from headwise.config import Config
+from headwise.errors import HeadwiseError
 from headwise.params import KV_DTYPE_BYTES, attention_flops, block_params, count_params
 from headwise.parts import FRONT_END_PARTS, position_params
 from headwise.spec import ModelSpec
@@ -141,3 +143,31 @@ def _exact(x: float) -> int:
     if float(x).is_integer():
         return int(x)
     raise ValueError(f"an attention kind counts {x} FLOPs, not a whole number: the budget cannot be exact")
+
+
+#: ``--to KIND:AMOUNT``: each kind's budget metric, as ``headwise search`` names and counts it
+#: (this module's); an amount alone is parameters
+BUDGET_KINDS = {"heads": "total_heads", "params": "params", "flops": "flops_per_token",
+                "kv-bytes": "kv_bytes_per_token"}
+#: an amount's suffixes: thousands, millions, billions
+SCALE = {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "B": 10**9}
+
+
+def parse_budget(text: str) -> BudgetConfig:
+    """A cap as ``headwise heads prune --to`` and ``[train.prune] to`` give it, as a budget as a search's ``[budget]`` with that cap: ``KIND:AMOUNT`` (a kind of
+    :data:`BUDGET_KINDS`) or an amount of parameters, the amount a whole number that may end in
+    one of :data:`SCALE` (``params:1.2M`` is 1,200,000)."""
+    kind, sep, amount = text.strip().rpartition(":")
+    kind = kind if sep else "params"
+    if kind not in BUDGET_KINDS:
+        raise HeadwiseError(f"--to {text}: unknown budget {kind!r}; give {', '.join(f'{k}:N' for k in BUDGET_KINDS)} "
+                            "(N alone: parameters)")
+    scale = SCALE.get(amount[-1:], 1)
+    try:
+        value = Decimal(amount[:-1] if amount[-1:] in SCALE else amount) * scale
+    except InvalidOperation:
+        value = Decimal("NaN")
+    if not value.is_finite() or value != value.to_integral_value() or value < 1:
+        raise HeadwiseError(f"--to {text}: {amount!r} is not a whole number of at least 1 (e.g. {kind}:24, "
+                            f"{kind}:1.2M)")
+    return BudgetConfig(metric=BUDGET_KINDS[kind], max=int(value))
