@@ -149,6 +149,29 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(source, tmp_path, caps
 def test_the_quick_prune_study_resolves_with_its_two_stages(tmp_path, capsys):
     assert main(["study", "prune", "--preset", "quick", "--dry-run", "--out", str(tmp_path / "study")]) == 0
     out = capsys.readouterr().out
-    assert "baseline  heads 24,24,24,24 (total 96, constant)" in out
+    assert "baseline        heads 24,24,24,24 (total 96, constant)" in out
+    assert "descending-h48  heads 24,12,6,3 (total 45, descending)" in out and "train.steps=140" in out
     assert "stage prune-global" in out and "stage prune-uniform" in out
     assert not (tmp_path / "study").exists()
+
+
+def test_the_prune_verdict_resolves_with_its_claims_on_the_stages_runs(tmp_path, capsys):
+    from headwise.study import load_study
+
+    assert main(["study", "prune", "--preset", "verdict", "--dry-run", "--out", str(tmp_path / "study")]) == 0
+    out = capsys.readouterr().out
+    assert "study prune (preset verdict): 4 variants x 5 seeds" in out
+    assert "descending-h96  heads 48,24,12,6 (total 90, descending)" in out and "train.steps=800" in out
+    assert not (tmp_path / "study").exists()
+    study = load_study("prune", preset="verdict")
+    # only the baseline is pruned, and every compared model saw the baseline's steps plus the heal steps
+    assert [s.variants for s in study.config.stages] == [["baseline"], ["baseline"]]
+    steps = {v.name: v.config["train"]["steps"] for v in study.variants}
+    heal = study.config.stages[0].config["train"]["steps"]
+    assert steps == {"baseline": 600, **{f"{s}-h96": 600 + heal for s in ("constant", "ascending", "descending")}}
+    for v in study.variants:
+        assert v.config["task"]["validation"] == "fraction:0.1:1/2" and v.config["task"]["eval_batches"] == 0
+    better, as_good = study.config.claims
+    assert (better.test, better.pairs) == ("better", [("prune-global/baseline", "prune-uniform/baseline")])
+    assert as_good.test == "as_good" and as_good.margin_percent == 1.0
+    assert as_good.pairs == [("prune-global/baseline", "descending-h96"), ("prune-global/baseline", "constant-h96")]

@@ -74,9 +74,11 @@ def describe(study) -> str:  # noqa: ANN001 - a headwise.study.definition.Study
         lines.append(f"  {v.name:<{width}}  {heads:<40} {sets}")
         lines += [f"  {'':<{width}}  note: {note}" for note in (v.plan.notes if v.plan else ())]
     for stage in study.config.stages:
-        task = stage.config.get("task", {})
-        what = f"{task.get('kind', '?')} {task.get('task', '')}".strip()
-        lines.append(f"then stage {stage.name} from each run ({what}; {', '.join(stage.source_keys)} = the run's folder)")
+        task, prune = stage.config.get("task", {}), stage.config.get("train", {}).get("prune")
+        what = f"{task.get('kind', 'the run')} {task.get('task', '')}".strip()
+        what += f"'s heads pruned to {prune['to']} ({prune.get('scope', 'global')}), then trained" if prune else ""
+        of = f" of {', '.join(stage.variants)}" if stage.variants else ""
+        lines.append(f"then stage {stage.name} from each run{of} ({what}; {', '.join(stage.source_keys)} = the run's folder)")
     nuisance = study.config.nuisance
     if nuisance is not None:
         grid = "; ".join(f"{k} in {', '.join(f'{x:g}' for x in vals)}" for k, vals in nuisance.values.items())

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +68,9 @@ def late_check(variant: VariantRuns, baseline: VariantRuns, claim: Claim, judged
 
     "stable" when there are at least 3 such evaluations and each gives the reported verdict;
     "changed at step S of L (there: V)" with S the latest whose verdict V differs; "unchecked: only
-    K evaluations in the last quarter" with fewer than 3."""
+    K evaluations in the last quarter" with fewer than 3, or "unchecked: ..." for runs that end at
+    different steps (a healed stage run against one trained from scratch: the same step is not
+    as late in both)."""
     seeds = judged.gain.seeds
     sign = 1.0 if claim.higher_is_better else -1.0
     gains: dict[int, list[float]] = defaultdict(list)
@@ -76,6 +78,8 @@ def late_check(variant: VariantRuns, baseline: VariantRuns, claim: Claim, judged
     runs_b = {r.seed: r for r in baseline.runs}
     for seed in seeds:
         cv, cb = curve(runs_v[seed], claim), curve(runs_b[seed], claim)
+        if cv and cb and max(cv) != max(cb):
+            return f"unchecked: the runs end at different steps ({max(cv)} and {max(cb)})"
         for step in cv.keys() & cb.keys():
             gains[step].append(sign * (cv[step] - cb[step]))
     steps = sorted(s for s, g in gains.items() if len(g) == len(seeds))
@@ -103,19 +107,32 @@ class Comparison:
     late: str
 
 
-def claim_problem(study: StudyRuns, claim: Claim) -> str | None:
-    """Why ``claim`` cannot be judged on ``study``'s runs as declared: it names a variant the
-    study does not have, or a metric its runs' task does not report or its completed runs did not
-    record (a study file edited after the runs, or saved by another headwise). None when it can:
-    comparisons whose runs have not completed yet only wait for them."""
-    variants = {v.name: v for v in study.variants}
-    missing = [name for pair in claim.pairs for name in pair if name not in variants]
-    if missing:
-        return (f"claim {claim.name!r} names variant {missing[0]!r}, which the study does not have "
-                f"(variants: {', '.join(variants)})")
+#: a claim's run sets: (None, variant) the study's runs of a variant, (stage, variant) a stage's
+RunSets = Mapping[tuple[str | None, str], VariantRuns]
+
+
+def run_sets(study: StudyRuns, stages: Mapping[str, StudyRuns]) -> RunSets:
+    """Every run set a claim can name (:meth:`~headwise.study.claims.Claim.run_set`)."""
+    sets: dict[tuple[str | None, str], VariantRuns] = {(None, v.name): v for v in study.variants}
+    sets.update({(name, v.name): v for name, runs in stages.items() for v in runs.variants})
+    return sets
+
+
+def claim_problem(sets: RunSets, claim: Claim) -> str | None:
+    """Why ``claim`` cannot be judged on the run sets ``sets`` as declared: it names a variant its
+    study or stage does not have, or a metric its runs' task does not report or its completed runs
+    did not record (a study file edited after the runs, or saved by another headwise). None when it
+    can: comparisons whose runs have not completed yet only wait for them."""
+    named = []
+    for name in dict.fromkeys(n for pair in claim.pairs for n in pair):
+        stage, variant = key = claim.run_set(name)
+        if key not in sets:
+            have = ", ".join(v for s, v in sets if s == stage)
+            return (f"claim {claim.name!r} names variant {variant!r}, which "
+                    f"{f'stage {stage!r}' if stage else 'the study'} does not have (variants: {have})")
+        named.append(sets[key])
     if claim.metric == "loss":
         return None
-    named = [variants[name] for name in dict.fromkeys(n for pair in claim.pairs for n in pair)]
     task = next((r.task for v in named for r in v.runs if r.task is not None), None)
     problem = metric_problem(claim.metric, task) if task is not None else None
     if problem:
@@ -133,28 +150,32 @@ def check_claims(study: StudyRuns, claims: list[Claim], stages: Mapping[str, Stu
     """Refuse (HeadwiseError naming ``where``, the study's file) claims that cannot be judged as
     declared (:func:`claim_problem`, or a stage the study does not have): a verdict table never
     leaves a claim out without a word."""
+    sets = run_sets(study, stages)
     for claim in claims:
-        if claim.stage is not None and claim.stage not in stages:
-            problem = (f"claim {claim.name!r} compares stage {claim.stage!r}, which the study does not have "
+        unknown = [s for n in (n for pair in claim.pairs for n in pair)
+                   if (s := claim.run_set(n)[0]) is not None and s not in stages]
+        if unknown:
+            problem = (f"claim {claim.name!r} compares stage {unknown[0]!r}, which the study does not have "
                        f"(stages: {', '.join(stages) or 'none'})")
         else:
-            problem = claim_problem(stages[claim.stage] if claim.stage else study, claim)
+            problem = claim_problem(sets, claim)
         if problem:
             raise HeadwiseError(f"{where}: {problem}; correct its [[claims]] (or rerun the study from a study file "
                                 "whose claims fit it)")
 
 
-def compare_claim(study: StudyRuns, claim: Claim) -> list[Comparison]:
+def compare_claim(sets: RunSets, claim: Claim) -> list[Comparison]:
     """The claim's comparisons (those whose runs have completed), judged together: Bonferroni
-    over the claim's declared pairs, each with the margin and paper effect of its own baseline.
-    A claim that does not fit the study (:func:`claim_problem`) is a HeadwiseError."""
-    problem = claim_problem(study, claim)
+    over the claim's declared pairs, each with the margin and paper effect of its own baseline,
+    each side's runs the run set it names in ``sets``, called by that name; seed s pairs with
+    seed s (a stage's run of seed s started from the study's run of seed s). A claim that does
+    not fit (:func:`claim_problem`) is a HeadwiseError."""
+    problem = claim_problem(sets, claim)
     if problem:
         raise HeadwiseError(problem)
-    variants = {v.name: v for v in study.variants}
     rows = []
-    for name, base_name in claim.pairs:
-        v, b = variants[name], variants[base_name]
+    for pair in claim.pairs:
+        v, b = (replace(sets[claim.run_set(name)], name=name) for name in pair)
         base = by_seed(b, claim)
         gain = paired_gain(by_seed(v, claim), base, claim.higher_is_better)
         if gain.n > 0:
@@ -171,8 +192,9 @@ def compare_claim(study: StudyRuns, claim: Claim) -> list[Comparison]:
 
 
 def claim_comparisons(study: StudyRuns, claims: list[Claim], stages: Mapping[str, StudyRuns]) -> list[Comparison]:
-    """Every claim's comparisons, each judged on its stage's runs (``claim.stage``) or the study's."""
-    return [c for claim in claims for c in compare_claim(stages[claim.stage] if claim.stage else study, claim)]
+    """Every claim's comparisons, each side judged on the run set it names (:func:`run_sets`)."""
+    sets = run_sets(study, stages)
+    return [c for claim in claims for c in compare_claim(sets, claim)]
 
 
 def study_comparisons(study_dir: str | Path) -> list[Comparison]:
@@ -240,7 +262,7 @@ def verdict_section(doc: Document, study: StudyRuns, claims: list[Claim],
                     stages: Mapping[str, StudyRuns] | None = None) -> list[str]:
     """The verdict table, its figure and the scale notes; returns the findings: one per
     comparison, plus the seeds an inconclusive one needs and any late-training warning.
-    A claim on a stage (``claim.stage``) compares that stage's runs, from ``stages``."""
+    A claim naming a stage's runs (``claim.stage``, ``STAGE/VARIANT``) reads them from ``stages``."""
     comparisons = claim_comparisons(study, claims, stages or {})
     doc.add("## Verdicts on the papers' claims",
             "Each comparison pairs the variant's and the baseline's runs seed by seed (seed s fixes the data "

@@ -11,6 +11,10 @@
     # stage = "sst2"                               # compare a stage's runs (headwise.study.stages)
 
     [[claims]]
+    name = "global pruning beats per-layer"
+    pairs = [["prune-global/baseline", "prune-uniform/baseline"]]   # STAGE/VARIANT: that stage's runs
+
+    [[claims]]
     name = "1 x 4 heads is as good as 2 x 2 with fewer parameters"
     test = "as_good"
     metric = "accuracy"
@@ -18,6 +22,11 @@
     percent = true                                 # the metric in points (x 100)
     margin = 1.0                                   # in the metric's units: 1 accuracy point
     pairs = [["listops-l1-h4", "listops-l2-h2"]]
+
+A pair's names are variants: a plain name the study's runs of it (or its ``stage``'s runs, with
+``stage``), ``"STAGE/VARIANT"`` that stage's runs of it, so one comparison can span two stages, or a
+stage and the study's own runs. Either way seed s is paired with seed s: a stage's run of seed s
+starts from the study's run of seed s and trains on its batch order.
 
 ``test`` picks the hypothesis test, and the verdict is named after it
 (:mod:`headwise.report.paired`):
@@ -68,7 +77,7 @@ class Claim(Config):
     better: Literal["lower", "higher"] | None = None
     #: show the metric x 100 (accuracies in points); margins and paper gains are then in points
     percent: bool = False
-    #: (variant, baseline) of each comparison
+    #: (variant, baseline) of each comparison; ``"STAGE/VARIANT"`` names a stage's runs of a variant
     pairs: list[tuple[str, str]] = Field(min_length=1)
     #: as_good: how much worse the variant may be; equivalent: how far either way; in the metric's units ...
     margin: float | None = Field(default=None, gt=0)
@@ -80,7 +89,7 @@ class Claim(Config):
     paper_gain_percent: float | None = None
     #: the paper's scale (model size, data, steps), quoted beside the study's
     paper_scale: str = ""
-    #: the ``[[stages]]`` entry whose runs are compared (e.g. a fine-tuning); none: the study's runs
+    #: the ``[[stages]]`` entry whose runs plain names compare (e.g. a fine-tuning); none: the study's runs
     stage: str | None = None
 
     @model_validator(mode="after")
@@ -98,6 +107,11 @@ class Claim(Config):
         if self.paper_gain is not None and self.paper_gain_percent is not None:
             raise ValueError(f"claim {self.name!r}: give the paper's effect once (paper_gain or paper_gain_percent)")
         return self
+
+    def run_set(self, name: str) -> tuple[str | None, str]:
+        """(stage or None for the study's own runs, variant) of a name in ``pairs``."""
+        stage, _, variant = name.rpartition("/")
+        return stage or self.stage, variant
 
     @property
     def higher_is_better(self) -> bool:
@@ -124,10 +138,23 @@ class Claim(Config):
         return self.paper_gain
 
 
-def unknown_variants(claims: list[Claim], variants: set[str]) -> list[str]:
-    """One line for each variant a claim names that the study does not have."""
-    return [f"claim {c.name!r} names variant {name!r}, which the study does not have"
-            for c in claims for pair in c.pairs for name in pair if name not in variants]
+def unknown_variants(claims: list[Claim], variants: list[str], stages: list[Stage]) -> list[str]:
+    """One line for each run set a claim names that the study does not have: a variant, a stage,
+    or a stage's runs of a variant it does not start from."""
+    by_name = {s.name: s for s in stages}
+    problems = []
+    for c in claims:
+        for stage, variant in (c.run_set(name) for pair in c.pairs for name in pair):
+            if variant not in variants:
+                problems.append(f"claim {c.name!r} names variant {variant!r}, which the study does not have "
+                                f"(variants: {', '.join(variants)})")
+            elif stage is not None and stage not in by_name:
+                problems.append(f"claim {c.name!r} names stage {stage!r}, which the study does not have "
+                                f"(stages: {', '.join(by_name) or 'none'})")
+            elif stage is not None and not by_name[stage].runs_from(variant):
+                problems.append(f"claim {c.name!r} names {stage}/{variant}, but stage {stage!r} starts only from "
+                                f"{', '.join(by_name[stage].variants or [])}")
+    return problems
 
 
 def metric_problem(metric: str, task: TaskConfigBase) -> str | None:
@@ -143,15 +170,15 @@ def metric_problem(metric: str, task: TaskConfigBase) -> str | None:
 
 
 def check_metrics(claims: list[Claim], stages: list[Stage], configs: dict[str, dict[str, Any]]) -> None:
-    """Refuse a claim whose metric its runs do not report: for each variant it names (run configs
-    by variant in ``configs``), the task of the variant's runs or of the claim's stage."""
+    """Refuse a claim whose metric its runs do not report: for each run set it names (run configs
+    by variant in ``configs``), the task of the variant's runs or of its stage's."""
     by_name = {s.name: s for s in stages}
     for claim in claims:
-        for name in dict.fromkeys(n for pair in claim.pairs for n in pair):
-            config = configs[name]
-            if claim.stage is not None:
-                config = stage_config(by_name[claim.stage], config, f"runs/{name}/seed0", 0)
+        for stage, variant in dict.fromkeys(claim.run_set(n) for pair in claim.pairs for n in pair):
+            config = configs[variant]
+            if stage is not None:
+                config = stage_config(by_name[stage], config, f"runs/{variant}/seed0", 0)
             problem = metric_problem(claim.metric, RunConfig.parse(config).task)
             if problem:
-                runs = f"stage {claim.stage!r} of variant {name!r}" if claim.stage else f"variant {name!r}"
+                runs = f"stage {stage!r} of variant {variant!r}" if stage else f"variant {variant!r}"
                 raise HeadwiseError(f"claim {claim.name!r} compares {runs} on {claim.metric!r}, but {problem}")

@@ -322,13 +322,15 @@ def resolve_study(
                             f"would also be {'' if len(overlap) > 1 else 'a '}seed{'s' if len(overlap) > 1 else ''} "
                             f"the study reports (0..{n_seeds - 1}): give [nuisance] seeds >= {n_seeds}, or fewer seeds")
     variants = expand_variants(config)
-    problems = unknown_variants(config.claims, {v.name for v in variants})
+    names = [v.name for v in variants]
+    problems = [p for s in config.stages if (p := s.unknown_variant(names))]
+    problems += unknown_variants(config.claims, names, config.stages)
     if problems:
-        raise HeadwiseError(f"{source}: {problems[0]} (variants: {', '.join(v.name for v in variants)})")
+        raise HeadwiseError(f"{source}: {problems[0]}")
     with quoting_hints(bare):
         for v in variants:
             v.config, v.plan = build_run_config(config.base, v)
-            for stage in config.stages:
+            for stage in (s for s in config.stages if s.runs_from(v.name)):
                 check_stage_config(stage, v.name, v.config)
             if config.nuisance is not None:
                 check_tuning(config.nuisance, v.name, v.config)

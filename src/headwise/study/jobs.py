@@ -81,11 +81,11 @@ def plan_action(run: Path) -> str | None:
         return "resume"
 
 
-def _unfinished(study: Study, root: Path) -> tuple[list[tuple[RunSpec, dict[str, Path], str]], list[str]]:
-    """The study's runs under ``root`` that are not finished, each with its paths and action
+def _unfinished(specs: list[RunSpec], root: Path) -> tuple[list[tuple[RunSpec, dict[str, Path], str]], list[str]]:
+    """The runs ``specs`` under ``root`` that are not finished, each with its paths and action
     (:func:`plan_action`), and the keys of the finished ones."""
     pending, done = [], []
-    for spec in study.runs():
+    for spec in specs:
         paths = layout.run_paths(root, spec.variant, spec.seed)
         action = plan_action(paths["run_dir"])
         if action is None:
@@ -97,17 +97,18 @@ def _unfinished(study: Study, root: Path) -> tuple[list[tuple[RunSpec, dict[str,
 
 def plan_jobs(study: Study, study_dir: Path) -> tuple[list[RunJob], list[str]]:
     """Jobs for every run that is not finished, and the keys of the finished ones."""
-    pending, done = _unfinished(study, study_dir)
+    pending, done = _unfinished(study.runs(), study_dir)
     return [RunJob(spec=spec, action=action, **paths) for spec, paths, action in pending], done
 
 
 def plan_stage_jobs(study: Study, study_dir: Path,
                     stage: Stage) -> tuple[list[RunJob], list[str], list[str], list[str]]:
-    """Jobs for the stage's runs that are not finished and whose source runs have completed, and
-    the keys of its finished runs, of those waiting for a source run that has not completed yet
-    (it failed or was interrupted: a rerun retries it) and of those whose source diverged (they
-    never run)."""
-    pending, done = _unfinished(study, stage_root(study_dir, stage.name))
+    """Jobs for the stage's runs (from the runs of the variants it starts from) that are not
+    finished and whose source runs have completed, and the keys of its finished runs, of those
+    waiting for a source run that has not completed yet (it failed or was interrupted: a rerun
+    retries it) and of those whose source diverged (they never run)."""
+    pending, done = _unfinished([r for r in study.runs() if stage.runs_from(r.variant)],
+                                stage_root(study_dir, stage.name))
     jobs, waiting, diverged = [], [], []
     for spec, paths, action in pending:
         source = layout.run_dir(study_dir, spec.variant, spec.seed)

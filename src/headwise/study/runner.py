@@ -126,10 +126,10 @@ def check_environment(study_dir: Path, recorded: dict[str, Any], threads: int | 
 
 
 def stage_specs(study: Study) -> list[RunSpec]:
-    """One run per stage and variant, for the checks before anything runs (see
+    """One run per stage and variant it starts from, for the checks before anything runs (see
     :func:`~headwise.study.stages.preflight_config`)."""
     return [RunSpec(v.name, 0, dict(v.labels), preflight_config(stage, v.config))
-            for stage in study.config.stages for v in study.variants]
+            for stage in study.config.stages for v in study.variants if stage.runs_from(v.name)]
 
 
 def run_stages(study: Study, record: StudyRecord, runner: Any, log: LogConfig,
@@ -231,7 +231,7 @@ def run_study(
         echo(f"warning: {line}")
     if failed:
         stopped = [f"{r.variant}/seed{r.seed}" for r in results if r.status is RunStatus.INTERRUPTED]
-        total = len(study.runs()) * (1 + len(study.config.stages))
+        total = sum(1 + sum(s.runs_from(r.variant) for s in study.config.stages) for r in study.runs())
         what = f"{len(failed)} of {total} runs did not complete"
         if stopped:
             what += f" ({len(stopped)} interrupted: they resume from their checkpoints)"

@@ -2,6 +2,7 @@
 
     [[stages]]
     name = "sst2"                                      # its runs live under STUDY_DIR/stages/sst2/
+    # variants = ["l2-h2"]                             # start only from these variants' runs
     source_keys = ["train.init_from", "task.tokenizer_from"]   # set to the source run's folder
     [stages.config]                                    # the stage's run config (over the
                                                        #   study's [stage_defaults], if any)
@@ -10,10 +11,10 @@
     optim = { lr = 4e-5 }
     train = { epochs = 5, micro_batch = 16 }
 
-For every run of the study (each variant and seed) a stage runs once, after that run has
-completed, from a config made of the stage's own tables, with ``[model]`` the variant's model
-with the stage's model keys over it (so each variant fine-tunes its own encoder), ``[log]`` the
-variant's unless the stage has one, ``train.seed`` the run's seed (so seed s of two variants
+For every run of the study (each variant and seed; or of the variants its ``variants`` lists) a
+stage runs once, after that run has completed, from a config made of the stage's own tables, with
+``[model]`` the variant's model with the stage's model keys over it (so each variant fine-tunes its
+own encoder), ``[log]`` the variant's unless the stage has one, ``train.seed`` the run's seed (so seed s of two variants
 fine-tunes on the same batch order: the comparison stays paired) and each of ``source_keys`` the
 source run's directory. A stage whose source run did not complete does not run.
 
@@ -60,6 +61,18 @@ class Stage(Config):
     source_keys: list[str] = Field(default_factory=lambda: ["train.init_from"], min_length=1)
     #: the stage's run config, table by table; its ``[model]`` keys go over the variant's model
     config: dict[str, dict[str, Any]]
+    #: the variants whose runs it starts from (None: every variant)
+    variants: list[str] | None = Field(default=None, min_length=1)
+
+    def runs_from(self, variant: str) -> bool:
+        """Whether the stage starts from the runs of ``variant``."""
+        return self.variants is None or variant in self.variants
+
+    def unknown_variant(self, variants: list[str]) -> str | None:
+        """One line naming a variant the stage lists that is not one of ``variants``; None when all are."""
+        missing = [v for v in self.variants or [] if v not in variants]
+        return (f"stage {self.name!r} starts from variant {missing[0]!r}, which the study does not have "
+                f"(variants: {', '.join(variants)})") if missing else None
 
 
 def stage_config(stage: Stage, variant_config: dict[str, Any], source: Path | str, seed: int) -> dict[str, Any]:
@@ -161,9 +174,11 @@ def stage_root(study_dir: Path | str, stage: str) -> Path:
 
 
 def stage_record(record: StudyRecord, stage: str) -> StudyRecord:
-    """The study record of one stage: the same variants and seeds, rooted at its folder, so that
-    the study's results and report functions read and write its runs."""
-    return replace(record, path=stage_root(record.path, stage))
+    """The study record of one stage: the variants it starts from and the same seeds, rooted at its
+    folder, so that the study's results and report functions read and write its runs."""
+    (mine,) = [s for s in saved_stages(record) if s.name == stage]
+    return replace(record, path=stage_root(record.path, stage),
+                   variants=[v for v in record.variants if mine.runs_from(v["name"])])
 
 
 def saved_stages(record: StudyRecord) -> list[Stage]:

@@ -74,6 +74,20 @@ def prune_source(config: PruneConfig, source: InitSource, spec: ModelSpec, task:
     return Pruned(prune_model(model, removed), removed, record)
 
 
+def prune_for_run(config: PruneConfig, run: Path, source: InitSource | None, spec: ModelSpec, task: Task, seed: int,
+                  device: torch.device) -> tuple[ModelSpec, Plan, nn.Module | None, dict | None]:
+    """What a ``[train.prune]`` run trains: the spec and plan of ``spec`` (the init_from model's)
+    pruned by :func:`prune_source`, the pruned model and its record for ``pruned.json``; or,
+    resuming (no ``source``: the checkpoint holds the weights), the shape ``run``'s ``pruned.json``
+    saved, with no model or record."""
+    if source is None:
+        after = saved_pruning(run, spec)
+        return after, pruned_plan(after), None, None
+    pruned = prune_source(config, source, spec, task, seed, device)
+    after = pruned_spec(spec, pruned.removed)
+    return after, pruned_plan(after), pruned.model, pruned.record
+
+
 def training_sample(task: Task, tokens: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Inputs and targets [N, T] of ``ceil(tokens / T)`` training sequences (T the task's block
     size), the first ones of a training stream of ``seed``."""
@@ -105,8 +119,10 @@ def pruned_plan(spec: ModelSpec) -> Plan:
     return plan.with_kv_heads(spec.kv_heads_per_layer) if spec.kv_heads is not None else plan
 
 
-def write_record(run: Path, record: dict) -> None:
-    """``pruned.json`` in the run folder."""
+def write_record(run: Path, record: dict | None) -> None:
+    """``pruned.json`` in the run folder (nothing without a record: a resumed run keeps its own)."""
     from headwise.config import atomic_write_text
 
+    if record is None:
+        return
     atomic_write_text(Path(run) / PRUNED_JSON, json.dumps(record, indent=2) + "\n")

@@ -22,7 +22,6 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from headwise.analysis.head_pruning import pruned_spec
 from headwise.errors import HeadwiseError, RunFailure
 from headwise.model import save_pretrained
 from headwise.run import RunDir, RunStatus, RunSummary, write_summary
@@ -39,7 +38,7 @@ from headwise.train.init_from import check_init_source, load_encoder
 from headwise.train.metrics import MetricsLog, Progress, peak_memory_bytes
 from headwise.train.optim import build_optimizer, build_scheduler
 from headwise.train.peak import default_peak_flops
-from headwise.train.prune_init import Pruned, prune_source, pruned_plan, saved_pruning, write_record
+from headwise.train.prune_init import prune_for_run, write_record
 from headwise.train.resume import ResumePoint
 from headwise.train.run_folder import NewFolder, ResumedConfig, check_run_dir, prepare_run_dir
 from headwise.train.trackers import open_trackers
@@ -108,8 +107,10 @@ class Trainer:
         self.init_source = (check_init_source(t.init_from, t.init_checkpoint, self.spec, cfg.task.vocabulary_run(),
                                               self.tokenizer) if t.init_from and not resume else None)
         #: [train.prune]'s pruned init_from model (until _build loads it) and its record (pruned.json)
-        self.prune_record: dict | None = None
-        self.pruned: Pruned | None = self._prune(resume) if t.prune else None
+        self.pruned_model, self.prune_record = None, None
+        if t.prune:
+            self.spec, self.plan, self.pruned_model, self.prune_record = prune_for_run(
+                t.prune, self.out, self.init_source, self.spec, self.task, t.seed, self.device)
         # counted once: another library's model is counted on a meta build
         self.params = self.spec.parameter_count()
         self.flops_per_token = self.spec.flops_per_token(self.layout.seq_len)
@@ -138,24 +139,8 @@ class Trainer:
         if ctx.is_main:
             self.undo, self.resume_notes = prepare_run_dir(self.run_dir, self.cfg, self.tokenizer,
                                                            self.resume_from, overwrite)
-            if self.prune_record is not None:
-                write_record(out, self.prune_record)
+            write_record(out, self.prune_record)
         ctx.barrier()
-
-    def _prune(self, resume: bool) -> Pruned | None:
-        """``[train.prune]``: the init_from model pruned (its record kept for ``pruned.json``), or on
-        resume the shape ``pruned.json`` saved (the checkpoint holds the weights); ``spec`` and
-        ``plan`` become the pruned model's."""
-        t = self.cfg.train
-        pruned = None
-        if resume:
-            self.spec = saved_pruning(self.out, self.spec)
-        else:
-            pruned = prune_source(t.prune, self.init_source, self.spec, self.task, t.seed, self.device)
-            self.spec = pruned_spec(self.spec, pruned.removed)
-        self.prune_record = pruned.record if pruned is not None else None
-        self.plan = pruned_plan(self.spec)
-        return pruned
 
     def take_back(self, exc: HeadwiseError | RunFailure) -> None:
         """Take back what this invocation wrote into the run folder (:mod:`headwise.train.run_folder`)
@@ -192,9 +177,9 @@ class Trainer:
             # 0.59 s tuned (fp32 1.56 and 1.51 s; 2 threads, best of 4 steps, two runs each).
             tune_cpu_allocator()
         self.model = self.spec.build().to(self.device)
-        if self.pruned is not None:
-            self.model.load_state_dict(self.pruned.model.state_dict())
-            self.pruned = None  # free the copy
+        if self.pruned_model is not None:
+            self.model.load_state_dict(self.pruned_model.state_dict())
+            self.pruned_model = None  # free the copy
         elif self.init_source is not None:
             load_encoder(self.model, self.init_source)
         self.optimizer = build_optimizer(self.model, cfg.optim, self.device)
@@ -276,11 +261,10 @@ class Trainer:
             self.progress.message(f"warning: {self.run_dir.metrics} had {self.metrics.dropped} damaged line(s); "
                                   "dropped them, kept the rows that read back")
         where = f"resuming at step {self.step}" if self.resume_from is not None else "starting"
-        self.progress.message(
-            f"{where}: {self.params:,} parameters, {self.spec.heads_line()}, {lay.steps} steps x "
-            f"{lay.tokens_per_step:,} {self.task.unit} (micro-batch {lay.micro_batch} x accumulation {lay.grad_accum} x "
-            f"{lay.world_size} processes), {self.device.type} {self.cfg.train.precision}"
-        )
+        self.progress.message(f"{where}: {self.params:,} parameters, {self.spec.heads_line()}, {lay.steps} steps x "
+                              f"{lay.tokens_per_step:,} {self.task.unit} (micro-batch {lay.micro_batch} x "
+                              f"accumulation {lay.grad_accum} x {lay.world_size} processes), {self.device.type} "
+                              f"{self.cfg.train.precision}")
         for note in self.plan.notes:
             self.progress.message(f"note: {note}")
 
@@ -385,8 +369,7 @@ class Trainer:
         flag = torch.tensor(float(self.stop_signal is not None), dtype=torch.float64, device=self.device)
         self.ctx.all_reduce(flag, "max")
         norm = grad_norm if grad_norm is not None else torch.zeros((), device=self.device)
-        loss_sum, norm_value, stop_value, bad_value = torch.stack(
-            [self.loss_sum, norm.double(), flag, bad]).tolist()
+        loss_sum, norm_value, stop_value, bad_value = torch.stack([self.loss_sum, norm.double(), flag, bad]).tolist()
         # Timed after the sync, so that queued device work is counted.
         seconds = time.perf_counter() - since
         self._check_finite(bad_value)

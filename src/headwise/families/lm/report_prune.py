@@ -6,7 +6,7 @@
 One table of heads per layer: each variant's trained model (the baseline), each stage's pruned
 and healed runs per seed (the heads their ``pruned.json`` kept, by :mod:`headwise.train.prune_init`)
 with their final eval loss, and the blog's schemes at the pruned budget (constant, ascending,
-descending; :func:`headwise.plans.plan_heads`, not trained here) for comparison. Its rows go to
+descending; :func:`headwise.plans.plan_heads`) that no variant trained, for comparison. Its rows go to
 ``heads_per_layer.csv``.
 """
 
@@ -41,9 +41,10 @@ def _row(what: str, seed: Any, heads: list[int] | None, loss: float | None) -> d
 
 def heads_rows(study: StudyRuns, stages: dict[str, StudyRuns]) -> list[dict[str, Any]]:
     """The table's rows: each variant's runs, each stage's pruned runs, the blog's schemes at the
-    stages' budget (the first pruned run's total heads)."""
+    stages' budget (the first pruned run's total heads) that no variant trained."""
     rows = [_row(v.name, r.seed, list(r.summary.plan.heads) if r.summary else None, r.final())
             for v in study.variants for r in v.runs]
+    trained = {r["heads"] for r in rows}
     budget = None
     for name, runs in stages.items():
         for v in runs.variants:
@@ -61,7 +62,9 @@ def heads_rows(study: StudyRuns, stages: dict[str, StudyRuns]) -> list[dict[str,
             plan = plan_heads(scheme, len(first.summary.plan.heads), model.get("d_model"), budget)
         except HeadwiseError:
             continue  # no plan of that scheme at this budget and width
-        rows.append(_row(f"{scheme.value} (the blog's, not trained)", "–", list(plan.heads), None))
+        row = _row(f"{scheme.value} (the blog's, not trained)", "–", list(plan.heads), None)
+        if row["heads"] not in trained:  # a variant trained it from scratch: its row is above
+            rows.append(row)
     return rows
 
 
@@ -77,8 +80,8 @@ class PruneLayout(Layout):
         rows = heads_rows(self.study, stages)
         doc.add("## Where pruning put the heads",
                 "Heads per layer of each trained baseline, of each stage's pruned and healed runs (the heads its "
-                f"`{PRUNED_JSON}` kept) and of the blog's schemes at the same total (planned, not trained), with "
-                "the final eval loss of the runs.")
+                f"`{PRUNED_JSON}` kept) and of the blog's schemes at the same total (planned, where no variant trained "
+                "them), with the final eval loss of the runs.")
         doc.table(["model", "seed", "heads per layer", "total", "final eval loss"],
                   [[r["model"], r["seed"], r["heads"], r["total_heads"] or "–",
                     fmt(r["loss"]) if r["loss"] is not None else "–"] for r in rows])
