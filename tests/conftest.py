@@ -12,6 +12,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Under pytest-xdist (pyproject.toml) the workers share the cores: each worker, and each process its
+# tests start, runs torch on its share (one thread on CI's two cores). More threads than cores leave
+# every parallel region of a tiny op waiting for a descheduled thread, and a test that compares its
+# numbers with a child process's needs both on one thread count. Set before torch is imported.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if WORKERS > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // WORKERS)))
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,7 +1,12 @@
 """``headwise search --backend ray``: each trial's run a Ray task on a local cluster, the driver
 here. A search ends with the record and folder of a local one; a trial the pruner stops is
 cancelled on the cluster, checkpoints and ends pruned; without Ray the command refuses in one line
-and writes nothing."""
+and writes nothing. And ``headwise study --backend ray``: a study's runs on the cluster, and its
+data checked there before any run.
+
+Every test that starts a local Ray cluster is in this file and shares its one cluster: pytest-xdist
+(``--dist loadfile``, pyproject.toml) runs a file's tests on one worker, so no two clusters start
+at once (they would share the machine's two CPUs and Ray's default ports)."""
 
 from __future__ import annotations
 
@@ -10,9 +15,13 @@ import sys
 import pytest
 
 from headwise.cli import main
+from headwise.errors import HeadwiseError
 from headwise.run import RunStatus, read_summary
 from headwise.search.trials import read_record
+from headwise.study import load_study, run_study
 from test_search_driver import trial_pruned_at_step_20, write_search
+from test_study_preflight import lm_study
+from test_study_runner import quiet, write_study
 
 #: the keys of a trial in trials.json, in order (headwise.search.trials)
 RECORD_KEYS = ["number", "state", "params", "depth", "heads", "head_dims", "kv_heads", "mlp_hidden", "budget", "lr",
@@ -67,6 +76,26 @@ def test_a_pruned_trial_on_ray_is_cancelled_and_checkpoints(cluster, tmp_path):
     summary = read_summary(job.run_dir)  # the task ended once its run had checkpointed and stopped
     assert summary.status is RunStatus.INTERRUPTED and 20 <= summary.steps < 2000
     assert (job.run_dir / "checkpoints" / "latest").exists()
+
+
+@pytest.mark.slow
+def test_a_study_runs_on_a_local_cluster(cluster, tmp_path):
+    src = write_study(tmp_path / "ray.toml", [{"name": "a", "set": {}}, {"name": "b", "set": {"model.heads": 2,
+                                                                                             "model.head_dim": 4}}])
+    outcome = run_study(load_study(str(src)), tmp_path / "study", backend="ray", echo=quiet)
+    assert sorted(outcome.ran) == ["a/seed0", "b/seed0"] and not outcome.failed
+    assert [r.status for r in outcome.results] == [RunStatus.COMPLETED] * 2
+    assert read_summary(tmp_path / "study" / "runs" / "b" / "seed0").heads == (2,)
+
+
+@pytest.mark.slow
+def test_a_study_checks_its_data_on_the_cluster_first(cluster, tmp_path, monkeypatch):
+    monkeypatch.delenv("HEADWISE_DATA", raising=False)
+    monkeypatch.setenv("HEADWISE_CACHE", str(tmp_path / "cache"))
+    src = lm_study(tmp_path / "s.toml", {"source": str(tmp_path / "absent.txt")})
+    with pytest.raises(HeadwiseError, match="absent.txt.*not found"):
+        run_study(load_study(str(src)), tmp_path / "study", backend="ray", echo=lambda _: None)
+    assert not (tmp_path / "study").exists()
 
 
 def test_without_ray_the_search_refuses_in_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys):

@@ -102,19 +102,3 @@ def test_an_out_dir_that_cannot_be_made_is_refused(tmp_path, capsys, no_data_env
     assert main(["study", str(src), "--out", str(tmp_path / "file" / "study"), "--no-report"]) == 2
     assert "is a file" in one_line(capsys.readouterr().err)
     assert (tmp_path / "file").read_text() == "mine"
-
-
-@pytest.mark.slow
-def test_ray_backend_checks_the_data_on_the_cluster_first(tmp_path, no_data_env):
-    ray = pytest.importorskip("ray", reason="Ray is an optional extra (pip install 'headwise[ray]')")
-    from headwise.errors import HeadwiseError
-    from headwise.study import load_study, run_study
-
-    src = lm_study(tmp_path / "s.toml", {"source": str(tmp_path / "absent.txt")})
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-    try:
-        with pytest.raises(HeadwiseError, match="absent.txt.*not found"):
-            run_study(load_study(str(src)), tmp_path / "study", backend="ray", echo=lambda _: None)
-    finally:
-        ray.shutdown()
-    assert not (tmp_path / "study").exists()

@@ -1,5 +1,6 @@
 """The study runner: resumable, one failing run never stops the others, results.csv, refusals,
-a killed study finishes on rerun without redoing finished runs, and the Ray backend."""
+a killed study finishes on rerun without redoing finished runs (the Ray backend:
+tests/test_search_ray.py)."""
 
 from __future__ import annotations
 
@@ -204,21 +205,6 @@ def test_killed_study_finishes_on_rerun_without_redoing_finished_runs(tmp_path):
     steps = [json.loads(line)["step"] for line in (second / "metrics.jsonl").read_text().splitlines()]
     assert steps == sorted(set(steps)) and steps[-1] == 400  # one continuous record, no step twice
     assert "--resume" in (out / "logs" / "second-seed0.log").read_text()
-
-
-@pytest.mark.slow
-def test_ray_backend_runs_a_study_on_a_local_cluster(tmp_path):
-    ray = pytest.importorskip("ray", reason="Ray is an optional extra (pip install 'headwise[ray]')")
-    src = write_study(tmp_path / "ray.toml", [{"name": "a", "set": {}}, {"name": "b", "set": {"model.heads": 2,
-                                                                                             "model.head_dim": 4}}])
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        outcome = run_study(load_study(str(src)), tmp_path / "study", backend="ray", echo=quiet)
-    finally:
-        ray.shutdown()
-    assert sorted(outcome.ran) == ["a/seed0", "b/seed0"] and not outcome.failed
-    assert [r.status for r in outcome.results] == [RunStatus.COMPLETED] * 2
-    assert read_summary(tmp_path / "study" / "runs" / "b" / "seed0").heads == (2,)
 
 
 def test_a_study_saved_with_another_report_table_is_the_same_study(tmp_path):
