@@ -16,7 +16,7 @@ Prints a markdown report: each set's mean loss per variant, Spearman's rho of th
 means between the sets, and each plan's paired difference from the baseline at each setting.
 
     headwise study benchmarks/eval_format_study.toml --out DIR     # 18 runs, ~1 h on 2 cores
-    python benchmarks/eval_format.py DIR [--baseline constant] [--out FILE]
+    python benchmarks/eval_format.py DIR [--baseline constant] [--seeds 0,1] [--out FILE]
 """
 
 from __future__ import annotations
@@ -50,8 +50,10 @@ def main() -> None:
     parser.add_argument("study", type=Path)
     parser.add_argument("--baseline", default="constant", help="the scheme the others are compared with")
     parser.add_argument("--out", type=Path, help="write the report here too")
+    parser.add_argument("--seeds", help="only these seeds, e.g. 0,1 (default: every completed run)")
     args = parser.parse_args()
-    rows = [r for r in csv.DictReader(open(args.study / "results.csv")) if r["status"] == "completed"]
+    rows = [r for r in csv.DictReader(open(args.study / "results.csv")) if r["status"] == "completed"
+            and (args.seeds is None or r["seed"] in args.seeds.split(","))]
     first = args.study / rows[0]["run_dir"]
     validation = run_config(first).task.validation
     kind, holdout = parse_validation(validation)
