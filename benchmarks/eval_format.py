@@ -21,14 +21,15 @@ means between the sets, and each plan's paired difference from the baseline at e
 
 from __future__ import annotations
 
-import argparse
 import csv
 import statistics
+import sys
 from collections import defaultdict
 from pathlib import Path
 
 from scipy.stats import spearmanr
 
+from headwise.errors import HeadwiseError, OneLineParser, guarded
 from headwise.text.data_plan import DataConfig, parse_validation, plan_data
 from headwise.train.generate import run_config
 from headwise.train.held_out import held_out_scores
@@ -45,20 +46,27 @@ def _stream_of_part(run_dir: Path, part: str, out: Path) -> Path:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+@guarded("eval_format")
+def main() -> int:
+    """Score the study's runs on the four sets and print the report; the exit status."""
+    parser = OneLineParser(prog="eval_format.py", description=__doc__.splitlines()[0])
     parser.add_argument("study", type=Path)
     parser.add_argument("--baseline", default="constant", help="the scheme the others are compared with")
     parser.add_argument("--out", type=Path, help="write the report here too")
     parser.add_argument("--seeds", help="only these seeds, e.g. 0,1 (default: every completed run)")
     args = parser.parse_args()
-    rows = [r for r in csv.DictReader(open(args.study / "results.csv")) if r["status"] == "completed"
+    results = args.study / "results.csv"
+    if not results.is_file():
+        raise HeadwiseError(f"{args.study} has no results.csv: give the folder of a finished study")
+    rows = [r for r in csv.DictReader(open(results)) if r["status"] == "completed"
             and (args.seeds is None or r["seed"] in args.seeds.split(","))]
+    if not rows:
+        raise HeadwiseError(f"{results} lists no completed run{' of seeds ' + args.seeds if args.seeds else ''}")
     first = args.study / rows[0]["run_dir"]
     validation = run_config(first).task.validation
     kind, holdout = parse_validation(validation)
     if kind != "fraction" or holdout.parts not in (1, 2):
-        raise SystemExit(f"the runs must hold out 'fraction:F' or its halves 'fraction:F:K/2', not {validation!r}")
+        raise HeadwiseError(f"the runs must hold out 'fraction:F' or its halves 'fraction:F:K/2', not {validation!r}")
     part1, part2 = f"fraction:{holdout.fraction:g}:1/2", f"fraction:{holdout.fraction:g}:2/2"
     stream = _stream_of_part(first, part1, args.study / "part1-stream.txt")
     sets = {
@@ -107,7 +115,8 @@ def main() -> None:
     print(text)
     if args.out:
         args.out.write_text(text, encoding="utf-8")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
