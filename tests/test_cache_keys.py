@@ -15,7 +15,7 @@ from headwise.families.lra import cache as sequence_cache
 from headwise.families.vision import cache as image_cache
 from headwise.families.vision.formats import source_identity as image_source_identity
 from headwise.text import token_cache
-from headwise.text.data_plan import DataPlan
+from headwise.text.data_plan import DataPlan, Holdout
 
 
 @pytest.fixture(autouse=True)
@@ -33,7 +33,7 @@ def test_request_key_is_the_canonical_json_hash():
 
 def _plan(**changes) -> DataPlan:
     hub = Source(kind="hub", name="roneneldan/TinyStories", field="text", split="train")
-    fields = dict(train=hub, valid=None, holdout=0.05, subset=None, subset_order="first", seed=0, tokenizer="gpt-neo")
+    fields = dict(train=hub, valid=None, holdout=Holdout(0.05), subset=None, subset_order="first", seed=0, tokenizer="gpt-neo")
     return DataPlan(**{**fields, **changes})
 
 
