@@ -50,7 +50,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # into the report and the bench, and sit with them)
     ("families", ("headwise.families.*",)),
     ("bench", ("headwise.bench", "headwise.bench.*", "headwise.families.*.bench", "headwise.families.*.bench_*")),
-    ("study", ("headwise.study", "headwise.study.*")),
+    # a search folder's record (trials.json, search.toml) is read as data by reports beside the study's
+    ("study", ("headwise.study", "headwise.study.*", "headwise.search.record")),
     ("report", ("headwise.report", "headwise.report.*", "headwise.families.*.report", "headwise.families.*.report_*")),
     # the search runs its trials as study jobs and its confirmation as a study, whose report it writes
     ("search", ("headwise.search", "headwise.search.*")),
