@@ -20,6 +20,7 @@ from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
 from transformers.cache_utils import DynamicCache  # noqa: E402
 
 from headwise.cli import main  # noqa: E402
+from headwise.errors import HeadwiseError  # noqa: E402
 from headwise.hf.models import HeadwiseConfig, HeadwiseForCausalLM, from_headwise, load_export, to_headwise  # noqa: E402
 from headwise.hf.export import ALLOWED_IMPORTS, bundled_sources  # noqa: E402
 from headwise.hf.models.modeling_headwise import OUTPUT_CACHE_FIELD  # noqa: E402
@@ -121,6 +122,18 @@ def test_auto_classes_know_headwise_and_save_load_round_trips(tmp_path):
     back = load_export(tmp_path)
     assert back.spec == model.spec
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), back.state_dict().values()))
+
+
+def test_a_sharded_save_loads_back_whole_and_a_missing_shard_is_named(tmp_path):
+    model = _model(**SPECS["local and untied"])
+    from_headwise(model, eot_id=96).save_pretrained(tmp_path, max_shard_size="20KB")
+    shards = sorted(tmp_path.glob("model-*.safetensors"))
+    assert len(shards) > 1 and not (tmp_path / "model.safetensors").exists()
+    back = load_export(tmp_path)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), back.state_dict().values()))
+    shards[-1].unlink()
+    with pytest.raises(HeadwiseError, match=f"names the shard {shards[-1].name}, which is missing"):
+        load_export(tmp_path)
 
 
 @pytest.mark.parametrize("kind", ["global", "local", "nystrom"])
