@@ -179,8 +179,15 @@ def test_a_pruned_run_exports_as_the_native_class_that_holds_it(case, scope, tmp
     capsys.readouterr()
     config = json.loads((out / "config.json").read_text())
     expected = EXPORTED.get((case.name, scope))
-    if expected is None:  # per-layer query heads without Laguna's gate: headwise's own class
+    # the tokenizer's own special tokens: Llama's bos <s> and eos </s>; Qwen's eos, and no bos (so the eos)
+    auto = case.auto
+    bos = auto.bos_token_id if auto.bos_token_id is not None else auto.eos_token_id
+    assert (case.name == "llama") == (bos != auto.eos_token_id)
+    if expected is None:  # per-layer query heads without Laguna's gate: headwise's own class, same tokens
         assert config["architectures"] == ["HeadwiseForCausalLM"]
+        generation = json.loads((out / "generation_config.json").read_text())
+        for settings in (config, generation):
+            assert (settings["bos_token_id"], settings["eos_token_id"]) == (bos, auto.eos_token_id)
         return
     assert config["architectures"] == [expected]
     model, _ = load_run_model(case.pruned(scope))
@@ -191,10 +198,6 @@ def test_a_pruned_run_exports_as_the_native_class_that_holds_it(case, scope, tmp
         assert back.config.num_key_value_heads == 2
     with torch.no_grad():
         _close(back(IDS).logits, model(IDS), 1e-5)
-    # the tokenizer's own special tokens: Llama's bos <s> and eos </s>; Qwen's eos, and no bos (so the eos)
-    auto = case.auto
-    bos = auto.bos_token_id if auto.bos_token_id is not None else auto.eos_token_id
-    assert (case.name == "llama") == (bos != auto.eos_token_id)
     for settings in (back.config, back.generation_config):
         assert (settings.bos_token_id, settings.eos_token_id) == (bos, auto.eos_token_id)
     exported = transformers.AutoTokenizer.from_pretrained(str(out))

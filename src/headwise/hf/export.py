@@ -235,14 +235,14 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path |
     language = cls.can_generate()
     # transformers draws a progress bar for writing even a one-file model: noise on a terminal
     disable_progress_bar()
+    # the tokenizer's own bos (a converted Llama's <s>), where it has one
+    bos_id = run_tokenizer(run_dir, cfg).bos_id if eot_id is not None else None
     with staged_folder(out_dir) as tmp:
         if target is not None:
-            # the tokenizer's own bos (a converted Llama's <s>), where it has one
-            bos_id = run_tokenizer(run_dir, cfg).bos_id if eot_id is not None else None
             hf = to_native(model, target, eot_id, bos_id).to(cast)
             hf.save_pretrained(tmp, **save)
         else:
-            hf = save_with_code(model, tmp, eot_id, cast, **save)
+            hf = save_with_code(model, tmp, eot_id, cast, bos_id, **save)
         if language:
             save_hf_tokenizer(run_dir, tmp)
         elif OUTPUT_HEAD_PARTS[model.spec.output_head].masked_vocabulary:
@@ -259,14 +259,15 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path |
 
 
 def save_with_code(model: nn.Module, folder: Path, eot_id: int | None = None, dtype: torch.dtype = torch.float32,
-                   **save: object) -> nn.Module:
+                   bos_id: int | None = None, **save: object) -> nn.Module:
     """Save ``model`` into ``folder`` as its headwise ``transformers`` class with the code that
     class runs (``config.json`` with ``auto_map``, ``model.safetensors``, :func:`bundled_sources`):
     what loads with ``trust_remote_code=True`` where headwise is not installed. Returns the
-    ``transformers`` model, in ``dtype``; ``eot_id``: a language model's end-of-text id; ``save``:
+    ``transformers`` model, in ``dtype``; ``eot_id``: a language model's end-of-text id (``bos_id``:
+    its tokenizer's own beginning-of-text id, where it has one); ``save``:
     ``save_pretrained``'s options (``max_shard_size``)."""
     auto, cls = hf_class(model.spec)
-    hf = from_headwise(model, eot_id).to(dtype)
+    hf = from_headwise(model, eot_id, bos_id).to(dtype)
     hf.config.auto_map = {"AutoConfig": "configuration_headwise.HeadwiseConfig",
                           auto: f"modeling_headwise.{cls.__name__}"}
     hf.config.architectures = [cls.__name__]

@@ -61,32 +61,34 @@ def hf_class(spec: ModelSpec) -> tuple[str, type[HeadwisePreTrainedModel]]:
     return cls.auto_class_name, cls
 
 
-def config_for(spec: ModelSpec, eot_id: int | None = None) -> HeadwiseConfig:
+def config_for(spec: ModelSpec, eot_id: int | None = None, bos_id: int | None = None) -> HeadwiseConfig:
     """The :class:`HeadwiseConfig` of ``spec``: every field (None included), the output head it
-    resolves to and each layer's shape; ``eot_id`` (the tokenizer's end-of-text) becomes the
-    beginning-, end- and padding-token id."""
+    resolves to and each layer's shape; ``eot_id`` (the tokenizer's end-of-text) becomes the end-
+    and padding-token id, and the beginning one unless the tokenizer has its own ``bos_id``."""
     fields = {**spec.model_dump(mode="json"), "output_head": spec.output_head}
     shapes = [{"heads": s.heads, "head_dim": s.head_dim, "mlp_hidden": s.mlp_hidden, "attention": s.attention,
                "kv_heads": s.kv_heads} for s in spec.layers()]
-    extra: dict = {} if eot_id is None else {"bos_token_id": eot_id, "eos_token_id": eot_id, "pad_token_id": eot_id}
+    extra: dict = {} if eot_id is None else {"bos_token_id": eot_id if bos_id is None else bos_id,
+                                             "eos_token_id": eot_id, "pad_token_id": eot_id}
     # a head that decodes into the vocabulary has no labels, whatever num_classes says
     if spec.num_classes is not None and not OUTPUT_HEAD_PARTS[spec.output_head].vocabulary:
         extra["num_labels"] = spec.num_classes
     return HeadwiseConfig(spec=fields, layer_shapes=shapes, **extra)
 
 
-def from_headwise(model: Transformer, eot_id: int | None = None) -> HeadwisePreTrainedModel:
+def from_headwise(model: Transformer, eot_id: int | None = None, bos_id: int | None = None) -> HeadwisePreTrainedModel:
     """``model`` as its ``transformers`` class (:func:`hf_class`), with a copy of its weights, in
-    eval mode; ``eot_id``: a language model's end-of-text id, for generation."""
+    eval mode; ``eot_id``: a language model's end-of-text id, for generation; ``bos_id``: its
+    tokenizer's own beginning-of-text id where it has one (a converted Llama's ``<s>``)."""
     _, cls = hf_class(model.spec)
-    hf = cls(config_for(model.spec, eot_id))
+    hf = cls(config_for(model.spec, eot_id, bos_id))
     hf.model.load_state_dict(model.state_dict())
     if hf.can_generate():
         # generate() by default stops where the learned positions end (transformers' default is 20 tokens)
         hf.generation_config.max_length = model.spec.max_seq_len
     if eot_id is not None and hf.can_generate():
-        hf.generation_config.bos_token_id = hf.generation_config.eos_token_id = eot_id
-        hf.generation_config.pad_token_id = eot_id
+        hf.generation_config.bos_token_id = hf.config.bos_token_id
+        hf.generation_config.eos_token_id = hf.generation_config.pad_token_id = eot_id
     return hf.to(next(model.parameters()).device).eval()
 
 
