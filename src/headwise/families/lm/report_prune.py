@@ -37,7 +37,7 @@ class PruneOptions(LayoutOptions):
     """The ``[report]`` keys of the prune layout."""
 
     #: a ``headwise search`` folder (absolute, or relative to the study folder) whose best plans are
-    #: shown beside where pruning put the heads (None: none shown)
+    #: shown beside where pruning put the heads (None: none shown; one not there is said in the report)
     search: str | None = None
     #: how many of its best distinct plans
     search_top: int = Field(default=3, gt=0)
@@ -126,9 +126,13 @@ class PruneLayout(Layout):
         rows = heads_rows(self.study, stages)
         searched = ""
         if opts.search is not None:
-            rows += search_rows(load_search_record(search_folder(self.study.record.path, opts.search)),
-                                opts.search_top)
-            searched = f", and the best plans of the search in `{opts.search}`"
+            try:
+                record = load_search_record(search_folder(self.study.record.path, opts.search))
+            except HeadwiseError as exc:  # said in the report, which the study's runs still deserve
+                searched = f" (no search's plans: {exc})"
+            else:
+                rows += search_rows(record, opts.search_top)
+                searched = f", and the best plans of the search in `{opts.search}`"
         doc.add("## Where pruning put the heads",
                 "Heads per layer of each trained baseline, of each stage's pruned and healed runs (the heads its "
                 f"`{PRUNED_JSON}` kept) and of the blog's schemes at the same total (planned, where no variant trained "
