@@ -2,19 +2,21 @@
 
 Each replayed search is the real thing but for the training: the search's own Optuna study
 (:func:`headwise.search.store.open_study`, in memory: its :class:`PlanSampler` around TPE or random
-sampling, seeded ``seed + trial number``), its named plans queued first
-(:func:`headwise.search.driver.enqueue_named`), each trial's plan drawn and repaired as the driver
+sampling, seeded ``seed + trial number``), its first trials queued as the driver queues them
+(:func:`headwise.search.driver.enqueue_named`: the named plans, then TPE's startup trials as
+distinct plans drawn uniformly from the space's list), each trial's plan drawn and repaired as the driver
 draws it (:func:`headwise.search.store.draw`), and told the loss ``benchmarks/sampler_table.py``
 measured for that plan (a plan tried before is told the same loss, as the driver's duplicate
-trials are). Trial n's draw depends only on the trials before it, so one replay of the largest
-trial count gives every smaller count's search too.
+trials are). Trial n's draw depends only on the trials before it (and a search of fewer trials
+queues the first of the same startup plans), so one replay of the largest trial count gives every
+smaller count's search too.
 
 For each trial count, sampler and search seed it records the best loss found, its rank among the
 table's plans (1: the best plan) and how many trials repeated a plan already tried; it prints the
 means over the seeds, the share of searches that found the best plan, and each sampler - random per
-seed (paired by search seed) with a bootstrap 95% interval of its mean. ``tpe-uniform-start`` is
-TPE whose startup trials (Optuna's first 10, random) are instead distinct plans drawn uniformly from
-the space's list, queued after the named plans as they are (``study.enqueue_trial``).
+seed (paired by search seed) with a bootstrap 95% interval of its mean. ``tpe-random-start`` is
+TPE as it was before: the driver queues no startup plans, so its first 10 trials are Optuna's
+random startup (the random sampler's draws).
 ``uniform, distinct`` is the exact expectation for plans drawn uniformly without repeats (a rank's
 expectation is (N + 1) / (T + 1)), the yardstick of an unbiased random search. The table's noise (plans run on
 two seeds) is printed first: a difference between samplers smaller than it is luck of the table.
@@ -43,9 +45,7 @@ from headwise.search import load_search  # noqa: E402
 from headwise.search.driver import enqueue_named  # noqa: E402
 from headwise.search.store import draw, open_study  # noqa: E402
 
-SAMPLERS = ("tpe", "random", "tpe-uniform-start")
-#: TPE's random startup trials (Optuna's default n_startup_trials)
-STARTUP = 10
+SAMPLERS = ("tpe", "random", "tpe-random-start")
 
 
 def read_table(path: Path) -> tuple[dict[str, float], list[tuple[float, float]]]:
@@ -69,12 +69,7 @@ def replay(search: Any, kind: str, seed: int, trials: int, loss: dict[str, float
     if not named:
         search = dataclasses.replace(search, named=[])
     study = open_study(search, optuna.storages.InMemoryStorage())
-    enqueue_named(search, study)
-    if kind == "tpe-uniform-start":
-        queued = {plan_key(search.space.run_sets(n.plan)) for n in search.named if n.in_space}
-        rest = [p for p in search.space.plans() if plan_key(search.space.run_sets(p)) not in queued]
-        for plan in random.Random(seed).sample(rest, min(len(rest), max(0, STARTUP - len(queued)))):
-            study.enqueue_trial(search.space.encode(plan))
+    enqueue_named(search, study, startup=kind != "tpe-random-start")
     tried = []
     for _ in range(trials):
         trial = study.ask()

@@ -20,8 +20,9 @@ the driver for as long as it handles the trial. So:
 - **Never twice.** A trial whose run config is an earlier trial's reuses that trial's values
   (``duplicate_of``) and trains nothing.
 
-The named plans run first: they are queued in the store once (as their own values),
-before any trial is sampled.
+The named plans run first, then, with TPE, distinct plans drawn uniformly from the space's list
+until they fill TPE's startup trials (:func:`enqueue_named`): all queued in the store once, as
+their own values, before any trial is sampled.
 
 Where a trial's run runs is its launcher's (:mod:`headwise.search.execute`): a subprocess here,
 or a Ray task on a cluster. The driver, its claims and its reading of the runs' metrics stay in
@@ -32,6 +33,7 @@ checkpoints, so its trial stays running in the store for the next driver to resu
 from __future__ import annotations
 
 import copy
+import random
 import threading
 import time
 from collections import Counter
@@ -53,6 +55,12 @@ from headwise.study.jobs import GRACE_S, RunJob
 
 #: seconds between two looks at the store while waiting for other drivers' trials
 WAIT_S = 1.0
+#: TPE's startup trials, drawn before its model (Optuna's ``n_startup_trials``): the named plans
+#: and uniform draws from the space's list fill them, which find better plans than Optuna's random
+#: startup, whose per-layer draws repaired to the budget reach the plans unevenly (benchmarks/README.md)
+STARTUP = 10
+#: the most plans a space lists for its startup draws; a larger one keeps Optuna's random startup
+LISTED = 100_000
 
 
 @dataclass
@@ -320,12 +328,32 @@ class Driver:
                   + (f" in {outcome.seconds:.0f} s" if outcome.seconds else ""))
 
 
-def enqueue_named(search: Search, study: Any) -> None:
-    """Queue the named plans the space holds, once per store (the study remembers it)."""
-    if study.user_attrs.get("named_queued"):
-        return
-    for named in search.named:
-        if named.in_space and named.plan is not None:
-            study.enqueue_trial(search.space.encode(named.plan), user_attrs={"named": named.name})
-    study.set_user_attr("named_queued", True)
+def startup_plans(search: Search, taken: set[Plan], k: int) -> list[Plan]:
+    """``k`` distinct plans of the space, not ``taken``, drawn uniformly without repeats: the first
+    ``k`` of its list shuffled with the search's seed (so a search of fewer trials draws the first
+    of the same ones); none when the space holds more than :data:`LISTED` plans."""
+    count = search.space.count()
+    if k <= 0 or count is None or count > LISTED:
+        return []
+    rest = [p for p in search.space.plans() if p not in taken]
+    random.Random(search.config.seed).shuffle(rest)
+    return rest[:k]
 
+
+def enqueue_named(search: Search, study: Any, startup: bool = True) -> None:
+    """Queue the trials that run first, once per store (the study remembers it): the named plans
+    the space holds, then, with TPE, :func:`startup_plans` until the queue fills TPE's random
+    startup (:data:`STARTUP` trials, at most the search's), marked ``startup: uniform``.
+    ``startup=False`` leaves TPE its own random startup (the sampler replay's comparison)."""
+    if study.user_attrs.get("named_queued"):  # the name predates the startup plans, which it covers too
+        return
+    space = search.space
+    named = [(n.name, space.encode(n.plan)) for n in search.named if n.in_space and n.plan is not None]
+    for name, values in named:
+        study.enqueue_trial(values, user_attrs={"named": name})
+    if startup and search.config.sampler_kind == "tpe":
+        # a named plan as the space lists it, to leave it out of the draw
+        taken = {space.decode(values.__getitem__) for _, values in named}
+        for plan in startup_plans(search, taken, min(STARTUP, search.config.trials) - len(named)):
+            study.enqueue_trial(space.encode(plan), user_attrs={"startup": "uniform"})
+    study.set_user_attr("named_queued", True)
