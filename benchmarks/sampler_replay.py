@@ -13,8 +13,8 @@ smaller count's search too.
 
 For each trial count, sampler and search seed it records the best loss found, its rank among the
 table's plans (1: the best plan) and how many trials repeated a plan already tried; it prints the
-means over the seeds, the share of searches that found the best plan, and each sampler - random per
-seed (paired by search seed) with a bootstrap 95% interval of its mean. ``tpe-random-start`` is
+means over the seeds, the share of searches that found the best plan, and each sampler - random
+(``--against``: another) per seed (paired by search seed) with a bootstrap 95% interval of its mean. ``tpe-random-start`` is
 TPE as it was before: the driver queues no startup plans, so its first 10 trials are Optuna's
 random startup (the random sampler's draws).
 ``uniform, distinct`` is the exact expectation for plans drawn uniformly without repeats (a rank's
@@ -104,19 +104,20 @@ def summarise(tried: list[str], t: int, loss: dict[str, float], ordered: list[fl
             "found": float(best == ordered[0])}
 
 
-def report(results: dict[str, list[list[str]]], counts: list[int], loss: dict[str, float]) -> list[str]:
-    """The markdown table of the replays."""
+def report(results: dict[str, list[list[str]]], counts: list[int], loss: dict[str, float],
+           against: str = "random") -> list[str]:
+    """The markdown table of the replays, each sampler paired by search seed with ``against``."""
     ordered = sorted(loss.values())
-    lines = ["| trials | sampler | mean best loss | mean rank (of %d) | found the best | repeated plans | "
-             "- random, loss (95%% CI) | - random, rank (95%% CI) |" % len(ordered),
+    lines = [f"| trials | sampler | mean best loss | mean rank (of {len(ordered)}) | found the best | repeated plans | "
+             f"- {against}, loss (95% CI) | - {against}, rank (95% CI) |",
              "|---:|---|---:|---:|---:|---:|---:|---:|"]
     for t in counts:
         stats = {k: [summarise(tried, t, loss, ordered) for tried in runs] for k, runs in results.items()}
         for kind, rows in stats.items():
             diff = ["", ""]
-            if kind != "random" and "random" in stats:
+            if kind != against:
                 for j, field in enumerate(("best", "rank")):
-                    d = [a[field] - b[field] for a, b in zip(rows, stats["random"])]
+                    d = [a[field] - b[field] for a, b in zip(rows, stats[against])]
                     lo, hi = bootstrap_ci(d)
                     fmt = "{:+.4f}" if field == "best" else "{:+.1f}"
                     diff[j] = f"{fmt.format(statistics.fmean(d))} ({fmt.format(lo)}, {fmt.format(hi)})"
@@ -153,6 +154,8 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=20, help="search seeds per sampler (default 20)")
     parser.add_argument("--trials", default="8,16,24", help="trial counts, comma-separated (default 8,16,24)")
     parser.add_argument("--no-named", action="store_true", help="do not queue the search's named plans first")
+    parser.add_argument("--against", choices=SAMPLERS, default="random",
+                        help="the sampler each other is paired with, by search seed (default random)")
     parser.add_argument("--missing", choices=["refuse", "median"], default="refuse",
                         help="a plan the table lacks: refuse (default), or give it the table's median loss")
     args = parser.parse_args()
@@ -179,7 +182,7 @@ def main() -> int:
         print(f"**{len(missing)} of {len(keys)} plans missing from the table, given the median {median:.4f}; "
               f"{hits} trials drew one**")
     print()
-    print("\n".join(report(results, counts, loss)))
+    print("\n".join(report(results, counts, loss, args.against)))
     return 0
 
 
