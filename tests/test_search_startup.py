@@ -102,3 +102,18 @@ def test_the_startup_trials_are_the_same_asked_one_or_two_at_a_time():
                 study.tell(trial, float(sum((i + 1) * h for i, h in enumerate(plan.heads))))
         runs.append(heads(study.trials))
     assert runs[0] == runs[1] == heads(queued(s))
+
+
+def test_the_trials_record_says_which_trials_were_named_and_which_startup_plans():
+    from headwise.search.trials import build_record
+
+    s = startup_search()
+    study = open_study(s, optuna.storages.InMemoryStorage())
+    driver.enqueue_named(s, study)
+    for _ in range(3):
+        trial = study.ask()
+        draw(s, trial)
+        study.tell(trial, 1.0)
+    record = build_record(s, study.get_trials(deepcopy=False))["trials"]
+    assert [(t["named"], t["startup"]) for t in record] == [("ascending", None), ("constant", None),
+                                                            (None, "uniform")]

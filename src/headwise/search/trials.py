@@ -11,15 +11,17 @@ rewritten atomically from the store each time a trial ends.
                  "budget": {"params": ..., "flops_per_token": ..., "kv_bytes_per_token": ..., "total_heads": ...},
                  "lr": 0.004, "repaired": {"layer3.heads": 64},
                  "values": {"loss": 3.21}, "steps": 60, "run_dir": "trials/0000",
-                 "duplicate_of": null, "named": "ascending", "note": ""}, ...]}
+                 "duplicate_of": null, "named": "ascending", "startup": null, "note": ""}, ...]}
 
 A trial's ``state`` is ``complete``, ``pruned`` (its values: the last reported), ``duplicate`` (its
 plan's run config is an earlier trial's: it reuses that trial's values, run directory and steps,
 and trains nothing), ``running`` or ``failed``. ``kv_heads`` and ``mlp_hidden`` are empty when the
 space leaves them to the base model. ``params`` are the plan's values as Optuna drew them (and
 ``optim.lr`` where the space searches it; ``lr`` is then the trial's learning rate, else null);
-``repaired`` names what the sampler proposed for each value it repaired to keep the budget. The Optuna study holds the same plan fields as each trial's
-user attributes.
+``repaired`` names what the sampler proposed for each value it repaired to keep the budget;
+``named`` is the named plan a trial ran, ``startup`` ``"uniform"`` for a plan the driver queued
+from the space's list for TPE's start (:func:`headwise.search.driver.enqueue_named`). The Optuna
+study holds the same plan fields as each trial's user attributes.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ def trial_record(trial: Any, search: Search) -> dict[str, Any] | None:
     return {"number": trial.number, "state": state, "params": dict(trial.params),
             **{k: attrs.get(k, EMPTY.get(k, [])) for k in PLAN_FIELDS}, "values": values,
             "steps": int(attrs.get("steps", 0)), "run_dir": attrs.get("run_dir"), "duplicate_of": attrs.get("duplicate_of"),
-            "named": attrs.get("named"), "note": attrs.get("note", "")}
+            "named": attrs.get("named"), "startup": attrs.get("startup"), "note": attrs.get("note", "")}
 
 
 def build_record(search: Search, trials: list[Any]) -> dict[str, Any]:
