@@ -25,7 +25,7 @@ from test_study_runner import quiet, write_study
 
 #: the keys of a trial in trials.json, in order (headwise.search.trials)
 RECORD_KEYS = ["number", "state", "params", "depth", "heads", "head_dims", "kv_heads", "mlp_hidden", "budget", "lr",
-               "repaired", "values", "steps", "run_dir", "duplicate_of", "named", "note"]
+               "repaired", "values", "steps", "run_dir", "duplicate_of", "named", "startup", "note"]
 
 
 @pytest.fixture(scope="module")
