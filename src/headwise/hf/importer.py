@@ -50,10 +50,11 @@ from pydantic import ValidationError
 
 from headwise.config import apply_overrides, describe_validation_error, read_toml
 from headwise.errors import HeadwiseError
+from headwise.hf.checkpoint_files import SAFETENSORS, SHARD_INDEX, check_weights
 from headwise.hf.convert import Architecture
 from headwise.hf.native import targets
 from headwise.model import Transformer
-from headwise.model.pretrained import DamagedFile, check_safetensors, first_line
+from headwise.model.pretrained import DamagedFile, first_line
 from headwise.params import count_params, kv_cache_budget
 from headwise.plans import Plan
 from headwise.run.summary import RunStatus, RunSummary
@@ -65,8 +66,6 @@ from headwise.train.run_folder import check_new_run_folder, write_run_atomically
 
 #: ``--class`` choices besides ``auto``: the native targets that have a ``from_hf``
 CLASSES = ("llama", "qwen3", "laguna", "gpt-neo")
-#: the weights of an unsharded safetensors checkpoint, and the index of a sharded one
-SAFETENSORS, SHARD_INDEX = "model.safetensors", "model.safetensors.index.json"
 #: what a folder's weights may be called (sharded ones through their index)
 WEIGHT_FILES = (SAFETENSORS, SHARD_INDEX, "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
@@ -204,43 +203,6 @@ def _check_tokenizer_files(folder: Path) -> None:
             Backend.from_file(str(path))
         except Exception as exc:  # tokenizers raises plain Exceptions for what it cannot read
             raise DamagedFile(path, f"the tokenizers library cannot read it ({first_line(exc)})") from None
-
-
-def _shards(index: Path) -> dict[str, list[str]]:
-    """The tensors a shard index puts in each shard file, read by ``transformers``' own reader."""
-    from transformers.utils.hub import get_checkpoint_shard_files
-
-    try:
-        weight_map = get_checkpoint_shard_files(str(index.parent), str(index))[1]["weight_map"]
-        shards: dict[str, list[str]] = {}
-        for tensor, shard in weight_map.items():
-            shards.setdefault(str(shard), []).append(tensor)
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # JSON errors are ValueErrors
-        raise DamagedFile(index, f"it is not a shard index ({first_line(exc)})") from None
-    return shards
-
-
-def _check_weights(folder: Path) -> None:
-    """A :class:`DamagedFile` naming a damaged file of a safetensors checkpoint, before
-    ``transformers`` reads it: ``model.safetensors``, else every shard its index names, must be
-    whole, and each shard must hold the tensors the index puts there (``transformers`` would take
-    them from any shard)."""
-    from safetensors import safe_open
-
-    index = folder / SHARD_INDEX
-    if (folder / SAFETENSORS).is_file() or not index.is_file():  # transformers reads model.safetensors first
-        files = {SAFETENSORS: []} if (folder / SAFETENSORS).is_file() else {}
-    else:
-        files = _shards(index)
-    for name, tensors in sorted(files.items()):
-        path = folder / name
-        if not path.is_file():
-            raise DamagedFile(index, f"it names the shard {name}, which is missing")
-        check_safetensors(path)
-        with safe_open(str(path), "pt") as f:
-            missing = sorted(set(tensors) - set(f.keys()))
-        if missing:
-            raise DamagedFile(index, f"it puts {missing[0]} in {name}, which does not hold it")
 
 
 def _load(folder: Path, target: Architecture) -> tuple[Any, torch.dtype]:
@@ -388,7 +350,7 @@ def _read_source(src: str, cls: str) -> tuple[Path, bool, Architecture, Any, Mod
     if not any((folder / name).is_file() for name in WEIGHT_FILES):
         raise HeadwiseError(f"{src} has no weights ({', '.join(WEIGHT_FILES)}) (nothing was written)")
     try:
-        _check_weights(folder)
+        check_weights(folder)
     except DamagedFile as exc:
         raise HeadwiseError(f"{exc}; repair or replace it (nothing was written)") from None
     return folder, hub, target, hf_config, spec

@@ -13,14 +13,13 @@ seconds, which every CLI command would pay). Folders written by :func:`headwise.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from safetensors.torch import load_file
 import transformers
 from transformers import AutoConfig
 
 from headwise.errors import HeadwiseError
+from headwise.hf.checkpoint_files import has_safetensors, load_weights
 from headwise.hf.models.configuration_headwise import HeadwiseConfig
 from headwise.hf.models.modeling_headwise import (
     HF_CLASSES,
@@ -125,31 +124,12 @@ def from_run(run_dir: str | Path,
     return from_headwise(model, eot_id), source
 
 
-def _weights(directory: Path) -> dict:
-    """The folder's tensors: ``model.safetensors``, else every shard its
-    ``model.safetensors.index.json`` names (as ``save_pretrained`` writes them with a ``max_shard_size``)."""
-    single, index = directory / "model.safetensors", directory / "model.safetensors.index.json"
-    if single.is_file():
-        return load_file(str(single))
-    try:
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise HeadwiseError(f"{index} is damaged: it is not a shard index ({type(exc).__name__}: {exc})") from None
-    state: dict = {}
-    for shard in shards:
-        if not (directory / shard).is_file():
-            raise HeadwiseError(f"{index} names the shard {shard}, which is missing from {directory}")
-        state.update(load_file(str(directory / shard)))
-    return state
-
-
 def load_export(directory: str | Path) -> Transformer:
     """The headwise model of a folder that :func:`headwise.hf.export.export_hf` wrote (or a
     headwise class's ``save_pretrained``), sharded or not: its spec from ``config.json`` and its weights."""
     directory = Path(directory)
     config_path = directory / "config.json"
-    if not config_path.is_file() or not any((directory / f).is_file() for f in
-                                            ("model.safetensors", "model.safetensors.index.json")):
+    if not config_path.is_file() or not has_safetensors(directory):
         raise HeadwiseError(f"{directory} is not a saved headwise transformers model (it needs config.json and "
                             "model.safetensors, or its shards and their index)")
     config = HeadwiseConfig.from_pretrained(directory)
@@ -157,7 +137,7 @@ def load_export(directory: str | Path) -> Transformer:
         raise HeadwiseError(f"{config_path} is not a headwise model's config (model_type {config.model_type!r})")
     model = Transformer(spec_of(config))
     prefix = HeadwisePreTrainedModel.base_model_prefix + "."
-    state = {k.removeprefix(prefix): v for k, v in _weights(directory).items()}
+    state = {k.removeprefix(prefix): v for k, v in load_weights(directory).items()}
     # A tied output layer is saved once, as the embedding
     missing, unexpected = model.load_state_dict(state, strict=False)
     tied = {"lm_head.weight"} if model.spec.tie_embeddings else set()
