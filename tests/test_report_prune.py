@@ -1,5 +1,6 @@
 """The prune layout's rows of a search's best plans (issue 45: where pruning put the heads, beside
-where a search put them), read from a hand-written ``trials.json``."""
+where a search put them), read from a hand-written ``trials.json``; and the whole report of a
+hand-written prune study with and without that search."""
 
 from __future__ import annotations
 
@@ -61,3 +62,69 @@ def test_a_folder_that_holds_no_search_is_one_line(tmp_path):
 def test_the_options_refuse_a_top_of_zero():
     with pytest.raises(ValueError):
         PruneOptions(search="s", search_top=0)
+
+
+def _written_study(out, search: str | None):
+    """The built-in prune study's quick preset, one seed, its runs hand-written: the baseline and
+    the from-scratch plans completed, each stage's run with the heads its ``pruned.json`` kept;
+    the report's ``search`` option set to ``search``."""
+    from headwise.plans import Plan
+    from headwise.run import RunStatus, RunSummary
+    from headwise.study.definition import load_study_file, resolve_study
+    from headwise.study.layout import run_dir, save_study
+    from headwise.study.stages import stage_root
+    from helpers import write_run_dir
+
+    raw, _ = load_study_file("prune")
+    raw["presets"]["quick"].setdefault("report", {}).update({"kind": "prune", "search": search}
+                                                           if search else {"kind": "prune"})
+    study = resolve_study(raw, "prune.toml", preset="quick", seeds=1)
+    save_study(study, out, 1)
+
+    def completed(path, config, heads, loss):
+        summary = RunSummary(status=RunStatus.COMPLETED, final_eval_loss=loss, last_eval_loss=loss, params=1000,
+                             plan=Plan.explicit(heads, [96 // h for h in heads]), steps=100, tokens=1600,
+                             tokens_per_step=16)
+        write_run_dir(path, config, summary, [{"step": 100, "eval_loss": loss}], 0)
+
+    for v in study.variants:
+        completed(run_dir(out, v.name, 0), v.config, list(v.plan.heads), {"baseline": 3.0}.get(v.name, 3.5))
+    for stage, heads, loss in (("prune-global", [16, 12, 12, 8], 3.25), ("prune-uniform", [12, 12, 12, 12], 3.3)):
+        path = run_dir(stage_root(out, stage), "baseline", 0)
+        completed(path, {}, heads, loss)
+        (path / "pruned.json").write_text(json.dumps({"after": {"heads": heads}}))
+
+
+def _report_rows(out):
+    """``headwise report`` on the study: its heads-per-layer section and CSV rows."""
+    from headwise.cli import main
+    from helpers import read_csv
+
+    assert main(["report", str(out)]) == 0
+    text = (out / "report" / "report.md").read_text()
+    section = text.split("## Where pruning put the heads", 1)[1].split("\n## ", 1)[0]
+    return section, read_csv(out / "report" / "heads_per_layer.csv")
+
+
+def test_the_whole_report_puts_the_search_s_plans_beside_pruning_s_and_the_blog_s(search_dir, tmp_path):
+    out = tmp_path / "study"
+    _written_study(out, "../search")  # the search folder beside the study's, relative to it
+    section, rows = _report_rows(out)
+    assert "and the best plans of the search in `../search`" in section
+    by_model = {r["model"]: r for r in rows}
+    assert by_model["prune-global (baseline)"]["heads"] == "16 12 12 8"
+    assert float(by_model["prune-global (baseline)"]["loss"]) == 3.25
+    assert by_model["prune-uniform (baseline)"]["heads"] == "12 12 12 12"
+    # the search's three best distinct plans, in order, after pruning's rows
+    searched = [r["heads"] for r in rows if r["model"].startswith("search progression #")]
+    assert searched == ["8 16 32 40", "32 32 16 16", "24 24 24 24"]
+    assert "| search progression #1 (trial 3, loss 5.0100 at the search's fidelity) | – | 8 16 32 40 | 96 |" in section
+
+
+def test_a_search_folder_not_there_is_said_in_the_report_which_still_shows_the_runs(tmp_path):
+    out = tmp_path / "study"
+    _written_study(out, "../no-search-here")
+    section, rows = _report_rows(out)
+    assert "(no search's plans: " in section and "no-search-here" in section
+    assert not any(r["model"].startswith("search ") for r in rows)
+    assert {r["model"] for r in rows} >= {"baseline", "prune-global (baseline)", "prune-uniform (baseline)"}
