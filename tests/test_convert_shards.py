@@ -25,7 +25,7 @@ transformers = pytest.importorskip("transformers", reason="transformers (the hf 
 
 from headwise.cli import main  # noqa: E402
 from headwise.hf.architectures import architectures  # noqa: E402
-from headwise.hf.export import weights_dtype  # noqa: E402
+from headwise.model.pretrained import weights_dtype  # noqa: E402
 from headwise.run import RunDir, read_summary  # noqa: E402
 from headwise.spec import ModelSpec  # noqa: E402
 from headwise.train.generate import load_run_model  # noqa: E402

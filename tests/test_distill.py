@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from conftest import REPO, shared_data_dir
 from headwise.cli import main
+from headwise.config import sha256_file
 from headwise.run import read_metrics
 from headwise.train import RunConfig, run_training
 from headwise.train.distill import distill_loss, kl_at_temperature
@@ -53,7 +54,9 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("distill")
     source, pruned, scores = train_lm_tiny(root, 80), root / "pruned", root / "scores.json"
     layers = [{"layer": i, "heads": h, "groups": None} for i, h in enumerate([[0.3, 0.1, 0.9, 0.8], [0.6, 0.7]])]
-    scores.write_text(json.dumps({"methods": {"ablation": {"method": "ablation", "layers": layers}}}))
+    sha = sha256_file(source / "model" / "model.safetensors")  # scores name the weights they scored
+    scores.write_text(json.dumps({"weights_sha256": sha,
+                                  "methods": {"ablation": {"method": "ablation", "layers": layers}}}))
     assert main(["heads", "prune", str(source), "--to", "heads:4", "--out", str(pruned), "--method", "ablation",
                  "--scores", str(scores)]) == 0
     return root, source, pruned

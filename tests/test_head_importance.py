@@ -6,7 +6,10 @@ command on a tiny trained run (its files, and one line, exit 2, nothing written 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
+import re
+import shlex
 import shutil
 from pathlib import Path
 
@@ -195,6 +198,28 @@ def test_the_command_writes_the_record_and_the_heat_map(lm_run, tmp_path, capsys
     assert main(["heads", "score", str(lm_run), "--tokens", "80", "--method", "ablation", "--out", str(again)]) == 0
     assert json.loads((again / "head_scores.json").read_text())["methods"]["ablation"] == record["methods"]["ablation"]
     assert "top:" in printed and "bottom:" in printed and "L0.H" in printed and "head_scores.png" in printed
+    sha = hashlib.sha256((lm_run / "model" / "model.safetensors").read_bytes()).hexdigest()
+    assert (record["model"], record["weights_sha256"]) == (str(lm_run / "model"), sha)
+
+
+def test_a_damaged_final_model_is_one_line_whose_checkpoint_advice_the_command_takes(lm_run, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(lm_run, run)
+    with open(run / "model" / "model.safetensors", "r+b") as f:
+        f.truncate(20000)
+    before = _listing(tmp_path)
+    assert main(["heads", "score", str(run), "--tokens", "40", "--method", "gradient"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "model.safetensors is damaged" in err and _listing(tmp_path) == before
+    advice = re.search(r"or (--checkpoint \S+) uses that checkpoint", err).group(1)
+    # the advice, taken as it is printed: the last checkpoint, which holds the final weights
+    assert main(["heads", "score", str(run), "--tokens", "40", "--method", "gradient", *shlex.split(advice)]) == 0
+    assert main(["heads", "score", str(lm_run), "--tokens", "40", "--method", "gradient", "--out",
+                 str(tmp_path / "intact")]) == 0
+    record = json.loads((run / "heads" / "head_scores.json").read_text())
+    intact = json.loads((tmp_path / "intact" / "head_scores.json").read_text())
+    assert record["model"] == str(run / "checkpoints" / "step_00000002") == advice.split()[1]
+    assert record["methods"] == intact["methods"] and record["weights_sha256"] == intact["weights_sha256"]
 
 
 def test_bad_input_is_one_line_exit_2_and_nothing_written(lm_run, tmp_path, capsys):
@@ -209,6 +234,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(lm_run, tmp_path, caps
         ([str(lm_run), "--method", "gradient,magnitude"], "unknown method 'magnitude'"),
         ([str(lm_run), "--tokens", "0"], "--tokens 0"),
         ([str(lm_run), "--out", str(tmp_path / "file")], "is a file"),
+        ([str(lm_run), "--checkpoint", str(tmp_path / "none")], "not a saved headwise model"),
     ]
     for argv, says in cases:
         assert main(["heads", "score", *argv]) == 2, argv

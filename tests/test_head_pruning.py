@@ -7,7 +7,10 @@ trains (one line, exit 2, nothing written on bad input)."""
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
+import re
+import shlex
 import shutil
 from pathlib import Path
 
@@ -19,7 +22,7 @@ from headwise.analysis.head_importance import (HeadScores, LayerScores, gradient
                                                validation_sample)
 from headwise.analysis.head_pruning import plan_pruning, prune_model, pruned_spec
 from headwise.cli import main
-from headwise.model import Transformer
+from headwise.model import Transformer, save_pretrained
 from headwise.params import count_params, plan_budget
 from headwise.spec import ModelSpec
 from headwise.train.config import resolve_run_model
@@ -171,9 +174,12 @@ def lm_run(tmp_path_factory):
     return train_lm_tiny(tmp_path_factory.mktemp("prune"), 2)
 
 
-def _scores_file(path: Path, heads: list[list[float]]) -> Path:
+def _scores_file(path: Path, heads: list[list[float]], model: Path) -> Path:
+    """Ablation scores ``heads`` as headwise heads score records them for the weights in ``model``."""
     layers = [{"layer": i, "heads": h, "groups": None} for i, h in enumerate(heads)]
-    path.write_text(json.dumps({"methods": {"ablation": {"method": "ablation", "layers": layers}}}))
+    sha = hashlib.sha256((model / "model.safetensors").read_bytes()).hexdigest()
+    path.write_text(json.dumps({"model": str(model), "weights_sha256": sha,
+                                "methods": {"ablation": {"method": "ablation", "layers": layers}}}))
     return path
 
 
@@ -185,7 +191,7 @@ def _listing(root: Path) -> list[str]:
 def test_the_command_writes_a_smaller_run_that_generates_and_trains(lm_run, tmp_path, capsys, monkeypatch, scope,
                                                                       removed, heads):
     monkeypatch.setenv("HEADWISE_DATA", str(shared_data_dir()))
-    scores = _scores_file(tmp_path / "scores.json", [[0.3, 0.1, 0.9, 0.8], [0.6, 0.7]])
+    scores = _scores_file(tmp_path / "scores.json", [[0.3, 0.1, 0.9, 0.8], [0.6, 0.7]], lm_run / "model")
     new = tmp_path / "pruned"
     assert main(["heads", "prune", str(lm_run), "--to", "heads:4", "--out", str(new), "--method", "ablation",
                  "--scope", scope, "--scores", str(scores)]) == 0
@@ -239,8 +245,8 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(lm_run, tmp_path, caps
     full = tmp_path / "full"
     full.mkdir()
     (full / "x").write_text("x")
-    scores = _scores_file(tmp_path / "scores.json", [[0.3, 0.1, 0.9, 0.8], [0.6, 0.7]])
-    wrong = _scores_file(tmp_path / "wrong.json", [[0.3, 0.1], [0.6, 0.7]])
+    scores = _scores_file(tmp_path / "scores.json", [[0.3, 0.1, 0.9, 0.8], [0.6, 0.7]], lm_run / "model")
+    wrong = _scores_file(tmp_path / "wrong.json", [[0.3, 0.1], [0.6, 0.7]], lm_run / "model")
     before = _listing(lm_run), _listing(tmp_path)
     new = ["--out", str(tmp_path / "new")]
     cases = [
@@ -266,6 +272,84 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(lm_run, tmp_path, caps
         main(["heads", "prune", str(lm_run), "--to", "heads:4", "--scope", "sideways", *new])
     assert exit_.value.code == 2 and capsys.readouterr().err.count("\n") == 1
     assert (_listing(lm_run), _listing(tmp_path)) == before
+
+
+def test_scores_of_other_weights_or_not_naming_them_are_refused(lm_run, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HEADWISE_DATA", str(shared_data_dir()))
+    other = tmp_path / "other"  # another run: lm_run's model with one weight changed
+    shutil.copytree(lm_run, other)
+    model, _ = load_run_model(lm_run)
+    with torch.no_grad():
+        model.blocks[0].attn.out.weight[0, 0] += 1
+    save_pretrained(model, other / "model")
+    assert main(["heads", "score", str(other), "--method", "ablation", "--tokens", "40"]) == 0
+    foreign = other / "heads" / "head_scores.json"
+    old = tmp_path / "old.json"  # as headwise wrote it before the record named the weights
+    old.write_text(json.dumps({k: v for k, v in json.loads(foreign.read_text()).items() if k != "weights_sha256"}))
+    capsys.readouterr()
+    before = _listing(tmp_path)
+    prune = ["heads", "prune", str(lm_run), "--to", "heads:5", "--method", "ablation", "--out", str(tmp_path / "new")]
+    for scores, says in ((foreign, f"scored other weights ({other / 'model'}, "), (old, "an older headwise")):
+        assert main([*prune, "--scores", str(scores)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and says in err and str(lm_run / "model") in err, err
+    assert _listing(tmp_path) == before
+    # the command the line names scores these weights, and their scores prune them
+    rescore = shlex.split(re.search(r"`(headwise heads score [^`]+)`", err).group(1))
+    assert rescore[:4] == ["headwise", "heads", "score", str(lm_run)] and "ablation" in rescore
+    assert main([*rescore[1:], "--tokens", "40", "--out", str(tmp_path / "mine")]) == 0
+    assert main([*prune, "--scores", str(tmp_path / "mine" / "head_scores.json")]) == 0
+
+
+def test_a_damaged_final_model_prunes_from_the_checkpoint_its_line_names(lm_run, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HEADWISE_DATA", str(shared_data_dir()))
+    run = tmp_path / "run"
+    shutil.copytree(lm_run, run)
+    with open(run / "model" / "model.safetensors", "r+b") as f:
+        f.truncate(20000)
+    # the last checkpoint holds the final weights: the intact run's scores are its scores
+    scores = _scores_file(tmp_path / "scores.json", [[0.3, 0.1, 0.9, 0.8], [0.6, 0.7]], lm_run / "model")
+    prune = ["--to", "heads:4", "--method", "ablation", "--scores", str(scores)]
+    assert main(["heads", "prune", str(run), *prune, "--out", str(tmp_path / "new")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and not (tmp_path / "new").exists()
+    advice = shlex.split(re.search(r"or (--checkpoint \S+) uses that checkpoint", err).group(1))
+    assert main(["heads", "prune", str(run), *prune, "--out", str(tmp_path / "new"), *advice]) == 0
+    assert main(["heads", "prune", str(lm_run), *prune, "--out", str(tmp_path / "intact")]) == 0
+    record = json.loads((tmp_path / "new" / "pruned.json").read_text())
+    assert record["model"] == str(run / "checkpoints" / "step_00000002") == advice[1]
+    weights = [(tmp_path / name / "model" / "model.safetensors").read_bytes() for name in ("new", "intact")]
+    assert weights[0] == weights[1]
+
+
+def _kept(heads: int, head_dim: int, removed: list[int]) -> list[int]:
+    return [h * head_dim + c for h in range(heads) if h not in removed for c in range(head_dim)]
+
+
+def test_a_bfloat16_run_prunes_to_bfloat16_weights_equal_to_the_kept_ones(lm_run, tmp_path, monkeypatch):
+    from safetensors.torch import load_file
+
+    monkeypatch.setenv("HEADWISE_DATA", str(shared_data_dir()))
+    source = tmp_path / "bf16"  # as headwise convert writes a bfloat16 checkpoint's run
+    shutil.copytree(lm_run, source)
+    save_pretrained(load_run_model(lm_run)[0].to(torch.bfloat16), source / "model")
+    scores = _scores_file(tmp_path / "scores.json", [[0.3, 0.1, 0.9, 0.8], [0.6, 0.7]], source / "model")
+    new = tmp_path / "pruned"
+    assert main(["heads", "prune", str(source), "--to", "heads:4", "--scope", "per-layer", "--method", "ablation",
+                 "--scores", str(scores), "--out", str(new)]) == 0
+    before = load_file(source / "model" / "model.safetensors")
+    for folder in (new / "model", new / "checkpoints" / "step_00000000"):
+        after = load_file(folder / "model.safetensors")
+        assert after.keys() == before.keys() and {t.dtype for t in after.values()} == {torch.bfloat16}
+        # lm-tiny: layer 0 has 4 heads of 16, layer 1 2 of 32 (width 64); per layer: L0.H1 and L1.H0 go
+        for i, (heads, dim, gone) in enumerate(((4, 16, [1]), (2, 32, [0]))):
+            kept = _kept(heads, dim, gone)
+            assert torch.equal(after[f"blocks.{i}.attn.qkv.weight"],
+                               before[f"blocks.{i}.attn.qkv.weight"][[p * 64 + k for p in range(3) for k in kept]])
+            assert torch.equal(after[f"blocks.{i}.attn.out.weight"], before[f"blocks.{i}.attn.out.weight"][:, kept])
+        for name, value in after.items():
+            if not name.endswith(("qkv.weight", "out.weight")):
+                assert torch.equal(value, before[name]), name
 
 
 def test_budget_amounts():

@@ -172,6 +172,25 @@ def test_a_pruned_run_is_the_converted_model_with_those_heads_gated_off(case, sc
     assert (ours - case.hf(IDS).logits).abs().max() > 1e-2  # the heads mattered
 
 
+def test_a_pruned_run_heals_by_distillation_on_its_own_tokenizer_and_resumes(case, tmp_path, capsys):
+    """Healing reads the converted model's tokenizer (``hf:N``, which no run can learn) from its
+    ``init_from`` run, saves that very tokenizer, and reads its own when it resumes; a task naming
+    another is one line."""
+    from headwise.train.generate import run_tokenizer
+
+    pruned, out = case.pruned("global"), tmp_path / "healed"
+    heal = ["train", str(pruned / "config.toml"), "--out", str(out), "--set", f"train.init_from={pruned}",
+            "--set", f"train.distill.teacher={case.run}", "--set", "train.micro_batch=2", "--set", "train.log_every=1"]
+    spec = run_config(pruned).task.tokenizer
+    assert main([*heal, "--set", f"task.tokenizer=hf:{int(spec[3:]) + 1}", "--set", "train.steps=2"]) == 2
+    assert f"saved the tokenizer {spec}" in capsys.readouterr().err and not out.exists()
+    assert main([*heal, "--set", "train.steps=2"]) == 0
+    assert main([*heal, "--set", "train.steps=3", "--resume"]) == 0
+    source = run_tokenizer(case.run, run_config(case.run))
+    assert run_tokenizer(out, run_config(out)).sha256 == source.sha256 and source.spec == spec
+    assert json.loads((out / "summary.json").read_text())["steps"] == 3
+
+
 @pytest.mark.parametrize("scope", SCOPES)
 def test_a_pruned_run_exports_as_the_native_class_that_holds_it(case, scope, tmp_path, capsys):
     out = tmp_path / "export"

@@ -180,22 +180,41 @@ def prune_model(model: nn.Module, removed: Removed) -> nn.Module:
     return smaller.train(model.training)
 
 
-def read_scores(path: Path, method: str, shapes: Sequence[LayerShape]) -> HeadScores:
+def read_scores(path: Path, method: str, shapes: Sequence[LayerShape], weights: tuple[str, str],
+                rescore: str) -> HeadScores:
     """The ``method`` scores of a ``head_scores.json`` (``headwise heads score``'s record), checked
-    against the model's layers ``shapes``: one finite score per head."""
+    against the model they prune: ``weights`` (its folder, and the sha256 of its weights file) must
+    be the weights scored, and its layers ``shapes`` have one finite score per head. ``rescore``:
+    the command that scores these weights, which a refusal names."""
+    not_scores = (f"--scores {path} is not a head scores record ({{}}): give the head_scores.json headwise heads "
+                  "score wrote")
     try:
         record = json.loads(Path(path).read_text(encoding="utf-8"))
-        layers = record["methods"][method]["layers"]
-        scores = [[float(v) for v in layer["heads"]] for layer in layers]
     except FileNotFoundError:
         raise HeadwiseError(f"--scores {path} does not exist: give the head_scores.json headwise heads score "
                             "wrote") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise HeadwiseError(not_scores.format(type(exc).__name__)) from None
+    if not isinstance(record, dict):
+        raise HeadwiseError(not_scores.format("not a JSON object"))
+    # A record without the sha256 (written before headwise recorded it) cannot show which weights it
+    # scored: another run's scores would prune the wrong heads silently, so it is refused too.
+    sha = record.get("weights_sha256")
+    if sha is None:
+        raise HeadwiseError(f"--scores {path} does not name the weights it scored (an older headwise wrote it): "
+                            f"score {weights[0]} again with `{rescore}`")
+    if sha != weights[1]:
+        raise HeadwiseError(f"--scores {path} scored other weights ({record.get('model')}, sha256 {str(sha)[:12]}) "
+                            f"than those pruned ({weights[0]}, sha256 {weights[1][:12]}): score these with "
+                            f"`{rescore}`")
+    try:
+        layers = record["methods"][method]["layers"]
+        scores = [[float(v) for v in layer["heads"]] for layer in layers]
     except KeyError:
         raise HeadwiseError(f"--scores {path} has no {method!r} scores: score the run with --method {method}, or "
                             "prune by a method it holds") from None
-    except (OSError, UnicodeDecodeError, ValueError, TypeError) as exc:
-        raise HeadwiseError(f"--scores {path} is not a head scores record ({type(exc).__name__}): give the "
-                            "head_scores.json headwise heads score wrote") from None
+    except (ValueError, TypeError) as exc:
+        raise HeadwiseError(not_scores.format(type(exc).__name__)) from None
     if [len(layer) for layer in scores] != [s.heads for s in shapes]:
         raise HeadwiseError(f"--scores {path} scores heads {[len(layer) for layer in scores]}, but the run's model has "
                             f"heads {[s.heads for s in shapes]}: score this run")

@@ -37,6 +37,8 @@ SCORES_JSON, SCORES_PNG = "head_scores.json", "head_scores.png"
 SHOWN = 5
 #: what ``prune`` writes in the new run besides a run's files
 PRUNED_JSON = "pruned.json"
+
+
 def configure(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", required=True, metavar="ACTION", parser_class=OneLineParser)
     score = sub.add_parser("score", help="score every head of a run on its validation text",
@@ -53,6 +55,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                        help="validation tokens to score on, in sequences of the run's block size (default "
                             "%(default)s)")
     score.add_argument("--out", type=Path, help=f"output folder (default RUN/heads): {SCORES_JSON}, {SCORES_PNG}")
+    score.add_argument("--checkpoint", type=Path, metavar="PATH",
+                       help="the checkpoint or model folder of the run to score (default: the final model)")
     prune = sub.add_parser("prune", help="remove the lowest-scoring heads to a budget, as a new run",
                            description="Remove a language run's lowest-scoring attention heads until the model meets "
                                        "a budget, and write the smaller model as a new run (its weights those of the "
@@ -73,10 +77,12 @@ def configure(p: argparse.ArgumentParser) -> None:
                        help="global (default): heads compete across layers, which gives a per-layer allocation; "
                             "per-layer: the same number of heads goes from every layer (the uniform baseline)")
     prune.add_argument("--scores", type=Path, metavar="FILE",
-                       help=f"rank by the scores of a {SCORES_JSON} that headwise heads score wrote for this run "
-                            "(default: score the run now)")
+                       help=f"rank by the scores of a {SCORES_JSON} that headwise heads score wrote for the weights "
+                            "pruned (default: score them now)")
     prune.add_argument("--tokens", type=int, default=8192,
                        help="without --scores: validation tokens to score on (default %(default)s)")
+    prune.add_argument("--checkpoint", type=Path, metavar="PATH",
+                       help="the checkpoint or model folder of the run to prune (default: the final model)")
 
 
 def _methods(text: str) -> tuple[str, ...]:
@@ -118,12 +124,13 @@ def score_run(args: argparse.Namespace) -> int:
     out = args.out or run_dir / "heads"
     _check_out(out)
     inputs, targets, loss = validation_sample(run_dir, cfg, args.tokens)
-    model, source = load_run_model(run_dir)
+    model, source = load_run_model(run_dir, args.checkpoint)
     shapes = head_shapes(model)
     scores = score_heads(model, inputs, targets, loss, methods)
     record = {
-        "run": str(run_dir), "model": source, "sequences": inputs.shape[0], "sequence_length": inputs.shape[1],
-        "tokens": inputs.numel(), "loss": mean_loss(model, inputs, targets, loss),
+        "run": str(run_dir), "model": source, "weights_sha256": _weights_sha256(Path(source)),
+        "sequences": inputs.shape[0], "sequence_length": inputs.shape[1], "tokens": inputs.numel(),
+        "loss": mean_loss(model, inputs, targets, loss),
         "layers": [{"heads": s.heads, "head_dim": s.head_dim, "kv_heads": s.kv_heads} for s in shapes],
         "methods": {m: s.to_dict() for m, s in scores.items()},
     }
@@ -158,6 +165,7 @@ def prune_run(args: argparse.Namespace) -> int:
     from headwise.analysis.head_importance import head_shapes, score_heads, validation_sample
     from headwise.analysis.head_pruning import plan_pruning, prune_model, read_scores
     from headwise.budget import parse_budget
+    from headwise.model.pretrained import WEIGHTS_FILE, weights_dtype
     from headwise.params import plan_budget
     from headwise.paths import refuse_unwritable_parent
     from headwise.train.generate import load_run_model, run_config
@@ -177,10 +185,13 @@ def prune_run(args: argparse.Namespace) -> int:
         raise HeadwiseError(f"{run_dir} is a {cfg.task.kind!r} run: heads are pruned in a language run "
                             "(nothing was written)")
     tokenizer = cfg.task.run_tokenizer(run_dir)
-    model, source = load_run_model(run_dir)
+    model, source = load_run_model(run_dir, args.checkpoint)
     shapes = head_shapes(model)
     if args.scores is not None:
-        scores, scored = read_scores(args.scores, methods[0], shapes), {"file": str(args.scores)}
+        weights = (source, _weights_sha256(Path(source)))
+        checkpoint = f" --checkpoint {args.checkpoint}" if args.checkpoint is not None else ""
+        rescore = f"headwise heads score {run_dir}{checkpoint} --method {methods[0]}"
+        scores, scored = read_scores(args.scores, methods[0], shapes, weights, rescore), {"file": str(args.scores)}
     else:
         inputs, targets, loss = validation_sample(run_dir, cfg, args.tokens)
         scores, scored = score_heads(model, inputs, targets, loss, methods)[methods[0]], {"tokens": inputs.numel()}
@@ -190,7 +201,8 @@ def prune_run(args: argparse.Namespace) -> int:
         return plan_budget(spec, seq_len, budget.dtype)[budget.metric]
 
     removed = plan_pruning(model.spec, scores, args.scope, measure, budget.max, budget.describe())
-    smaller = prune_model(model, removed)
+    # the source's own dtype (a converted bfloat16 run's stays bfloat16), as headwise export keeps it
+    smaller = prune_model(model, removed).to(weights_dtype(Path(source) / WEIGHTS_FILE))
     spec = smaller.spec
     record = {"source": str(run_dir.resolve()), "model": source, "method": methods[0], "scores": scored,
               "scope": args.scope, "budget": budget.describe(), "removed": [list(r) for r in removed],
@@ -201,6 +213,16 @@ def prune_run(args: argparse.Namespace) -> int:
     print(f"wrote {out}: {model.spec.heads_line()} -> {spec.heads_line()} by {methods[0]} scores ({args.scope}); "
           f"removed {gone}; {budget.metric} {measure(model.spec)} -> {measure(spec)} (budget {budget.describe()})")
     return 0
+
+
+def _weights_sha256(folder: Path) -> str:
+    """The sha256 of a saved model folder's weights file: its manifest's (which loading the folder
+    has just checked the file against), else the file's own."""
+    from headwise.config import sha256_file
+    from headwise.model.pretrained import WEIGHTS_FILE, read_manifest
+
+    entry = (read_manifest(folder) or {}).get(WEIGHTS_FILE)
+    return entry["sha256"] if entry is not None else sha256_file(folder / WEIGHTS_FILE)
 
 
 def _counts(spec: ModelSpec, seq_len: int) -> dict:

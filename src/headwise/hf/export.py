@@ -39,6 +39,7 @@ from headwise.paths import nearest_existing, staged_folder
 from headwise.errors import HeadwiseError, RunFailure
 from headwise.hf.models import from_headwise, hf_class, run_model
 from headwise.hf.card import model_card
+from headwise.model.pretrained import weights_dtype
 from headwise.parts import OUTPUT_HEAD_PARTS
 from headwise.run.layout import RunDir
 from headwise.spec import ModelSpec
@@ -56,7 +57,6 @@ _HEADWISE_IMPORT = re.compile(r"^(\s*)from (headwise(?:\.\w+)+) import", re.MULT
 #: checkpoint's), or the torch dtype to cast the weights to
 DTYPES = ("keep", "float32", "bfloat16", "float16")
 #: safetensors' names of the dtypes a run's weights may be kept in
-_SAFETENSORS_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
 _RULE = (f"exported model code may import only the standard library, {', '.join(sorted(ALLOWED_IMPORTS))}, and "
          "headwise modules as `from headwise.<module> import <names>`")
 
@@ -169,16 +169,6 @@ def chosen_dtype(name: str, kept: torch.dtype) -> torch.dtype:
     if name not in DTYPES:
         raise HeadwiseError(f"--dtype {name!r}: choose one of {', '.join(DTYPES)} (nothing was written)")
     return kept if name == "keep" else getattr(torch, name)
-
-
-def weights_dtype(path: Path) -> torch.dtype:
-    """The dtype of the weights in the safetensors file ``path``: the one its tensors share, where
-    it is float32, bfloat16 or float16; else float32."""
-    from safetensors import safe_open
-
-    with safe_open(str(path), "pt") as f:
-        names = {f.get_slice(key).get_dtype() for key in f.keys()}
-    return _SAFETENSORS_DTYPES[names.pop()] if len(names) == 1 and names <= set(_SAFETENSORS_DTYPES) else torch.float32
 
 
 def _check_shard_size(size: str | int | None) -> None:

@@ -119,6 +119,20 @@ def check_safetensors(path: str | Path) -> None:
         raise DamagedFile(path, f"it is {size:,} bytes, its header says {expected:,} (truncated or appended to)")
 
 
+#: the safetensors dtypes a weights file may hold, as torch dtypes
+SAFETENSORS_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+
+
+def weights_dtype(path: Path) -> torch.dtype:
+    """The dtype of the weights in the safetensors file ``path``: the one its tensors share, where
+    it is float32, bfloat16 or float16; else float32."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        names = {f.get_slice(key).get_dtype() for key in f.keys()}
+    return SAFETENSORS_DTYPES[names.pop()] if len(names) == 1 and names <= set(SAFETENSORS_DTYPES) else torch.float32
+
+
 def read_spec(path: str | Path) -> ModelSpec:
     """The spec saved in a ``spec.json``, a headwise model's or another library's
     (:mod:`headwise.model_sources`); a file that does not parse is DamagedFile."""

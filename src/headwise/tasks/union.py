@@ -19,13 +19,16 @@ configs written before there was more than one family still load.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Union
+from typing import TYPE_CHECKING, Annotated, Any, Union
 
 from pydantic import Discriminator, Tag
 
 from headwise.errors import HeadwiseError
 from headwise.tasks.base import Task
 from headwise.tasks.family import TaskConfigBase, families
+
+if TYPE_CHECKING:
+    from headwise.text.tokenizer import Tokenizer
 
 __all__ = ["TaskConfig", "build_task", "parse_task_config"]
 
@@ -62,6 +65,10 @@ def parse_task_config(data: dict[str, Any], source: str = "[task]") -> TaskConfi
     return known[kind].config.parse(data, source=source)
 
 
-def build_task(cfg: TaskConfigBase, cache_dir: str | Path | None = None, progress: bool = False) -> Task:
-    """The task a config describes, its data prepared (or reused)."""
-    return cfg.build(cache_dir=cache_dir, progress=progress)
+def build_task(cfg: TaskConfigBase, cache_dir: str | Path | None = None, progress: bool = False,
+               tokenizer: Tokenizer | None = None) -> Task:
+    """The task a config describes, its data prepared (or reused); ``tokenizer`` (a run's saved
+    one: only the text families take it) encodes the text instead of one learnt on it."""
+    if tokenizer is None:
+        return cfg.build(cache_dir=cache_dir, progress=progress)
+    return cfg.build(cache_dir=cache_dir, progress=progress, tokenizer=tokenizer)

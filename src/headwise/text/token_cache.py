@@ -173,7 +173,8 @@ def prepare(
     if tokenizer is None and plan.tokenizer.startswith("hf:"):
         raise HeadwiseError(f"tokenizer {plan.tokenizer} is a converted model's own, saved in the run headwise convert "
                             "wrote: it encodes that run's text (headwise analyze, eval), and a new run cannot learn it; "
-                            "use 'gpt-neo' or 'bpe:N'")
+                            "fine-tune that run (train.init_from names it; its tokenizer is read from there), "
+                            "or use 'gpt-neo' or 'bpe:N'")
     root = cache_root(cache_dir or cfg.cache_dir)
     request = plan.request()
     if tokenizer is not None:

@@ -23,6 +23,7 @@ from headwise.parts import FRONT_END_PARTS
 from headwise.model_sources import read_source_spec
 from headwise.spec import ModelSpec
 from headwise.tasks.base import Batch, Task
+from headwise.tasks.union import build_task
 from headwise.train.checkpoint import latest_checkpoint
 from headwise.train.config import RunConfig
 from headwise.run import RunDir
@@ -192,9 +193,7 @@ def run_tokenizer(run_dir: Path, cfg: RunConfig) -> Tokenizer:
 def run_task(run_dir: Path, cfg: RunConfig) -> Task:
     """A run's task with its data prepared, its text (if any) encoded with the tokenizer the run
     saved rather than one trained again on text that may have changed since."""
-    tokenizer = cfg.task.run_tokenizer(run_dir)
-    # the text families' build takes the tokenizer; other tasks have none to give it
-    return cfg.task.build() if tokenizer is None else cfg.task.build(tokenizer=tokenizer)
+    return build_task(cfg.task, tokenizer=cfg.task.run_tokenizer(run_dir))
 
 
 def generate_text(run_dir: str | Path, prompt: str, max_new_tokens: int = 200, *, temperature: float = 0.9,

@@ -22,6 +22,7 @@ from headwise.spec import ModelSpec
 if TYPE_CHECKING:
     from headwise.model.transformer import Transformer
     from headwise.text.tokenizer import Tokenizer
+    from headwise.train.config import RunConfig
 
 T = TypeVar("T")
 
@@ -106,6 +107,26 @@ def _check_same_tokenizer(source: Path, tokenizer: "Tokenizer", vocabulary_run: 
             f"train.init_from run {source} trained with tokenizer {theirs.spec} (sha256 {theirs.sha256[:12]}), but this "
             f"run's task encodes its text with {where}, {tokenizer.spec} (sha256 {tokenizer.sha256[:12]}): the same size "
             f"is not the same vocabulary, and the encoder's embeddings belong to its own ids; {fix}")
+
+
+def converted_tokenizer(cfg: RunConfig, out: Path, resume: bool) -> Tokenizer | None:
+    """The tokenizer of a run whose task names a converted model's own (``hf:N``), which no run can
+    learn, only read: the run's own saved one when it resumes, else its ``train.init_from`` run's (a
+    converted or pruned model fine-tuned on new text). None for any other tokenizer, and for a new
+    run without ``init_from`` (preparing its data refuses that, saying why)."""
+    spec = getattr(cfg.task, "tokenizer", None)
+    if not (isinstance(spec, str) and spec.startswith("hf:")):
+        return None
+    source = out if resume and RunDir(out).config.is_file() else cfg.train.init_from
+    if source is None:
+        return None
+    from headwise.train.generate import run_config, run_tokenizer
+
+    tokenizer = run_tokenizer(Path(source), run_config(Path(source)))
+    if tokenizer.spec != spec:
+        raise HeadwiseError(f"task.tokenizer = {spec!r}, but the run {source} saved the tokenizer {tokenizer.spec}: "
+                            f"set task.tokenizer = {tokenizer.spec!r}")
+    return tokenizer
 
 
 def load_encoder(model: Transformer, source: InitSource) -> None:

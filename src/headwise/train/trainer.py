@@ -34,7 +34,7 @@ from headwise.train.config import RunConfig, batch_layout, min_lr, resolve_spec,
 from headwise.train.distill import load_distiller
 from headwise.train.distributed import DistContext, init_distributed, resolve_device
 from headwise.train.held_out import eval_totals, finish_totals
-from headwise.train.init_from import check_init_source, load_encoder
+from headwise.train.init_from import check_init_source, converted_tokenizer, load_encoder
 from headwise.train.metrics import MetricsLog, Progress, peak_memory_bytes
 from headwise.train.optim import build_optimizer, build_scheduler
 from headwise.train.peak import default_peak_flops
@@ -90,12 +90,13 @@ class Trainer:
         self.ctx, self.out, self.run_dir = ctx, out, RunDir(out)
         self.device = resolve_device(cfg.train.device, ctx)
         if task is None:
+            saved = converted_tokenizer(cfg, out, resume)  # a converted model's own is read, never learnt
             # Rank 0 builds (or reuses) the token cache first, so the others only open it.
             if ctx.is_main:
-                task = build_task(cfg.task, progress=sys.stderr.isatty())
+                task = build_task(cfg.task, progress=sys.stderr.isatty(), tokenizer=saved)
             ctx.barrier()
             if not ctx.is_main:
-                task = build_task(cfg.task)
+                task = build_task(cfg.task, tokenizer=saved)
         self.task, self.tokenizer = task, task_tokenizer(task)
         self.spec, self.plan = resolve_spec(cfg.model, self.task)
         self.layout = batch_layout(cfg.train, self.task, ctx.world_size)
