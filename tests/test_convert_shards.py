@@ -186,6 +186,13 @@ def _move_a_tensor(weight_map: dict) -> None:
     weight_map[tensor] = shards[-1]
 
 
+def _shards_elsewhere(folder: Path) -> None:
+    """Copy every shard into the folder's parent and point the index there (the files exist)."""
+    for shard in set(json.loads((folder / INDEX).read_text())["weight_map"].values()):
+        shutil.copyfile(folder / shard, folder.parent / shard)
+    _rewrite_index(folder, lambda m: m.update({t: f"../{s}" for t, s in m.items()}))
+
+
 #: (what is damaged, the file the message names, how)
 DAMAGES = {
     "index not JSON": (INDEX, lambda d: (d / INDEX).write_text("{")),
@@ -194,6 +201,7 @@ DAMAGES = {
     "index puts a tensor in a shard without it": (INDEX, lambda d: _rewrite_index(d, _move_a_tensor)),
     "index names a tensor no shard holds": (INDEX, lambda d: _rewrite_index(
         d, lambda m: m.update({"model.layers.9.mlp.up_proj.weight": sorted(set(m.values()))[0]}))),
+    "index names shards outside the folder": (INDEX, _shards_elsewhere),
     "shard truncated": ("first shard", lambda d: (d / _first_shard(d)).write_bytes(
         (d / _first_shard(d)).read_bytes()[:300])),
     "tokenizer.json truncated": ("tokenizer.json", lambda d: (d / "tokenizer.json").write_bytes(

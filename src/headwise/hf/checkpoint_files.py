@@ -35,6 +35,10 @@ def safetensors_files(folder: Path) -> dict[str, list[str]]:
             shards.setdefault(str(shard), []).append(tensor)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:  # JSON errors are ValueErrors
         raise DamagedFile(index, f"it is not a shard index ({first_line(exc)})") from None
+    # save_pretrained writes shards beside their index: a path elsewhere is not a checkpoint of this folder
+    elsewhere = sorted(name for name in shards if Path(name).name != name or name in ("", ".", ".."))
+    if elsewhere:
+        raise DamagedFile(index, f"it names the shard {elsewhere[0]!r}, which is not a file beside it")
     return shards
 
 
