@@ -27,14 +27,16 @@ def build_parser() -> argparse.ArgumentParser:
         module = importlib.import_module(f"headwise.commands.{info.name}")
         p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
         module.configure(p)
-        p.set_defaults(_run=module.run)
+        p.set_defaults(_run=module.run, _parser=p)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``headwise`` console script."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # named by the command's own parser, whose --help lists what it takes
+        args._parser.error(f"unrecognized arguments: {' '.join(extra)}")
     return run_guarded(lambda: args._run(args), "headwise")
 
 
