@@ -26,8 +26,10 @@ def safetensors_files(folder: Path) -> dict[str, list[str]]:
     unsharded ``model.safetensors``, which ``transformers`` reads first when both exist); empty
     when the folder has neither. A damaged index is :class:`DamagedFile`."""
     index = folder / SHARD_INDEX
-    if (folder / SAFETENSORS).is_file() or not index.is_file():
-        return {SAFETENSORS: []} if (folder / SAFETENSORS).is_file() else {}
+    if (folder / SAFETENSORS).is_file():
+        return {SAFETENSORS: []}
+    if not index.is_file():
+        return {}
     try:
         weight_map = json.loads(index.read_text())["weight_map"]
         shards: dict[str, list[str]] = {}

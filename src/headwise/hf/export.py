@@ -56,7 +56,6 @@ _HEADWISE_IMPORT = re.compile(r"^(\s*)from (headwise(?:\.\w+)+) import", re.MULT
 #: ``--dtype`` choices of ``headwise export`` and ``headwise convert``: ``keep`` (the run's dtype, the
 #: checkpoint's), or the torch dtype to cast the weights to
 DTYPES = ("keep", "float32", "bfloat16", "float16")
-#: safetensors' names of the dtypes a run's weights may be kept in
 _RULE = (f"exported model code may import only the standard library, {', '.join(sorted(ALLOWED_IMPORTS))}, and "
          "headwise modules as `from headwise.<module> import <names>`")
 
