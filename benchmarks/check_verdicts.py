@@ -81,11 +81,13 @@ def recorded_entry(record: dict[str, dict[str, Any]], name: str) -> dict[str, An
 
 
 def recorded_study(path: Path) -> Run:
-    """The verdict study in ``path``: a study directory, or a search folder, whose confirmation
-    (``confirm/``) is the verdict study ``headwise search`` ran (with the search's preset)."""
+    """The verdict study in ``path``: a study directory, or a search folder (or its ``confirm/``),
+    whose confirmation is the verdict study ``headwise search`` ran (with the search's preset)."""
     if not path.is_dir():
         raise HeadwiseError(f"{path} is not a folder: give a finished study folder or search folder")
     saved = load_saved(path)
+    if not saved and path.resolve().name == CONFIRM_DIR and load_saved(path.resolve().parent):
+        return recorded_study(path.resolve().parent)  # a search's confirmation: record it as the search
     if not saved:
         study = load_study_record(path)
         return Run(path, path, study.name, f"headwise study {study.name} --preset {study.preset}", study.preset,

@@ -154,7 +154,12 @@ def test_named_plans_run_first_and_a_plan_run_before_is_not_trained_again(tmp_pa
 
     study = optuna.load_study(study_name="headwise-search", storage=f"sqlite:///{out / 'optuna.db'}")
     assert study.trials[1].user_attrs["heads"] == [2] and study.trials[1].user_attrs["duplicate_of"] == 0
-    assert "driver:" in capsys.readouterr().out and json.loads((out / "driver.json").read_text())["overhead"] < 0.5
+    first = json.loads((out / "driver.json").read_text())
+    assert "driver:" in capsys.readouterr().out and first["overhead"] < 0.5 and first["trials_run"] == 2
+    # a rerun of the finished search runs no trial; the sitting that ran them is kept
+    assert main(["search", str(src), "--out", str(out)]) == 0
+    again = json.loads((out / "driver.json").read_text())
+    assert again["trials_run"] == 0 and again["earlier"] == [first]
 
 
 def trial_pruned_at_step_20(tmp_path, launcher=None):

@@ -177,7 +177,8 @@ def test_record_replaces_a_record_with_a_run_of_its_preset_and_seeds_or_on_purpo
     assert check_verdicts.main(["record", "no-claims", "--replace"]) == 0
     after = recorded()
     assert after["claims"]["rows"] == [] and after["rank"] == before["rank"]
-    assert check_verdicts.main(["record", "search", "--replace"]) == 0
-    assert recorded()["claims"]["preset"] == "quick"
-    assert recorded()["claims"]["command"] == "headwise search claims --preset quick"
+    for search in ("search", "search/confirm"):  # a confirmation is recorded as the search that ran it
+        assert check_verdicts.main(["record", search, "--replace"]) == 0
+        assert recorded()["claims"]["preset"] == "quick"
+        assert recorded()["claims"]["command"] == "headwise search claims --preset quick"
     assert "recorded claims: 7 comparisons" in capsys.readouterr().out

@@ -6,7 +6,8 @@ must pass before anything is written.
                            environment its trials ran in (torch threads, torch version), the store
       optuna.db            the Optuna store (SQLite), unless --storage names another
       trials.json          the trials record (headwise.search.trials), rewritten as trials end
-      driver.json          the driver's own time against the trials' (its overhead)
+      driver.json          the driver's own time against the trials' (its overhead), this sitting's
+                           on top, each earlier sitting's under "earlier"
       trials/NNNN/         trial NNNN's run (an ordinary headwise run directory)
       configs/NNNN.toml    its input config
       logs/NNNN.log        its output
@@ -34,6 +35,20 @@ from headwise.study.layout import job_paths
 DRIVER_JSON = "driver.json"
 #: files a driver makes before anything else (not a search's content)
 LOCKS = (".lock", ".init.lock")
+
+
+def save_driver_timing(search_dir: Path, timing: dict[str, Any]) -> None:
+    """Write this sitting's driver timing, keeping every earlier sitting's under ``earlier``: a
+    resumed search (which may run no trial at all) must not erase the sitting that ran them."""
+    path = search_dir / DRIVER_JSON
+    earlier: list[dict[str, Any]] = []
+    try:
+        before = json.loads(path.read_text())
+    except (OSError, ValueError):  # none yet, or unreadable: nothing to keep
+        before = None
+    if isinstance(before, dict):
+        earlier = before.pop("earlier", []) + [before]
+    atomic_write_text(path, json.dumps({**timing, "earlier": earlier} if earlier else timing, indent=1) + "\n")
 
 
 def trial_name(number: int) -> str:

@@ -11,7 +11,6 @@ With ``backend="ray"`` the device, the data and the search folder are checked on
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -144,7 +143,7 @@ def _drive(search: Search, search_dir: Path, saved: dict[str, Any], environment:
         record = write_record(search_dir, search, study.get_trials(deepcopy=False))
         timing = driver.timing.to_dict()
         if main:
-            atomic_write_text(search_dir / layout.DRIVER_JSON, json.dumps(timing, indent=1) + "\n")
+            layout.save_driver_timing(search_dir, timing)
         outcome = SearchOutcome(search_dir, record, driver.failed, timing, worker=not main)
         if main and confirm and search.config.confirm.enabled:
             from headwise.search.confirm import run_confirmation
