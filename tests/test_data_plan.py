@@ -168,6 +168,11 @@ def test_bad_validation_values(value):
         DataConfig.parse({"validation": value})
 
 
+def test_a_number_for_validation_names_the_fraction_spec():
+    with pytest.raises(HeadwiseError, match="validation: a number is not a validation spec: .* written 'fraction:0.1'"):
+        DataConfig.parse({"validation": 0.1})
+
+
 def test_config_errors_are_one_line():
     with pytest.raises(HeadwiseError, match="did you mean 'subset'"):
         DataConfig.parse({"subsett": 3})

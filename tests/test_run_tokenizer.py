@@ -262,6 +262,9 @@ def _damaged(tmp_path: Path, run: Path, how: str) -> Path:
     path = copy / "tokenizer.json"
     if how == "missing":
         path.unlink()
+    elif how == "a folder":
+        path.unlink()
+        path.mkdir()
     elif how == "truncated":
         path.write_text(path.read_text()[:500])
     else:  # valid JSON, another vocabulary: two ids swapped
@@ -274,6 +277,7 @@ def _damaged(tmp_path: Path, run: Path, how: str) -> Path:
 
 
 @pytest.mark.parametrize("how, words", [("missing", ("is missing", "never rebuilt")),
+                                        ("a folder", ("is not a file", "never rebuilt")),
                                         ("truncated", ("is damaged", "not a tokenizer file")),
                                         ("swapped", ("is damaged", "sha256"))])
 def test_a_damaged_saved_tokenizer_is_named_in_one_line_exit_1(runs, tmp_path, capsys, how, words):

@@ -98,7 +98,8 @@ def read_run_tokenizer(run_dir: str | Path, spec: str | None, older: Callable[[]
     except (KeyError, TypeError, HeadwiseError):
         raise RunFailure(f"{run.summary} is damaged: its tokenizer record {record!r} names no tokenizer") from None
     if n is not None and not run.tokenizer.is_file():
-        raise RunFailure(f"{run.tokenizer} is missing: {run.summary} records the run's {recorded} there (sha256 "
+        what = "is not a file" if run.tokenizer.exists() else "is missing"
+        raise RunFailure(f"{run.tokenizer} {what}: {run.summary} records the run's {recorded} there (sha256 "
                          f"{digest[:12]}); restore the file from a copy of the run (it is never rebuilt)")
     try:
         tokenizer = read_tokenizer(record, run.tokenizer)

@@ -62,6 +62,14 @@ class DataConfig(Config):
     #: where caches live (default: $HEADWISE_CACHE, else ~/.cache/headwise)
     cache_dir: str | None = None
 
+    @field_validator("validation", mode="before")
+    @classmethod
+    def _number_is_a_fraction(cls, value: Any) -> Any:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):  # the likeliest slip
+            raise ValueError(f"a number is not a validation spec: a seeded hold-out of that share of the "
+                             f"stories is written 'fraction:{value}'")
+        return value
+
     @field_validator("tokenizer", "validation")
     @classmethod
     def _check_spec(cls, value: str, info: ValidationInfo) -> str:
