@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from headwise.config import atomic_write_text
 from headwise.errors import HeadwiseError, RunFailure
 from headwise.search import layout
 from headwise.search.definition import Search
