@@ -11,7 +11,8 @@ where it runs.
 
 Stopping a run is SIGTERM (it checkpoints and exits), then SIGKILL if it has not ended within
 :data:`~headwise.study.jobs.GRACE_S` (:func:`end_processes`): here by the launcher, on Ray by the
-task on its node once the launcher cancels it.
+task on its node once the launcher asks it to, with a stop file beside the run's log (in the folder
+every node sees) and a ``ray.cancel`` (which alone did not always reach a running task).
 
 Before any run, each launcher refuses CUDA runs where there is no GPU and prepares the runs' data
 where they will read it; the Ray launcher first refuses an output folder that some node does not
@@ -27,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import IO, Any, Callable, Protocol
 
@@ -117,14 +119,18 @@ class LocalLauncher:
         """Nothing to give back."""
 
 
-def ray_train(argv: list[str], log_path: str, threads: int) -> int:
-    """The body of one Ray task: run the worker command on this node, appending to ``log_path``."""
+def ray_train(argv: list[str], log_path: str, threads: int, stop_path: str) -> int:
+    """The body of one Ray task: run the worker command on this node, appending to ``log_path``,
+    until it ends or ``stop_path`` appears (then it checkpoints and stops)."""
     with open(log_path, "ab") as log:
         run = _Process(start_process(argv, log, threads))
         try:
             # ray.cancel raises KeyboardInterrupt in this thread without a signal, so a blocking
             # wait would not see it before the run ends: wait in short sleeps, between which it can
             while not run.poll():
+                if os.path.exists(stop_path):
+                    end_processes([run])
+                    break
                 time.sleep(POLL_S)
             return run.proc.returncode
         except BaseException:  # ray.cancel: let the run checkpoint and stop
@@ -133,23 +139,29 @@ def ray_train(argv: list[str], log_path: str, threads: int) -> int:
 
 
 class _RayRun:
-    """A run as a Ray task (:func:`ray_train`)."""
+    """A run as a Ray task (:func:`ray_train`), stopped by its own ``stop_path`` (a name no other
+    launch shares, so a file a killed driver left cannot stop a later run)."""
 
-    def __init__(self, ray: Any, ref: Any) -> None:
-        self.ray, self.ref = ray, ref
+    def __init__(self, ray: Any, ref: Any, stop_path: Path) -> None:
+        self.ray, self.ref, self.stop_path = ray, ref, stop_path
 
     def poll(self) -> bool:
         ready, _ = self.ray.wait([self.ref], timeout=0)
         return bool(ready)
 
     def stop(self) -> None:
-        self.ray.cancel(self.ref)  # the task SIGTERMs its run, which checkpoints, then ends
+        # the task SIGTERMs its run, which checkpoints, then ends; the file reaches a running task,
+        # the cancel one still queued
+        self.stop_path.touch()
+        self.ray.cancel(self.ref)
 
     def wait(self) -> int | None:
         try:
             return self.ray.get(self.ref)
         except Exception:  # noqa: BLE001 - cancelled, or its node lost: the run's summary says how it ended
             return None
+        finally:
+            self.stop_path.unlink(missing_ok=True)
 
 
 class RayLauncher:
@@ -220,13 +232,19 @@ class RayLauncher:
         device = str(job.spec.config.get("train", {}).get("device", "auto"))
         gpu = device == "cuda" or (device == "auto" and self.gpus > 0)
         options = {"num_cpus": threads or 1, "num_gpus": 1 if gpu else 0, "max_retries": 0}
-        return _RayRun(ray, self.task.options(**options).remote(job.argv(), str(job.log_path), threads or 1))
+        stop_path = job.log_path.with_name(f"{job.log_path.name}.stop-{uuid.uuid4().hex[:12]}")
+        ref = self.task.options(**options).remote(job.argv(), str(job.log_path), threads or 1, str(stop_path))
+        return _RayRun(ray, ref, stop_path)
 
     def stop_all(self, runs: list[Launched]) -> None:
-        """Cancel ``runs`` (this launcher's) at once: each task stops its run as
-        :func:`end_processes` does, on its node."""
+        """Stop ``runs`` (this launcher's) at once: each task stops its run as :func:`end_processes`
+        does, on its node; their stop files go once they have ended (or :data:`GRACE_S` passed)."""
         for run in runs:
             run.stop()
+        deadline = time.monotonic() + GRACE_S + POLL_S
+        for run in runs:
+            self.ray.wait([run.ref], timeout=max(0.1, deadline - time.monotonic()))
+            run.stop_path.unlink(missing_ok=True)
 
     def close(self) -> None:
         """Shut down the local cluster this launcher started (a joined one is left alone)."""
