@@ -86,8 +86,9 @@ def recorded_study(path: Path) -> Run:
     if not path.is_dir():
         raise HeadwiseError(f"{path} is not a folder: give a finished study folder or search folder")
     saved = load_saved(path)
-    if not saved and path.resolve().name == CONFIRM_DIR and load_saved(path.resolve().parent):
-        return recorded_study(path.resolve().parent)  # a search's confirmation: record it as the search
+    resolved = path.resolve()
+    if not saved and resolved.name == CONFIRM_DIR and load_saved(resolved.parent):
+        return recorded_study(resolved.parent)  # a search's confirmation: record it as the search
     if not saved:
         study = load_study_record(path)
         return Run(path, path, study.name, f"headwise study {study.name} --preset {study.preset}", study.preset,

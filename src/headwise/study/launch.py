@@ -155,10 +155,10 @@ class _RayRun:
         self.stop_path.touch()
         self.ray.cancel(self.ref)
 
-    def wait(self) -> int | None:
+    def wait(self, timeout: float | None = None) -> int | None:
         try:
-            return self.ray.get(self.ref)
-        except Exception:  # noqa: BLE001 - cancelled, or its node lost: the run's summary says how it ended
+            return self.ray.get(self.ref, timeout=timeout)
+        except Exception:  # noqa: BLE001 - cancelled, its node lost, or still running at the timeout
             return None
         finally:
             self.stop_path.unlink(missing_ok=True)
@@ -243,8 +243,7 @@ class RayLauncher:
             run.stop()
         deadline = time.monotonic() + GRACE_S + POLL_S
         for run in runs:
-            self.ray.wait([run.ref], timeout=max(0.1, deadline - time.monotonic()))
-            run.stop_path.unlink(missing_ok=True)
+            run.wait(timeout=max(0.1, deadline - time.monotonic()))
 
     def close(self) -> None:
         """Shut down the local cluster this launcher started (a joined one is left alone)."""
